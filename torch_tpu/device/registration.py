@@ -1,0 +1,32 @@
+"""Make PrivateUse1 the ``tpu`` device: hooks, guard, ``torch.tpu`` module."""
+import sys
+
+import torch
+import torch.utils.backend_registration as backend_registration
+
+from .. import runtime
+from . import module as tpu_module
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, device_index) -> bool:
+        return runtime.is_initialized()
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def register_device() -> None:
+    if torch._C._get_privateuse1_backend_name() == "tpu":
+        return
+    backend_registration._setup_privateuseone_for_python_backend(
+        rename="tpu", backend_module=tpu_module, hook=_Hooks(), device_guard=_Guard())
+    sys.modules["torch.tpu"] = tpu_module

@@ -1,0 +1,68 @@
+"""The one table that maps torch dtypes to JAX/NumPy dtypes and back."""
+import ml_dtypes
+import numpy as np
+import torch
+
+TORCH_TO_NP = {
+    torch.float32: np.dtype(np.float32),
+    torch.float64: np.dtype(np.float64),
+    torch.float16: np.dtype(np.float16),
+    torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
+    torch.int8: np.dtype(np.int8),
+    torch.int16: np.dtype(np.int16),
+    torch.int32: np.dtype(np.int32),
+    torch.int64: np.dtype(np.int64),
+    torch.uint8: np.dtype(np.uint8),
+    torch.uint16: np.dtype(np.uint16),
+    torch.uint32: np.dtype(np.uint32),
+    torch.uint64: np.dtype(np.uint64),
+    torch.bool: np.dtype(np.bool_),
+    torch.complex64: np.dtype(np.complex64),
+    torch.complex128: np.dtype(np.complex128),
+    torch.float8_e4m3fn: np.dtype(ml_dtypes.float8_e4m3fn),
+    torch.float8_e5m2: np.dtype(ml_dtypes.float8_e5m2),
+}
+NP_TO_TORCH = {v: k for k, v in TORCH_TO_NP.items()}
+
+# numpy cannot hand these to torch.from_numpy; they travel as same-width integers.
+_BITS_CARRIER = {
+    torch.bfloat16: torch.int16,
+    torch.float8_e4m3fn: torch.uint8,
+    torch.float8_e5m2: torch.uint8,
+}
+
+ITEMSIZE = {t: n.itemsize for t, n in TORCH_TO_NP.items()}
+
+
+def to_np(dtype: torch.dtype) -> np.dtype:
+    try:
+        return TORCH_TO_NP[dtype]
+    except KeyError:
+        raise TypeError(f"tpu does not support the dtype {dtype}") from None
+
+
+def to_torch(dtype) -> torch.dtype:
+    return NP_TO_TORCH[np.dtype(dtype)]
+
+
+def numpy_from_cpu_tensor(t: torch.Tensor) -> np.ndarray:
+    """A fresh, contiguous NumPy copy of a CPU tensor, any dtype (bf16 too)."""
+    t = t.detach().resolve_conj().resolve_neg()
+    carrier = _BITS_CARRIER.get(t.dtype)
+    if carrier is not None:
+        return t.contiguous().view(carrier).numpy().view(TORCH_TO_NP[t.dtype]).copy()
+    return np.array(t.contiguous().numpy(), copy=True)
+
+
+def cpu_tensor_from_numpy(a: np.ndarray) -> torch.Tensor:
+    """A new (resizable) CPU tensor holding a copy of ``a``."""
+    dtype = to_torch(a.dtype)
+    out = torch.empty(a.shape, dtype=dtype)
+    carrier = _BITS_CARRIER.get(dtype)
+    if carrier is not None:
+        a = a.view(TORCH_TO_NP[carrier])
+    if not a.flags.writeable:  # a read-only view of a device buffer: torch would warn
+        a = a.copy()
+    src = torch.from_numpy(a)
+    (out.view(carrier) if carrier is not None else out).copy_(src)
+    return out

@@ -1,0 +1,52 @@
+"""Eager execution modes.  strict (default): asynchronous like CUDA;
+debug: every op waits for its result, so a failure points at its line."""
+import enum
+import os
+
+import jax
+
+from . import pending
+
+
+class EagerMode(enum.Enum):
+    DEFER_NEVER = "strict"
+    DEFER_NEVER_AND_LAUNCH_BLOCKING = "debug"
+    DEFER_AND_FUSE = "fused"
+    STRICT = "strict"
+    DEBUG = "debug"
+    FUSED = "fused"
+
+
+def _initial_mode() -> EagerMode:
+    if os.environ.get("TORCH_TPU_LAUNCH_BLOCKING") == "1":
+        return EagerMode.DEBUG
+    if os.environ.get("TORCH_TPU_DEFER_AND_FUSE") == "1":
+        return EagerMode.FUSED
+    name = os.environ.get("TORCH_TPU_EAGER_MODE", "strict").strip().lower()
+    try:
+        return EagerMode(name)
+    except ValueError:
+        raise RuntimeError(f"TORCH_TPU_EAGER_MODE={name!r}: expected debug, strict or fused") from None
+
+
+_mode = _initial_mode()
+
+
+def current() -> EagerMode:
+    return _mode
+
+
+def set_mode(mode) -> EagerMode:
+    global _mode
+    previous = _mode
+    _mode = mode if isinstance(mode, EagerMode) else EagerMode(str(mode).lower())
+    return previous
+
+
+def after_op(op_name: str, results) -> None:
+    pending.note(results)
+    if _mode is EagerMode.DEBUG:
+        try:
+            jax.block_until_ready(results)
+        except Exception as e:
+            raise RuntimeError(f"tpu: {op_name} failed on the device: {e}") from None

@@ -1,0 +1,9 @@
+"""All aten kernels for the tpu device; importing this package installs them.
+
+One module per op family; each registers its kernels with ``registry.register``.
+"""
+from . import fallback, registry  # noqa: F401
+from . import core  # noqa: F401
+from . import elementwise, reduction, linalg, nn, indexing, factory, random, shape  # noqa: F401
+
+fallback.install()

@@ -1,0 +1,180 @@
+"""Tensor plumbing: views, allocation, copies between devices, scalars."""
+import jax
+import numpy as np
+import torch
+from torch._C import DispatchKey, DispatchKeySet
+
+from .. import dtypes, runtime
+from ..eager import modes, pending
+from ..storage import access, buffers
+from .registry import Kernel, Options, out_dtype, register_raw, resolve
+
+_CPU = DispatchKeySet(DispatchKey.CPU)
+_aten = torch.ops.aten
+
+
+# Views only edit metadata: PyTorch's CPU kernels do exactly that, on our storage.
+def _metadata_only(name):
+    op = resolve(name)
+    register_raw(name)(lambda *a, **k: op.redispatch(_CPU, *a, **k))
+
+
+for _name in ("as_strided.default", "view.default", "_reshape_alias.default",
+              "set_.source_Storage_storage_offset", "set_.source_Storage", "set_.source_Tensor",
+              "unfold.default", "view_as_real.default", "view_as_complex.default",
+              "_unsafe_view.default", "alias.default"):
+    _metadata_only(_name)
+
+
+def check_device(device) -> None:
+    """``tpu:N`` for N past the device count is an error, as on CUDA."""
+    if device is not None:
+        d = torch.device(device)
+        if d.type == "tpu" and d.index is not None and d.index >= runtime.device_count():
+            raise RuntimeError(
+                f"Invalid device index {d}: this process has {runtime.device_count()} tpu device(s) "
+                "(each process drives one chip, exposed as tpu:0)")
+
+
+def _check_dtype(dtype):
+    if dtype is not None and dtype not in dtypes.TORCH_TO_NP:
+        raise TypeError(f"the tpu device does not support dtype {dtype}")
+
+
+@register_raw("empty.memory_format")
+def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    check_device(device)
+    dtype = dtype or torch.get_default_dtype()
+    _check_dtype(dtype)
+    size = tuple(int(s) for s in size)
+    if any(s < 0 for s in size):
+        raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
+    strides = buffers.contiguous_strides(size)
+    if memory_format is torch.channels_last and len(size) == 4:
+        strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
+    elif memory_format is torch.channels_last_3d and len(size) == 5:
+        strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
+    return buffers.allocate_like(size, strides, dtype)
+
+
+@register_raw("empty_strided.default")
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    check_device(device)
+    dtype = dtype or torch.get_default_dtype()
+    _check_dtype(dtype)
+    return buffers.allocate_like(tuple(size), tuple(stride), dtype)
+
+
+@register_raw("resize_.default")
+def resize_(self, size, memory_format=None):
+    size = tuple(int(s) for s in size)
+    if tuple(self.shape) == size:
+        return self
+    itemsize = self.element_size()
+    needed = (self.storage_offset() + buffers.storage_numel(size, buffers.contiguous_strides(size))) * itemsize
+    st = self.untyped_storage()
+    if needed > st.nbytes():
+        old = access.read(self).reshape(-1) if st.nbytes() else None
+        fresh = buffers.allocate_like((needed // itemsize,), (1,), self.dtype)
+        if old is not None and old.shape[0]:
+            access.write(fresh[: old.shape[0]], old)
+        st = fresh.untyped_storage()
+        _aten.set_.source_Storage_storage_offset.redispatch(
+            _CPU, self, st, 0, size, buffers.contiguous_strides(size))
+        return self
+    _aten.set_.source_Storage_storage_offset.redispatch(
+        _CPU, self, st, self.storage_offset(), size, buffers.contiguous_strides(size))
+    return self
+
+
+@register_raw("set_.default")
+def set_empty(self):
+    st = buffers.empty_storage(0, dtypes.to_np(self.dtype))
+    return _aten.set_.source_Storage_storage_offset.redispatch(_CPU, self, st, 0, (0,), (1,))
+
+
+# ---- copies --------------------------------------------------------------------
+
+def to_device_array(cpu_tensor):
+    """A CPU tensor's value as a jax array on the device (a private copy)."""
+    return jax.device_put(dtypes.numpy_from_cpu_tensor(cpu_tensor), runtime.jax_device())
+
+
+def to_cpu_tensor(t):
+    """A tpu tensor's value as a new CPU tensor (waits for the device)."""
+    arr = access.read(t)
+    try:
+        host = np.asarray(arr)
+    except Exception as e:
+        raise RuntimeError(f"tpu: reading a tensor back failed: {e}") from None
+    out = dtypes.cpu_tensor_from_numpy(host)
+    return out.reshape(tuple(t.shape))
+
+
+def copy_into(dst, src) -> None:
+    """dst[...] = src, with dst on tpu and src on tpu or the CPU."""
+    if src.device.type == "tpu":
+        value = access.read(src)
+    else:
+        value = to_device_array(src)
+    access.write(dst, value)
+    modes.after_op("aten::copy_", buffers.get_buffer(dst.untyped_storage()))
+
+
+@register_raw("copy_.default")
+def copy_(self, src, non_blocking=False):
+    if self.device.type == "tpu":
+        if tuple(src.shape) != tuple(self.shape):
+            torch.broadcast_shapes(tuple(src.shape), tuple(self.shape))  # PyTorch's error if not
+            if torch.broadcast_shapes(tuple(src.shape), tuple(self.shape)) != tuple(self.shape):
+                raise RuntimeError(
+                    f"output with shape {list(self.shape)} doesn't match the broadcast shape "
+                    f"{list(torch.broadcast_shapes(tuple(src.shape), tuple(self.shape)))}")
+        copy_into(self, src)
+        return self
+    # tpu -> CPU (or another device): bring the value to the host, then PyTorch copies.
+    host = to_cpu_tensor(src)
+    self.copy_(host)
+    return self
+
+
+@register_raw("_copy_from.default")
+def _copy_from(self, dst, non_blocking=False):
+    return copy_(dst, self, non_blocking)
+
+
+@register_raw("_copy_from_and_resize.default")
+def _copy_from_and_resize(self, dst):
+    if tuple(dst.shape) != tuple(self.shape):
+        dst.resize_(self.shape)
+    return copy_(dst, self)
+
+
+_same_device_cast = Kernel(
+    resolve("_to_copy.default"), lambda self, **_: self.astype(out_dtype()), "functional", Options())
+
+
+@register_raw("_to_copy.default")
+def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
+             non_blocking=False, memory_format=None):
+    check_device(device)
+    target = torch.device(device) if device is not None else self.device
+    dtype = dtype or self.dtype
+    if target.type == "tpu":
+        _check_dtype(dtype)
+        if self.device.type == "tpu":
+            return _same_device_cast(self, dtype=dtype)
+        value = to_device_array(self.to(dtype))
+        out = buffers.wrap(value)
+        modes.after_op("aten::_to_copy", value)
+        return out
+    host = to_cpu_tensor(self)
+    return host.to(device=target, dtype=dtype, memory_format=memory_format or torch.preserve_format)
+
+
+@register_raw("_local_scalar_dense.default")
+def _local_scalar_dense(self):
+    pending_value = access.read(self)
+    return np.asarray(pending_value).reshape(()).item()
+
+

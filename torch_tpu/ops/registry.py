@@ -1,0 +1,401 @@
+"""The op table: ``@register("aten.op.overload", ...)`` attaches a JAX
+implementation to ATen overloads on the tpu (PrivateUse1) key.
+
+One implementation, written for the functional overload, also serves the
+in-place (``op_``) and ``out=`` siblings: the wrapper finds them by schema.
+
+On the first call with a given signature (op, argument geometry and dtypes,
+static arguments) the wrapper:
+  1. runs PyTorch's own meta kernel on meta tensors, so output shapes, dtypes,
+     strides and every error (shape mismatch, bad dtype cast, bad dim) are
+     exactly PyTorch's;
+  2. traces one ``jax.jit`` function that reads the inputs through their views,
+     runs the implementation, casts to PyTorch's result dtypes and, for in-place
+     ops, writes the result back through the destination view.
+Later calls with the same signature go straight to the cached executable.
+Python numbers in ``Scalar`` positions are traced, not baked in, so a
+changing learning rate does not recompile.
+"""
+import dataclasses
+import logging
+import threading
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+from .. import dtypes
+from ..storage import buffers, views
+from . import errors
+
+log = logging.getLogger("torch_tpu.ops")
+
+_LIB = torch.library.Library("aten", "IMPL")
+KERNELS: dict = {}  # OpOverload -> Kernel
+PROMOTE = ELEMENTWISE_TYPE_PROMOTION_KIND
+
+_SCALAR_TYPES = (float, int, bool, complex)
+
+
+class _Tag:
+    """Markers in a call signature: a tpu tensor, a CPU scalar tensor, a traced number."""
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
+TENSOR, CPU_SCALAR, NUMBER = _Tag("T"), _Tag("C"), _Tag("S")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    promote: object = None       # an ELEMENTWISE_TYPE_PROMOTION_KIND: cast operands like torch._refs
+    static_scalars: bool = False  # bake Scalar arguments into the executable
+    rng: bool = False            # the implementation draws random numbers (ctx().key)
+    allow_cpu: tuple = ()        # argument names that may be CPU tensors (index tensors)
+    meta: bool = True            # run PyTorch's meta kernel first
+
+
+# ---- what an implementation can ask while it is traced --------------------
+
+class _Trace(threading.local):
+    out_dtypes = ()
+    compute_dtype = None
+    key = None
+
+
+_trace = _Trace()
+
+
+def out_dtype(i: int = 0):
+    """PyTorch's dtype for output ``i`` of the op being traced (NumPy dtype)."""
+    return _trace.out_dtypes[i]
+
+
+def compute_dtype():
+    return _trace.compute_dtype
+
+
+def rng_key():
+    return _trace.key
+
+
+# ---- registration ------------------------------------------------------------
+
+def resolve(name: str) -> torch._ops.OpOverload:
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, packet), overload or "default")
+
+
+def _arg_signature(schema, drop_out: bool):
+    return tuple((a.name, str(a.type)) for a in schema.arguments
+                 if not (drop_out and a.kwarg_only and a.alias_info is not None and a.alias_info.is_write))
+
+
+def _siblings(op: torch._ops.OpOverload):
+    """The in-place and out= overloads that compute what ``op`` computes."""
+    base = op._schema.name.split("::")[1]
+    sig = _arg_signature(op._schema, drop_out=False)
+    found = []
+    for packet_name, mode in ((base + "_", "inplace"), (base, "out")):
+        packet = getattr(torch.ops.aten, packet_name, None)
+        if packet is None:
+            continue
+        for ovl in packet.overloads():
+            other = getattr(packet, ovl)
+            if other is op:
+                continue
+            s = other._schema
+            if mode == "out" and not any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write
+                                         for a in s.arguments):
+                continue
+            if mode == "inplace":
+                other_sig = tuple((a.name, str(a.type)) for a in s.arguments)
+            else:
+                other_sig = _arg_signature(s, drop_out=True)
+            if other_sig == sig:
+                found.append((other, mode))
+    return found
+
+
+def register(*names: str, variants: bool = True, **options):
+    """Register a JAX implementation for the named functional overloads."""
+    opts = Options(**options)
+
+    def decorate(impl: Callable):
+        for name in names:
+            op = resolve(name)
+            _install(op, Kernel(op, impl, "functional", opts))
+            if variants:
+                for sibling, mode in _siblings(op):
+                    if sibling not in KERNELS:
+                        _install(sibling, Kernel(sibling, impl, mode, opts))
+        return impl
+    return decorate
+
+
+def register_raw(*names: str):
+    """Register a hand-written Python kernel (called with the torch arguments)."""
+    def decorate(fn):
+        for name in names:
+            _install(resolve(name), fn)
+        return fn
+    return decorate
+
+
+def _install(op, kernel) -> None:
+    KERNELS[op] = kernel
+    _LIB.impl(op, kernel, "PrivateUse1")
+
+
+# ---- the kernel wrapper -----------------------------------------------------
+
+_TPU = "privateuseone"  # replaced by "tpu" once the backend is renamed
+
+
+def set_device_type(name: str) -> None:
+    global _TPU
+    _TPU = name
+
+
+class _Entry:
+    __slots__ = ("fn", "out_specs", "single")
+
+    def __init__(self, fn, out_specs, single):
+        self.fn = fn
+        self.out_specs = out_specs
+        self.single = single
+
+
+class Kernel:
+    """A boxed Python kernel for one overload, backed by a jitted JAX function."""
+
+    def __init__(self, op, impl, mode, opts: Options):
+        self.op = op
+        self.impl = impl
+        self.mode = mode
+        self.opts = opts
+        self.name = str(op)
+        schema = op._schema
+        self.arg_names = [a.name for a in schema.arguments]
+        self.dynamic = set()
+        if not opts.static_scalars:
+            self.dynamic = {a.name for a in schema.arguments if str(a.type) in ("Scalar", "Scalar?")}
+        self.out_names = [a.name for a in schema.arguments
+                          if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+        self.cache = {}
+        self.lock = threading.Lock()
+
+    def _writes(self, name):
+        return (self.mode == "inplace" and name == "self") or name in self.out_names
+
+    # -- encoding the arguments into a hashable signature plus array inputs --
+    def _encode(self, x, name, inputs):
+        if isinstance(x, torch.Tensor):
+            if x.device.type == _TPU:
+                spec, buf = views.spec_of(x, dtypes.TORCH_TO_NP[x.dtype])
+                inputs.append(buf)
+                return (TENSOR, spec)
+            if (x.dim() == 0 or name in self.opts.allow_cpu) and not self._writes(name):
+                inputs.append(dtypes.numpy_from_cpu_tensor(x))
+                return (CPU_SCALAR, x.dtype, tuple(x.shape))
+            errors.device_mismatch(self.name, x)
+        if name in self.dynamic and type(x) in _SCALAR_TYPES:
+            inputs.append(x)
+            return (NUMBER, type(x))
+        if isinstance(x, (list, tuple)):
+            return tuple(self._encode(e, name, inputs) for e in x)
+        if isinstance(x, torch.Generator):
+            return None
+        return x
+
+    def __call__(self, *args, **kwargs):
+        inputs = []
+        names = self.arg_names
+        pos = tuple(self._encode(a, names[i], inputs) for i, a in enumerate(args))
+        kw = tuple((k, self._encode(v, k, inputs)) for k, v in kwargs.items()
+                   if k not in self.out_names)
+        key = (pos, kw)
+        entry = self.cache.get(key)
+        if entry is None:
+            with self.lock:
+                entry = self.cache.get(key) or self._build(key, args, kwargs, inputs)
+                self.cache[key] = entry
+        if self.opts.rng:
+            inputs.append(_rng_material(args, kwargs))
+        try:
+            results = entry.fn(*inputs)
+        except Exception as e:  # an XLA runtime failure: name the op, not JAX internals
+            raise errors.runtime_failure(self.name, e) from None
+        return self._finish(entry, results, args, kwargs)
+
+    # -- output handling ------------------------------------------------------
+    def _finish(self, entry, results, args, kwargs):
+        from ..eager import modes
+        if self.mode == "inplace":
+            self_t = args[0]
+            buffers.set_buffer(self_t.untyped_storage(), results)
+            modes.after_op(self.name, results)
+            return self_t
+        tensors = [_make_output(arr, spec) for arr, spec in zip(results, entry.out_specs)]
+        modes.after_op(self.name, results)
+        if self.mode == "out":
+            outs = [kwargs[n] for n in self.out_names]
+            for dst, src in zip(outs, tensors):
+                from .core import copy_into
+                if tuple(dst.shape) != tuple(src.shape):
+                    dst.resize_(src.shape)
+                copy_into(dst, src)
+            return outs[0] if len(outs) == 1 else tuple(outs)
+        return tensors[0] if entry.single else tuple(tensors)
+
+    # -- the first call with a signature ------------------------------------------
+    def _build(self, key, args, kwargs, inputs):
+        meta_out = self._meta(args, kwargs) if self.opts.meta else None
+        single = not isinstance(meta_out, (tuple, list))
+        promote_dtype = None
+        if self.opts.promote is not None:
+            operands = [_to_meta(a) for a in _flat(args) + _flat(list(kwargs.values()))
+                        if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
+            compute, _ = elementwise_dtypes(*operands, type_promotion_kind=self.opts.promote)
+            promote_dtype = dtypes.to_np(compute)
+
+        pos_t, kw_t = key
+        mode = self.mode
+        impl = self.impl
+        rng = self.opts.rng
+        in_place_spec = pos_t[0][1] if mode == "inplace" else None
+        out_specs = None
+        if meta_out is not None:
+            metas = list(meta_out) if not single else [meta_out]
+            if mode == "out":
+                metas = metas[:len(self.out_names)] if len(metas) >= len(self.out_names) else metas
+            out_specs = [(tuple(m.shape), m.stride(), dtypes.to_np(m.dtype)) for m in metas]
+
+        def traced(*inputs):
+            it = iter(inputs)
+            a = [_decode(t, it) for t in pos_t]
+            k = {name: _decode(t, it) for name, t in kw_t}
+            if promote_dtype is not None:
+                a = [_cast_operand(x, promote_dtype) for x in a]
+                k = {n: _cast_operand(x, promote_dtype) for n, x in k.items()}
+            _trace.compute_dtype = promote_dtype
+            _trace.out_dtypes = tuple(s[2] for s in out_specs) if out_specs else ()
+            _trace.key = _make_key(next(it)) if rng else None
+            result = impl(*a, **k)
+            outs = list(result) if isinstance(result, (tuple, list)) else [result]
+            if out_specs is not None:
+                outs = [jnp.asarray(o).astype(s[2]) for o, s in zip(outs, out_specs)]
+            if mode == "inplace":
+                size = in_place_spec[2]
+                value = jnp.broadcast_to(outs[0], size)
+                return views.writer(in_place_spec)(inputs[0], value)
+            return tuple(_to_storage_layout(o, s) for o, s in zip(outs, out_specs or [None] * len(outs)))
+
+        if out_specs is None:  # no meta kernel: shapes from tracing our implementation
+            probe = list(inputs) + ([_rng_material(args, kwargs)] if rng else [])
+            shapes = jax.eval_shape(traced, *probe)
+            shapes = shapes if isinstance(shapes, (tuple, list)) else [shapes]
+            out_specs = [(tuple(o.shape), buffers.contiguous_strides(o.shape), np.dtype(o.dtype))
+                         for o in shapes]
+            single = len(out_specs) == 1
+        log.debug("compile %s for %s", self.name, key)
+        return _Entry(jax.jit(traced), out_specs, single)
+
+    def _meta(self, args, kwargs):
+        margs = [_to_meta(a) for a in args]
+        mkw = {k: _to_meta(v) for k, v in kwargs.items()}
+        try:
+            return self.op(*margs, **mkw)
+        except NotImplementedError:
+            return None
+        except (RuntimeError, ValueError, IndexError, TypeError) as e:
+            if "meta" in str(e).lower() and "tensor" in str(e).lower() and "implement" in str(e).lower():
+                return None
+            raise errors.rewrite_meta_error(e, self.name) from None
+
+
+def _flat(xs):
+    out = []
+    for x in xs:
+        if isinstance(x, (list, tuple)):
+            out.extend(_flat(x))
+        else:
+            out.append(x)
+    return out
+
+
+def _to_meta(x):
+    if isinstance(x, torch.Tensor):
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_meta(e) for e in x)
+    if isinstance(x, torch.device) and x.type == _TPU:
+        return torch.device("meta")
+    return x
+
+
+def _decode(t, it):
+    if type(t) is tuple and t:
+        tag = t[0]
+        if tag is TENSOR:
+            return views.reader(t[1])(next(it))
+        if tag is CPU_SCALAR:
+            return jnp.asarray(next(it))
+        if tag is NUMBER:
+            return next(it)
+        return tuple(_decode(e, it) for e in t)
+    return t
+
+
+def _cast_operand(x, dtype):
+    if isinstance(x, jax.Array) or isinstance(x, np.ndarray):
+        return x.astype(dtype)
+    if type(x) in _SCALAR_TYPES or isinstance(x, jax.core.Tracer):
+        return jnp.asarray(x, dtype)
+    if isinstance(x, tuple) and x and isinstance(x[0], jax.Array):
+        return tuple(e.astype(dtype) for e in x)
+    return x
+
+
+def _permuted_order(spec):
+    """Storage order for a result PyTorch gives permuted strides (None: row-major)."""
+    if spec is None:
+        return None
+    size, stride, _ = spec
+    if len(size) < 2 or stride == buffers.contiguous_strides(size):
+        return None
+    return views._dense_permutation(size, stride)
+
+
+def _to_storage_layout(arr, spec):
+    order = _permuted_order(spec)
+    return arr if order is None else jnp.transpose(arr, order)
+
+
+def _make_output(arr, spec):
+    if _permuted_order(spec) is None:
+        return buffers.wrap(arr)
+    return buffers.wrap(arr, shape=spec[0], strides=spec[1])
+
+
+def _rng_material(args, kwargs):
+    from ..device import rng
+    gen = kwargs.get("generator")
+    if gen is None:
+        gen = next((a for a in args if isinstance(a, torch.Generator)), None)
+    return rng.next_key_material(gen)
+
+
+def _make_key(material):
+    key = jax.random.fold_in(jax.random.key(material[0]), material[1])
+    return jax.random.fold_in(key, material[2])
+
+

@@ -1,0 +1,77 @@
+"""Which PJRT platform backs the ``tpu`` device, and starting it lazily.
+
+A real TPU (libtpu installed) wins; otherwise ``TORCH_TPU_PLATFORM`` names one
+(``cpu`` or ``gpu``/``cuda``); otherwise the CPU.  Each process drives one
+chip, exposed as ``tpu:0``, as Google's torch_tpu does.
+"""
+import importlib.util
+import os
+import threading
+
+import jax
+
+# int64 indices and float64 must be exact, as on PyTorch's CPU.
+jax.config.update("jax_enable_x64", True)
+
+_lock = threading.Lock()
+_device = None
+
+
+def platform_name() -> str:
+    """The JAX platform we will use (without starting it)."""
+    requested = os.environ.get("TORCH_TPU_PLATFORM", "").strip().lower()
+    if requested in ("cuda", "rocm"):
+        requested = "gpu"
+    if requested:
+        if requested not in ("tpu", "gpu", "cpu"):
+            raise RuntimeError(
+                f"TORCH_TPU_PLATFORM={requested!r} is not one of 'tpu', 'gpu', 'cpu'")
+        return requested
+    if importlib.util.find_spec("libtpu") is not None:
+        return "tpu"
+    return "cpu"
+
+
+def jax_device():
+    """The jax.Device behind tpu:0, started on first use."""
+    global _device
+    if _device is None:
+        with _lock:
+            if _device is None:
+                name = platform_name()
+                try:
+                    devices = jax.devices(name)
+                except RuntimeError as e:
+                    raise RuntimeError(
+                        f"torch_tpu could not start the JAX platform {name!r}: {e}") from None
+                device = devices[_local_index(len(devices))]
+                # Factories (zeros, randn) run jitted functions with no inputs:
+                # they land on the default device, which must be ours.
+                jax.config.update("jax_default_device", device)
+                _device = device
+    return _device
+
+
+def _local_index(n: int) -> int:
+    # Under torchrun every process owns one chip: LOCAL_RANK picks it when the
+    # platform exposes several devices to each process.
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    return local_rank if local_rank < n else 0
+
+
+def is_initialized() -> bool:
+    return _device is not None
+
+
+def device_count() -> int:
+    return 1
+
+
+def device_description() -> str:
+    d = jax_device()
+    kind = getattr(d, "device_kind", "") or d.platform
+    if d.platform == "cpu":
+        return "XLA CPU"
+    if d.platform == "tpu":
+        return kind if kind.lower().startswith("tpu") else f"TPU {kind}"
+    return f"XLA {d.platform.upper()} ({kind})"

@@ -1,0 +1,39 @@
+"""Reading a whole tpu tensor as a jax array, and writing one into it, outside
+of an op's own computation (copies, the CPU fallback, ``to_jax``)."""
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from .. import dtypes
+from . import buffers, views
+
+
+@functools.lru_cache(maxsize=None)
+def _jit_reader(spec):
+    return jax.jit(views.reader(spec))
+
+
+@functools.lru_cache(maxsize=None)
+def _jit_writer(spec, value_shape, value_dtype):
+    write = views.writer(spec)
+    size, dtype = spec[2], spec[5]
+    return jax.jit(lambda buf, value: write(buf, jnp.broadcast_to(value.astype(dtype), size)))
+
+
+def read(t):
+    """The value of tpu tensor ``t`` as a jax array of its shape and dtype."""
+    spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
+    if views.covers_buffer(spec):
+        return buf
+    return _jit_reader(spec)(buf)
+
+
+def write(t, value) -> None:
+    """Store ``value`` (broadcast and cast as needed) through tpu tensor ``t``."""
+    spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
+    if views.covers_buffer(spec) and tuple(value.shape) == spec[2] and value.dtype == spec[5]:
+        new = value
+    else:
+        new = _jit_writer(spec, tuple(value.shape), value.dtype)(buf, value)
+    buffers.set_buffer(t.untyped_storage(), new)

@@ -1,0 +1,129 @@
+"""Device storages: a fake, unique data pointer per storage, with the
+``jax.Array`` that holds its bytes hanging off the storage's Python object.
+
+Every view of a tensor shares its StorageImpl, so every alias sees the same
+buffer.  Nothing ever dereferences the fake addresses.
+"""
+import itertools
+import math
+import threading
+import weakref
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from torch._C import DispatchKey, DispatchKeySet
+
+from .. import dtypes, runtime
+from . import memory
+
+DEVICE = torch.device("privateuseone", 0)  # renamed to tpu at registration
+
+_ALIGN = 64
+_BASE_ADDRESS = 1 << 44
+_next_offset = itertools.count()  # atomic under the GIL: copies from loader threads are safe
+_lock = threading.Lock()
+_address = [_BASE_ADDRESS]
+_BY_ADDRESS: dict = {}  # address -> weakref(storage); C++ paths make alias StorageImpls
+
+_CPU_KEYSET = DispatchKeySet(DispatchKey.CPU)
+_set_storage = torch.ops.aten.set_.source_Storage_storage_offset
+
+
+def _reserve(nbytes: int) -> int:
+    size = max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
+    with _lock:
+        addr = _address[0]
+        _address[0] += size
+    return addr
+
+
+def new_storage(nbytes: int, buf) -> torch.UntypedStorage:
+    """A tpu storage of ``nbytes`` whose bytes are the jax array ``buf``."""
+    addr = _reserve(nbytes)
+    st = torch._C._construct_storage_from_data_pointer(addr, DEVICE, nbytes)
+    st._tpu_buf = buf
+    _BY_ADDRESS[addr] = weakref.ref(st)
+    memory.track(st, addr, nbytes, _BY_ADDRESS)
+    return st
+
+
+def storage_of(st):
+    """The storage object that owns the buffer for ``st`` (which may be a C++ alias)."""
+    if hasattr(st, "_tpu_buf"):
+        return st
+    ref = _BY_ADDRESS.get(st.data_ptr())
+    owner = ref() if ref is not None else None
+    if owner is None:
+        raise RuntimeError("tpu storage has no device buffer (it was freed or never written)")
+    return owner
+
+
+def get_buffer(st):
+    try:
+        return st._tpu_buf
+    except AttributeError:
+        return storage_of(st)._tpu_buf
+
+
+def set_buffer(st, buf) -> None:
+    storage_of(st)._tpu_buf = buf
+
+
+def contiguous_strides(shape):
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def new_tensor(st, dtype, shape, strides=None, offset=0) -> torch.Tensor:
+    t = torch._C._acc.create_empty_tensor((0,), dtype)
+    if strides is None:
+        strides = contiguous_strides(shape)
+    _set_storage.redispatch(_CPU_KEYSET, t, st, offset, shape, strides)
+    return t
+
+
+def wrap(arr, shape=None, strides=None) -> torch.Tensor:
+    """A new tpu tensor whose storage holds ``arr`` as it is (no copy)."""
+    dtype = dtypes.NP_TO_TORCH[arr.dtype]
+    st = new_storage(arr.size * arr.dtype.itemsize, arr)
+    return new_tensor(st, dtype, arr.shape if shape is None else shape, strides)
+
+
+_zeros_cache: dict = {}
+
+
+def _zeros(n, npdtype):
+    key = (n, npdtype)
+    fn = _zeros_cache.get(key)
+    if fn is None:
+        runtime.jax_device()  # starts the platform and makes it JAX's default device
+        fn = _zeros_cache[key] = jax.jit(lambda: jnp.zeros((n,), npdtype))
+    return fn()
+
+
+def storage_numel(shape, strides) -> int:
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((s - 1) * st for s, st in zip(shape, strides))
+
+
+def empty_storage(nbytes: int, npdtype) -> torch.UntypedStorage:
+    n = nbytes // npdtype.itemsize
+    return new_storage(n * npdtype.itemsize, _zeros(n, npdtype))
+
+
+def allocate_like(shape, strides, dtype) -> torch.Tensor:
+    """A zero-filled tpu tensor with the given geometry (used for empty*)."""
+    npdtype = dtypes.to_np(dtype)
+    n = storage_numel(shape, strides)
+    st = new_storage(n * npdtype.itemsize, _zeros(n, npdtype))
+    return new_tensor(st, dtype, tuple(shape), tuple(strides))
+
+
+def buffer_nbytes(buf) -> int:
+    return int(math.prod(buf.shape)) * np.dtype(buf.dtype).itemsize

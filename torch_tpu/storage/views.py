@@ -1,0 +1,142 @@
+"""Seeing a storage buffer through a tensor's (size, stride, offset, dtype),
+and writing a value back through it.  These build traceable functions that
+run inside the op's jitted computation, so a view costs no extra dispatch.
+
+A *view spec* is ``(buf_shape, buf_dtype, size, stride, offset, dtype)`` with
+NumPy dtypes; ``offset`` and ``stride`` count elements of ``dtype``.
+"""
+import functools
+import math
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .buffers import contiguous_strides, get_buffer
+
+
+def spec_of(t, np_dtype):
+    """The view spec of tpu tensor ``t`` and the buffer it reads."""
+    buf = get_buffer(t.untyped_storage())
+    return (buf.shape, buf.dtype, tuple(t.shape), t.stride(), t.storage_offset(), np_dtype), buf
+
+
+def covers_buffer(spec) -> bool:
+    buf_shape, buf_dtype, size, stride, offset, dtype = spec
+    return (offset == 0 and dtype == buf_dtype and size == buf_shape
+            and stride == contiguous_strides(size))
+
+
+# ---- bytes <-> typed flat arrays -------------------------------------------
+
+def _to_bytes(flat):
+    if flat.dtype == np.bool_:
+        return flat.astype(np.uint8)
+    if jnp.issubdtype(flat.dtype, jnp.complexfloating):
+        part = np.float32 if flat.dtype == np.complex64 else np.float64
+        flat = jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1).astype(part)
+    if flat.dtype.itemsize == 1:
+        return lax.bitcast_convert_type(flat, np.uint8)
+    return lax.bitcast_convert_type(flat, np.uint8).reshape(-1)
+
+
+def _from_bytes(raw, dtype):
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return raw != 0
+    if np.issubdtype(dtype, np.complexfloating):
+        part = np.dtype(np.float32 if dtype == np.complex64 else np.float64)
+        pairs = _from_bytes(raw, part).reshape(-1, 2)
+        return lax.complex(pairs[:, 0], pairs[:, 1])
+    if dtype.itemsize == 1:
+        return lax.bitcast_convert_type(raw, dtype)
+    return lax.bitcast_convert_type(raw.reshape(-1, dtype.itemsize), dtype)
+
+
+def _flat_as(buf, buf_dtype, dtype):
+    """The buffer as a flat array of ``dtype`` (a bitcast when they differ)."""
+    flat = buf.reshape(-1)
+    if dtype == buf_dtype:
+        return flat
+    raw = _to_bytes(flat)
+    usable = raw.shape[0] - raw.shape[0] % np.dtype(dtype).itemsize
+    return _from_bytes(raw[:usable], dtype)
+
+
+def _flat_back(flat, buf_shape, buf_dtype, dtype):
+    if dtype == buf_dtype:
+        return flat.reshape(buf_shape)
+    raw = _to_bytes(flat)
+    total = math.prod(buf_shape) * np.dtype(buf_dtype).itemsize
+    if raw.shape[0] < total:  # a tail shorter than one element of dtype
+        raise NotImplementedError("partial-element write through a bitcast view")
+    return _from_bytes(raw, buf_dtype).reshape(buf_shape)
+
+
+# ---- index geometry ---------------------------------------------------------
+
+def _flat_indices(size, stride, offset):
+    idx = np.full((), offset, dtype=np.int64)
+    for s, st in zip(size, stride):
+        idx = idx[..., None] + np.arange(s, dtype=np.int64) * st
+    return idx.reshape(size)
+
+
+def _dense_permutation(size, stride):
+    """If the view is a permutation of a dense block, the permutation (else None)."""
+    dims = [d for d in range(len(size))]
+    order = sorted(dims, key=lambda d: (-stride[d], d))
+    expect = 1
+    for d in reversed(order):
+        if size[d] != 1 and stride[d] != expect:
+            return None
+        expect *= size[d]
+    return order
+
+
+def _read_flat(flat, size, stride, offset):
+    n = math.prod(size)
+    if n == 0:
+        return jnp.zeros(size, flat.dtype)
+    if stride == contiguous_strides(size):
+        return lax.slice(flat, (offset,), (offset + n,)).reshape(size)
+    # Broadcast dims (stride 0): read the rest, then broadcast.
+    if any(st == 0 and s > 1 for s, st in zip(size, stride)):
+        inner_size = tuple(1 if st == 0 else s for s, st in zip(size, stride))
+        inner_stride = tuple(0 if st == 0 else st for st in stride)
+        return jnp.broadcast_to(_read_flat(flat, inner_size, inner_stride, offset), size)
+    order = _dense_permutation(size, stride)
+    if order is not None:
+        block = lax.slice(flat, (offset,), (offset + n,)).reshape([size[d] for d in order])
+        return jnp.transpose(block, np.argsort(order))
+    return flat[_flat_indices(size, stride, offset)]
+
+
+@functools.lru_cache(maxsize=None)
+def reader(spec):
+    """A traceable ``buf -> array`` for the view spec."""
+    buf_shape, buf_dtype, size, stride, offset, dtype = spec
+    if covers_buffer(spec):
+        return lambda buf: buf
+    return lambda buf: _read_flat(_flat_as(buf, buf_dtype, dtype), size, stride, offset)
+
+
+@functools.lru_cache(maxsize=None)
+def writer(spec):
+    """A traceable ``(buf, value) -> new buf`` writing ``value`` through the view."""
+    buf_shape, buf_dtype, size, stride, offset, dtype = spec
+    n = math.prod(size)
+    if covers_buffer(spec):
+        return lambda buf, value: value
+    if n == 0:
+        return lambda buf, value: buf
+
+    def write(buf, value):
+        flat = _flat_as(buf, buf_dtype, dtype)
+        if stride == contiguous_strides(size):
+            flat = lax.dynamic_update_slice(flat, value.reshape(-1), (offset,))
+        else:
+            idx = _flat_indices(size, stride, offset)
+            flat = flat.at[idx.reshape(-1)].set(value.reshape(-1))
+        return _flat_back(flat, buf_shape, buf_dtype, dtype)
+    return write
