@@ -1,6 +1,8 @@
 """torch_tpu: ``torch.device("tpu")`` as a native PyTorch device, executed by JAX/XLA."""
-from . import runtime  # noqa: F401  (enables jax x64 before anything traces)
-from .device.registration import register_device
+import torch  # first: torch's autoload may import us back (see _autoload.py)
+
+from . import runtime  # noqa: F401,E402  (enables jax x64 before anything traces)
+from .device.registration import register_device  # noqa: E402
 
 register_device()
 
@@ -8,13 +10,16 @@ from .ops import registry as _registry  # noqa: E402
 
 _registry.set_device_type("tpu")
 from . import ops  # noqa: E402,F401  (installs the kernels)
+from .storage import patches as _storage_patches  # noqa: E402
+
+_storage_patches.install()
+from .device import accelerator as _accelerator  # noqa: E402
+from .amp import autocast as _autocast  # noqa: E402
+
+_accelerator.install()
+_autocast.install()
 
 __version__ = "0.1.0"
-
-
-def _autoload() -> None:
-    """Entry point for PyTorch's device-backend autoload (``import torch``)."""
-    # Importing this package registers the device; nothing more to do.
 
 
 from .ops.fallback import fallback_ops  # noqa: E402,F401

@@ -5,6 +5,7 @@ import torch
 from torch._C import DispatchKey, DispatchKeySet
 
 from .. import dtypes, runtime
+from ..casting import convert
 from ..eager import modes, pending
 from ..storage import access, buffers
 from .registry import Kernel, Options, out_dtype, register_raw, resolve
@@ -151,7 +152,7 @@ def _copy_from_and_resize(self, dst):
 
 
 _same_device_cast = Kernel(
-    resolve("_to_copy.default"), lambda self, **_: self.astype(out_dtype()), "functional", Options())
+    resolve("_to_copy.default"), lambda self, **_: convert(self, out_dtype()), "functional", Options())
 
 
 @register_raw("_to_copy.default")
@@ -178,3 +179,16 @@ def _local_scalar_dense(self):
     return np.asarray(pending_value).reshape(()).item()
 
 
+
+
+# Module.to("tpu") keeps parameters (and so tied weights) as the same objects
+# only if a CPU and a tpu tensor count as "shallow-copy compatible"; PyTorch's
+# C++ check lists the built-in dense backends but not PrivateUse1.
+def _shallow_copy_compatible(self, from_):
+    def dense(t):
+        return t.layout == torch.strided and t.device.type in ("cpu", "tpu") and not t.is_quantized
+    return dense(self) and dense(from_)
+
+
+_autograd_lib = torch.library.Library("aten", "IMPL")
+_autograd_lib.impl("_has_compatible_shallow_copy_type", _shallow_copy_compatible, "AutogradPrivateUse1")

@@ -1,16 +1,66 @@
-"""Pointwise ops: arithmetic, comparisons, logic, math functions.
+"""Pointwise ops: arithmetic, comparisons, logic, math functions, activations.
 
 Operands arrive already cast to PyTorch's computation dtype (``promote=``,
 the same rules as ``torch._refs``); results are cast to PyTorch's result dtype.
+
+Ops with non-Scalar static arguments (an ``int dim``, a ``bool`` flag, a
+``decimals``) or whose promotion depends on an argument are registered without
+``promote=``: the registry would turn those arguments into traced arrays.  They
+cast by hand to ``_ct()``, the computation dtype of PyTorch's result dtype
+(float16/bfloat16 math runs in float32, as PyTorch's CPU kernels do).
 """
+import math
+
 import jax
 import jax.numpy as jnp
+import jax.scipy.special as jsp
+import ml_dtypes
+import numpy as np
 from jax import lax
 
-from .registry import PROMOTE, compute_dtype, register
+from .registry import PROMOTE, Kernel, Options, out_dtype, register, register_raw, resolve
 
 DEFAULT, INT_TO_FLOAT, ALWAYS_BOOL = PROMOTE.DEFAULT, PROMOTE.INT_TO_FLOAT, PROMOTE.ALWAYS_BOOL
+COMPLEX_TO_FLOAT, BOOL_TO_LONG, NO_OPMATH = PROMOTE.COMPLEX_TO_FLOAT, PROMOTE.BOOL_TO_LONG, PROMOTE.NO_OPMATH
 
+_HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+# ---- helpers -------------------------------------------------------------------
+
+def _opmath(dtype):
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype in _HALF else dtype
+
+
+def _ct():
+    """Computation dtype for the op being traced: opmath of its result dtype."""
+    return _opmath(out_dtype())
+
+
+def _cast(dtype, *xs):
+    out = tuple(None if x is None else jnp.asarray(x).astype(dtype) for x in xs)
+    return out[0] if len(out) == 1 else out
+
+
+def _is_float(x):
+    return jnp.issubdtype(x.dtype, jnp.inexact)
+
+
+def _is_int(x):
+    return jnp.issubdtype(x.dtype, jnp.integer)
+
+
+def _is_exact(x):
+    return not _is_float(x)
+
+
+def _lift(f):
+    """A one-argument JAX function as a kernel (drops the registry's extra kwargs)."""
+    return lambda self: f(self)
+
+
+# ---- arithmetic ------------------------------------------------------------------
 
 @register("add.Tensor", "add.Scalar", promote=DEFAULT)
 def add(self, other, alpha=1):
@@ -22,21 +72,704 @@ def sub(self, other, alpha=1):
     return self - other * alpha
 
 
+@register("rsub.Tensor", "rsub.Scalar", promote=DEFAULT)
+def rsub(self, other, alpha=1):
+    return other - self * alpha
+
+
 @register("mul.Tensor", "mul.Scalar", promote=DEFAULT)
 def mul(self, other):
+    # bool * bool is logical and (jnp multiplies bools that way too)
     return self * other
 
 
-@register("eq.Tensor", "eq.Scalar", promote=ALWAYS_BOOL)
-def eq(self, other):
-    return self == other
+@register("div.Tensor", "div.Scalar", promote=INT_TO_FLOAT)
+def div(self, other):
+    return self / other
 
 
-@register("ne.Tensor", "ne.Scalar", promote=ALWAYS_BOOL)
-def ne(self, other):
-    return self != other
+def _trunc_div(a, b):
+    if _is_exact(a):
+        return lax.div(a, b)  # C truncation
+    return jnp.trunc(a / b)
 
 
-@register("abs.default", promote=DEFAULT)
+def _floor_div(a, b):
+    """PyTorch's floor division: Python's semantics, with its float algorithm."""
+    if a.dtype == jnp.bool_:
+        return a & b
+    if _is_int(a):
+        q = lax.div(a, b)
+        fix = (lax.rem(a, b) != 0) & ((a < 0) != (b < 0))
+        return jnp.where(fix, q - 1, q)
+    mod = lax.rem(a, b)
+    q = (a - mod) / b
+    q = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), q - 1, q)
+    fq = jnp.floor(q)
+    fq = jnp.where(q - fq > 0.5, fq + 1, fq)
+    signed_zero = jnp.copysign(jnp.zeros_like(q), a / b)
+    q = jnp.where(q != 0, fq, signed_zero)
+    return jnp.where(b == 0, a / b, q)
+
+
+@register("div.Tensor_mode", "div.Scalar_mode")
+def div_mode(self, other, rounding_mode=None):
+    # rounding_mode decides the promotion (true division goes to float), so the
+    # result dtype from the meta kernel picks the computation dtype.
+    a, b = _cast(_ct(), self, other)
+    if rounding_mode is None:
+        return a / b
+    if rounding_mode == "trunc":
+        return _trunc_div(a, b)
+    return _floor_div(a, b)
+
+
+@register("floor_divide.default", "floor_divide.Scalar", promote=DEFAULT)
+def floor_divide(self, other):
+    return _floor_div(self, other)
+
+
+@register("remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor", promote=DEFAULT)
+def remainder(self, other):
+    # the result takes the divisor's sign
+    r = lax.rem(self, other)
+    return jnp.where((r != 0) & ((r < 0) != (other < 0)), r + other, r)
+
+
+@register("fmod.Tensor", "fmod.Scalar", promote=DEFAULT)
+def fmod(self, other):
+    return lax.rem(self, other)  # the result takes the dividend's sign
+
+
+@register("neg.default", promote=DEFAULT)
+def neg(self):
+    return -self
+
+
+@register("reciprocal.default", promote=INT_TO_FLOAT)
+def reciprocal(self):
+    return 1 / self
+
+
+def _int_pow(a, b):
+    """Integer power by squaring (wrapping on overflow), PyTorch's negative-exponent rule."""
+    dtype = a.dtype
+    if dtype == jnp.bool_:
+        return _int_pow(a.astype(jnp.uint8), b.astype(jnp.uint8)).astype(jnp.bool_)
+    a, b = jnp.broadcast_arrays(a, jnp.asarray(b, dtype))
+    signed = jnp.issubdtype(dtype, jnp.signedinteger)
+    e = jnp.where(b < 0, 0, b) if signed else b
+
+    def step(_, carry):
+        result, base, e = carry
+        result = jnp.where((e & 1) != 0, result * base, result)
+        return result, base * base, lax.shift_right_logical(e, jnp.ones_like(e))
+
+    result, _, _ = lax.fori_loop(0, jnp.iinfo(dtype).bits, step, (jnp.ones_like(a), a, e))
+    if not signed:
+        return result
+    one = jnp.ones_like(a)
+    neg_val = jnp.where(a == 1, one, jnp.where(a == -1, jnp.where(b % 2 == 0, one, -one), 0))
+    return jnp.where(b < 0, neg_val, result)
+
+
+def _pow(a, b):
+    return _int_pow(a, b) if _is_exact(a) else lax.pow(a, b)
+
+
+@register("pow.Tensor_Tensor")
+def pow_tensor(self, exponent):
+    a, b = _cast(_ct(), self, exponent)
+    return _pow(a, b)
+
+
+@register("pow.Scalar")
+def pow_scalar_base(self, exponent):
+    a, b = _cast(_ct(), self, exponent)
+    return _pow(jnp.broadcast_to(a, b.shape), b)
+
+
+@register("pow.Tensor_Scalar", static_scalars=True)
+def pow_scalar(self, exponent):
+    # The exponent's value is known at trace time: PyTorch's CPU kernel turns
+    # the common exponents into exact multiplications / sqrt, so do the same.
+    ct = _ct()
+    x = self.astype(ct)
+    if jnp.issubdtype(ct, jnp.integer) or ct == jnp.bool_:
+        if isinstance(exponent, (int, bool)) and exponent < 0 and ct != jnp.bool_:
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
+        return _int_pow(x, exponent)
+    if exponent == 0:
+        return jnp.ones_like(x)
+    if exponent == 1:
+        return x
+    special = {2: lambda v: v * v, 3: lambda v: v * v * v, 0.5: jnp.sqrt,
+               -0.5: lambda v: 1 / jnp.sqrt(v), -1: lambda v: 1 / v, -2: lambda v: 1 / (v * v)}
+    if not isinstance(exponent, complex) and exponent in special:
+        return special[exponent](x)
+    return lax.pow(x, jnp.asarray(exponent, ct))
+
+
+@register("lerp.Scalar", "lerp.Tensor", promote=DEFAULT)
+def lerp(self, end, weight):
+    # PyTorch's two-sided formula keeps lerp exact at both ends
+    diff = end - self
+    return jnp.where(jnp.abs(weight) < 0.5, self + weight * diff, end - diff * (1 - weight))
+
+
+@register("addcmul.default", promote=DEFAULT)
+def addcmul(self, tensor1, tensor2, value=1):
+    return self + value * tensor1 * tensor2
+
+
+@register("addcdiv.default", promote=DEFAULT)
+def addcdiv(self, tensor1, tensor2, value=1):
+    return self + value * tensor1 / tensor2
+
+
+# ---- unary math ----------------------------------------------------------------------
+
+def _digamma(x):
+    # PyTorch: digamma(+-0) = -+inf (the pole's side), not NaN
+    return jnp.where(x == 0, jnp.copysign(jnp.asarray(jnp.inf, x.dtype), -x), lax.digamma(x))
+
+
+def _sinc(x):
+    px = x * jnp.asarray(math.pi, x.dtype)
+    return jnp.where(x == 0, jnp.ones_like(x), jnp.sin(px) / px)
+
+
+def _entr(x):
+    return jnp.where(jnp.isnan(x), x, jnp.where(x > 0, -x * jnp.log(x),
+                                                 jnp.where(x == 0, 0, -jnp.inf)).astype(x.dtype))
+
+
+def _angle(x):
+    return jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.asarray(math.pi, x.dtype), 0).astype(x.dtype))
+
+
+# ops whose integer inputs compute in the default float dtype
+_INT_TO_FLOAT_UNARY = {
+    "sqrt": jnp.sqrt, "rsqrt": lambda x: 1 / jnp.sqrt(x),
+    "exp": jnp.exp, "exp2": jnp.exp2, "expm1": jnp.expm1,
+    "log": jnp.log, "log2": jnp.log2, "log10": jnp.log10, "log1p": jnp.log1p,
+    "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan,
+    "asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan,
+    "sinh": jnp.sinh, "cosh": jnp.cosh, "tanh": jnp.tanh,
+    "asinh": jnp.arcsinh, "acosh": jnp.arccosh, "atanh": jnp.arctanh,
+    "erf": lax.erf, "erfc": lax.erfc, "erfinv": lax.erf_inv,
+    "lgamma": lax.lgamma, "digamma": _digamma,
+    "sigmoid": lambda x: 1 / (1 + jnp.exp(-x)),
+    "sinc": _sinc, "angle": _angle,
+    "i0": jsp.i0, "special_i0e": jsp.i0e, "special_i1": jsp.i1, "special_i1e": jsp.i1e,
+    "special_ndtri": jsp.ndtri, "special_log_ndtr": jsp.log_ndtr, "special_entr": _entr,
+    "deg2rad": lambda x: x * jnp.asarray(math.pi / 180, x.dtype),
+    "rad2deg": lambda x: x * jnp.asarray(180 / math.pi, x.dtype),
+}
+for _name, _f in _INT_TO_FLOAT_UNARY.items():
+    register(f"{_name}.default", promote=INT_TO_FLOAT)(_lift(_f))
+
+
+@register("polygamma.default")
+def polygamma(n, self):
+    x = self.astype(_ct())
+    if n == 0:
+        return _digamma(x)
+    return jsp.polygamma(jnp.asarray(n, x.dtype), x)
+
+
+@register("abs.default", promote=COMPLEX_TO_FLOAT)
 def abs_(self):
-    return jnp.abs(self)
+    return self if self.dtype == jnp.bool_ else jnp.abs(self)
+
+
+def _sign(x):
+    if x.dtype == jnp.bool_:
+        return x
+    # (0 < x) - (x < 0): sign(NaN) = 0 and sign(-0.0) = +0, as PyTorch
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
+register("sign.default", promote=DEFAULT)(_lift(_sign))
+
+
+@register("sgn.default", promote=DEFAULT)
+def sgn(self):
+    if jnp.issubdtype(self.dtype, jnp.complexfloating):
+        mag = jnp.abs(self)
+        return jnp.where(mag == 0, 0, self / jnp.where(mag == 0, 1, mag)).astype(self.dtype)
+    return _sign(self)
+
+
+def _rounding(f):
+    # integers are already whole: PyTorch returns a copy
+    return lambda self: self if _is_exact(self) else f(self)
+
+
+for _name, _f in {"floor": jnp.floor, "ceil": jnp.ceil, "trunc": jnp.trunc,
+                  "round": jnp.round}.items():  # jnp.round: half to even, as PyTorch
+    register(f"{_name}.default", promote=DEFAULT)(_rounding(_f))
+
+
+@register("round.decimals")
+def round_decimals(self, decimals=0):
+    x = self.astype(_ct())
+    if decimals == 0:
+        return jnp.round(x)
+    scale = jnp.asarray(10.0 ** abs(decimals), x.dtype)
+    if decimals < 0:
+        return jnp.round(x / scale) * scale
+    return jnp.round(x * scale) / scale
+
+
+@register("frac.default", promote=DEFAULT)
+def frac(self):
+    return self - jnp.trunc(self)
+
+
+@register("logit.default")
+def logit(self, eps=None):
+    x = self.astype(_ct())
+    if eps is not None:
+        x = jnp.clip(x, eps, 1 - eps)
+    return jnp.log(x / (1 - x))
+
+
+@register("nan_to_num.default")
+def nan_to_num(self, nan=None, posinf=None, neginf=None):
+    if _is_exact(self):
+        return self
+    info = jnp.finfo(self.dtype)
+    nan = 0.0 if nan is None else nan
+    posinf = info.max if posinf is None else posinf
+    neginf = info.min if neginf is None else neginf
+    x = jnp.where(jnp.isnan(self), jnp.asarray(nan, self.dtype), self)
+    x = jnp.where(x == jnp.inf, jnp.asarray(posinf, self.dtype), x)
+    return jnp.where(x == -jnp.inf, jnp.asarray(neginf, self.dtype), x)
+
+
+# ---- min / max / clamp ---------------------------------------------------------------
+
+def _maximum(a, b):
+    return (a | b) if a.dtype == jnp.bool_ else jnp.maximum(a, b)  # NaN-propagating
+
+
+def _minimum(a, b):
+    return (a & b) if a.dtype == jnp.bool_ else jnp.minimum(a, b)
+
+
+register("maximum.default", promote=DEFAULT)(_maximum)
+register("minimum.default", promote=DEFAULT)(_minimum)
+
+
+@register("fmax.default", promote=DEFAULT)
+def fmax(self, other):
+    return jnp.fmax(self, other) if _is_float(self) else _maximum(self, other)
+
+
+@register("fmin.default", promote=DEFAULT)
+def fmin(self, other):
+    return jnp.fmin(self, other) if _is_float(self) else _minimum(self, other)
+
+
+def _clamp(x, lo, hi):
+    # max first, then min: with min > max every element becomes max, as PyTorch
+    if lo is not None:
+        x = _maximum(x, jnp.asarray(lo, x.dtype))
+    if hi is not None:
+        x = _minimum(x, jnp.asarray(hi, x.dtype))
+    return x
+
+
+@register("clamp.default", "clamp.Tensor", promote=DEFAULT)
+def clamp(self, min=None, max=None):
+    return _clamp(self, min, max)
+
+
+@register("clamp_min.default", "clamp_min.Tensor", promote=DEFAULT)
+def clamp_min(self, min):
+    return _clamp(self, min, None)
+
+
+@register("clamp_max.default", "clamp_max.Tensor", promote=DEFAULT)
+def clamp_max(self, max):
+    return _clamp(self, None, max)
+
+
+# ---- binary math ---------------------------------------------------------------------
+
+register("hypot.default", promote=DEFAULT)(jnp.hypot)
+register("atan2.default", promote=INT_TO_FLOAT)(jnp.arctan2)
+register("copysign.Tensor", "copysign.Scalar", promote=INT_TO_FLOAT)(jnp.copysign)
+register("nextafter.default", promote=NO_OPMATH)(jnp.nextafter)
+
+
+@register("logaddexp.default", promote=DEFAULT)
+def logaddexp(self, other):
+    m = jnp.maximum(self, other)
+    # equal infinities: the formula would give inf - inf = NaN
+    return jnp.where(jnp.isinf(self) & (self == other), self,
+                     m + jnp.log1p(jnp.exp(-jnp.abs(self - other))))
+
+
+@register("logaddexp2.default", promote=DEFAULT)
+def logaddexp2(self, other):
+    m = jnp.maximum(self, other)
+    inv_ln2 = jnp.asarray(1 / math.log(2), self.dtype)
+    return jnp.where(jnp.isinf(self) & (self == other), self,
+                     m + jnp.log1p(jnp.exp2(-jnp.abs(self - other))) * inv_ln2)
+
+
+@register("xlogy.Tensor", "xlogy.Scalar_Self", "xlogy.Scalar_Other", promote=INT_TO_FLOAT)
+def xlogy(self, other):
+    self, other = jnp.broadcast_arrays(self, other)
+    out = jnp.where(self == 0, jnp.zeros_like(self), self * jnp.log(other))
+    return jnp.where(jnp.isnan(other), other, out)
+
+
+@register("special_xlog1py.default", "special_xlog1py.self_scalar", "special_xlog1py.other_scalar",
+          promote=INT_TO_FLOAT)
+def xlog1py(self, other):
+    self, other = jnp.broadcast_arrays(self, other)
+    out = jnp.where(self == 0, jnp.zeros_like(self), self * jnp.log1p(other))
+    return jnp.where(jnp.isnan(other), other, out)
+
+
+@register("heaviside.default", promote=DEFAULT)
+def heaviside(self, values):
+    # NaN input gives 0 (NaN > 0 is false), as PyTorch's kernel
+    return jnp.where(self == 0, values, (self > 0).astype(self.dtype))
+
+
+# ---- classification ----------------------------------------------------------------------
+
+def _all_false(x):
+    return jnp.zeros(x.shape, jnp.bool_)
+
+
+register("isnan.default")(lambda self: jnp.isnan(self) if _is_float(self) else _all_false(self))
+register("isinf.default")(lambda self: jnp.isinf(self) if _is_float(self) else _all_false(self))
+register("isposinf.default")(lambda self: self == jnp.inf if _is_float(self) else _all_false(self))
+register("isneginf.default")(lambda self: self == -jnp.inf if _is_float(self) else _all_false(self))
+
+
+@register("signbit.default")
+def signbit(self):
+    if _is_float(self):
+        return jnp.signbit(self)  # sees -0.0 and -NaN
+    return self < 0 if jnp.issubdtype(self.dtype, jnp.signedinteger) else _all_false(self)
+
+
+# ---- comparisons and logic ------------------------------------------------------------------
+
+for _name, _f in {"eq": jnp.equal, "ne": jnp.not_equal, "lt": jnp.less, "le": jnp.less_equal,
+                  "gt": jnp.greater, "ge": jnp.greater_equal}.items():
+    register(f"{_name}.Tensor", f"{_name}.Scalar", promote=ALWAYS_BOOL)(_f)
+
+
+def _truth(x):
+    return jnp.asarray(x) != 0  # NaN is true, as in C
+
+
+register("logical_and.default")(lambda self, other: _truth(self) & _truth(other))
+register("logical_or.default")(lambda self, other: _truth(self) | _truth(other))
+register("logical_xor.default")(lambda self, other: _truth(self) ^ _truth(other))
+register("logical_not.default")(lambda self: ~_truth(self))
+
+register("bitwise_not.default", promote=DEFAULT)(_lift(jnp.invert))
+for _name, _f in {"and": jnp.bitwise_and, "or": jnp.bitwise_or, "xor": jnp.bitwise_xor}.items():
+    register(f"bitwise_{_name}.Tensor", f"bitwise_{_name}.Scalar", f"bitwise_{_name}.Scalar_Tensor",
+             promote=DEFAULT)(_f)
+
+
+def _lshift(a, b):
+    # XLA gives 0 for shifts >= the bit width or negative, as PyTorch does
+    return lax.shift_left(a, b)
+
+
+def _rshift(a, b):
+    # signed: shifts out of range fill with the sign bit; unsigned: 0
+    if jnp.issubdtype(a.dtype, jnp.signedinteger):
+        return lax.shift_right_arithmetic(a, b)
+    return lax.shift_right_logical(a, b)
+
+
+def _shift_float(shift):
+    # __lshift__ / __rshift__ on floats multiply / divide by 2**other
+    def f(a, b):
+        if _is_float(a):
+            return a * jnp.exp2(b) if shift is _lshift else a / jnp.exp2(b)
+        a, b = jnp.broadcast_arrays(a, b)
+        return shift(a, b)
+    return f
+
+
+register("bitwise_left_shift.Tensor", "bitwise_left_shift.Tensor_Scalar",
+         "bitwise_left_shift.Scalar_Tensor", promote=DEFAULT)(_shift_float(_lshift))
+register("bitwise_right_shift.Tensor", "bitwise_right_shift.Tensor_Scalar",
+         "bitwise_right_shift.Scalar_Tensor", promote=DEFAULT)(_shift_float(_rshift))
+register("__lshift__.Tensor", "__lshift__.Scalar", promote=DEFAULT)(_shift_float(_lshift))
+register("__rshift__.Tensor", "__rshift__.Scalar", promote=DEFAULT)(_shift_float(_rshift))
+# x <<= y has its own names, which the registry's sibling search does not find
+for _name, _shift in (("__ilshift__", _lshift), ("__irshift__", _rshift)):
+    for _ovl in ("Tensor", "Scalar"):
+        _op = resolve(f"{_name}.{_ovl}")
+        register_raw(f"{_name}.{_ovl}")(Kernel(_op, _shift_float(_shift), "inplace", Options(promote=DEFAULT)))
+
+
+# ---- selection ----------------------------------------------------------------------
+
+@register("where.self")
+def where(condition, self, other):
+    dt = out_dtype()
+    return jnp.where(jnp.asarray(condition).astype(jnp.bool_), _cast(dt, self), _cast(dt, other))
+
+
+@register("masked_fill.Scalar", "masked_fill.Tensor")
+def masked_fill(self, mask, value):
+    return jnp.where(mask.astype(jnp.bool_), jnp.asarray(value).astype(self.dtype), self)
+
+
+# ---- activations ----------------------------------------------------------------------
+
+@register("relu.default", promote=DEFAULT)
+def relu(self):
+    return _maximum(self, jnp.zeros((), self.dtype))
+
+
+@register("hardtanh.default")
+def hardtanh(self, min_val=-1, max_val=1):
+    ct = _ct()
+    return _clamp(self.astype(ct), jnp.asarray(min_val, ct), jnp.asarray(max_val, ct))
+
+
+@register("hardtanh_backward.default")
+def hardtanh_backward(grad_output, self, min_val, max_val):
+    ct = _ct()
+    g, x, lo, hi = _cast(ct, grad_output, self, min_val, max_val)
+    return jnp.where((x <= lo) | (x >= hi), jnp.zeros_like(g), g)
+
+
+@register("leaky_relu.default")
+def leaky_relu(self, negative_slope=0.01):
+    x, s = _cast(_ct(), self, negative_slope)
+    return jnp.where(x > 0, x, x * s)
+
+
+@register("leaky_relu_backward.default")
+def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
+    g, x, s = _cast(_ct(), grad_output, self, negative_slope)
+    return jnp.where(x > 0, g, g * s)
+
+
+@register("elu.default")
+def elu(self, alpha=1, scale=1, input_scale=1):
+    x, a, s, i = _cast(_ct(), self, alpha, scale, input_scale)
+    return jnp.where(x <= 0, jnp.expm1(x * i) * (a * s), x * s)
+
+
+@register("elu_backward.default")
+def elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result):
+    g, a, s, i, y = _cast(_ct(), grad_output, alpha, scale, input_scale, self_or_result)
+    neg_coef = a * s
+    if is_result:  # y = elu(x): the derivative from the output
+        neg = g * i * (y + neg_coef)
+    else:
+        neg = g * i * neg_coef * jnp.exp(y * i)
+    return jnp.where(y <= 0, neg, g * s)
+
+
+_SQRT1_2 = 1 / math.sqrt(2)
+_TANH_BETA = math.sqrt(2) * (2 / math.sqrt(math.pi)) * 0.5  # sqrt(2 / pi)
+_TANH_KAPPA = 0.044715
+
+
+@register("gelu.default")
+def gelu(self, approximate="none"):
+    x = self.astype(_ct())
+    c = lambda v: jnp.asarray(v, x.dtype)  # noqa: E731
+    if approximate == "tanh":
+        inner = c(_TANH_BETA) * (x + c(_TANH_KAPPA) * x * x * x)
+        return c(0.5) * x * (1 + jnp.tanh(inner))
+    return x * c(0.5) * (1 + lax.erf(x * c(_SQRT1_2)))
+
+
+@register("gelu_backward.default")
+def gelu_backward(grad_output, self, approximate="none"):
+    g, x = _cast(_ct(), grad_output, self)
+    c = lambda v: jnp.asarray(v, x.dtype)  # noqa: E731
+    if approximate == "tanh":
+        x_sq = x * x
+        tanh_inner = jnp.tanh(c(_TANH_BETA) * (x + c(_TANH_KAPPA) * x_sq * x))
+        left, right = c(0.5) * x, 1 + tanh_inner
+        d_inner = c(_TANH_BETA) * (1 + c(3 * _TANH_KAPPA) * x_sq)
+        return g * (c(0.5) * right + left * (1 - tanh_inner * tanh_inner) * d_inner)
+    cdf = c(0.5) * (1 + lax.erf(x * c(_SQRT1_2)))
+    pdf = jnp.exp(c(-0.5) * x * x) * c(2 / math.sqrt(math.pi) * _SQRT1_2 * 0.5)
+    return g * (cdf + x * pdf)
+
+
+def _sigmoid(x):
+    return 1 / (1 + jnp.exp(-x))
+
+
+@register("silu.default")
+def silu(self):
+    x = self.astype(_ct())
+    return x / (1 + jnp.exp(-x))
+
+
+@register("silu_backward.default")
+def silu_backward(grad_output, self):
+    g, x = _cast(_ct(), grad_output, self)
+    s = _sigmoid(x)
+    return g * s * (1 + x * (1 - s))
+
+
+@register("mish.default")
+def mish(self):
+    x = self.astype(_ct())
+    return x * jnp.tanh(jnp.log1p(jnp.exp(x)))
+
+
+@register("mish_backward.default")
+def mish_backward(grad_output, self):
+    g, x = _cast(_ct(), grad_output, self)
+    t = jnp.tanh(jnp.log1p(jnp.exp(x)))
+    return g * (t + x * _sigmoid(x) * (1 - t * t))
+
+
+@register("hardsigmoid.default")
+def hardsigmoid(self):
+    x = self.astype(_ct())
+    return jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6
+
+
+@register("hardsigmoid_backward.default")
+def hardsigmoid_backward(grad_output, self):
+    g, x = _cast(_ct(), grad_output, self)
+    return jnp.where((x > -3) & (x < 3), g / 6, jnp.zeros_like(g))
+
+
+@register("hardswish.default")
+def hardswish(self):
+    x = self.astype(_ct())
+    return x * jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6
+
+
+@register("hardswish_backward.default")
+def hardswish_backward(grad_output, self):
+    g, x = _cast(_ct(), grad_output, self)
+    return jnp.where(x < -3, jnp.zeros_like(g), jnp.where(x <= 3, g * (x / 3 + 0.5), g))
+
+
+@register("softplus.default")
+def softplus(self, beta=1, threshold=20):
+    x, b, t = _cast(_ct(), self, beta, threshold)
+    # above the threshold softplus is the identity (and exp would overflow)
+    return jnp.where(x * b > t, x, jnp.log1p(jnp.exp(x * b)) / b)
+
+
+@register("softplus_backward.default")
+def softplus_backward(grad_output, self, beta, threshold):
+    g, x, b, t = _cast(_ct(), grad_output, self, beta, threshold)
+    z = jnp.exp(x * b)
+    return jnp.where(x * b > t, g, g * z / (z + 1))
+
+
+@register("threshold.default")
+def threshold(self, threshold, value):
+    x, t, v = _cast(_ct(), self, threshold, value)
+    return jnp.where(x <= t, v, x)
+
+
+@register("threshold_backward.default")
+def threshold_backward(grad_output, self, threshold):
+    g, x, t = _cast(_ct(), grad_output, self, threshold)
+    return jnp.where(x <= t, jnp.zeros_like(g), g)
+
+
+@register("sigmoid_backward.default")
+def sigmoid_backward(grad_output, output):
+    g, y = _cast(_ct(), grad_output, output)
+    return g * (1 - y) * y
+
+
+@register("tanh_backward.default")
+def tanh_backward(grad_output, output):
+    g, y = _cast(_ct(), grad_output, output)
+    return g * (1 - y * y)
+
+
+@register("logit_backward.default")
+def logit_backward(grad_output, self, eps=None):
+    g, x = _cast(_ct(), grad_output, self)
+    d = g / (x * (1 - x))
+    if eps is None:
+        return jnp.where((x < 0) | (x > 1), jnp.full_like(g, jnp.nan), d)
+    return jnp.where((x < eps) | (x > 1 - eps), jnp.zeros_like(g), d)
+
+
+@register("_prelu_kernel.default")
+def prelu(self, weight):
+    x, w = _cast(_ct(), self, weight)
+    return jnp.where(x > 0, x, w * x)
+
+
+@register("_prelu_kernel_backward.default")
+def prelu_backward(grad_output, self, weight):
+    g, x, w = _cast(_ct(), grad_output, self, weight)
+    positive = x > 0
+    return jnp.where(positive, g, w * g), jnp.where(positive, jnp.zeros_like(g), x * g)
+
+
+def _halves(x, dim):
+    n = x.shape[dim] // 2
+    return lax.slice_in_dim(x, 0, n, axis=dim), lax.slice_in_dim(x, n, 2 * n, axis=dim)
+
+
+@register("glu.default")
+def glu(self, dim=-1):
+    a, b = _halves(self.astype(_ct()), dim)
+    return a * _sigmoid(b)
+
+
+@register("glu_backward.default")
+def glu_backward(grad_output, self, dim):
+    g, x = _cast(_ct(), grad_output, self)
+    a, b = _halves(x, dim)
+    s = _sigmoid(b)
+    return jnp.concatenate([g * s, g * a * s * (1 - s)], axis=dim)
+
+
+@register("softshrink.default")
+def softshrink(self, lambd=0.5):
+    x, lam = _cast(_ct(), self, lambd)
+    return jnp.where(x > lam, x - lam, jnp.where(x < -lam, x + lam, jnp.zeros_like(x)))
+
+
+@register("hardshrink.default")
+def hardshrink(self, lambd=0.5):
+    x, lam = _cast(_ct(), self, lambd)
+    return jnp.where((x >= -lam) & (x <= lam), jnp.zeros_like(x), x)
+
+
+@register("softshrink_backward.default", "hardshrink_backward.default")
+def shrink_backward(grad_out, self, lambd):
+    g, x, lam = _cast(_ct(), grad_out, self, lambd)
+    return jnp.where((x >= -lam) & (x <= lam), jnp.zeros_like(g), g)
+
+
+@register("log_sigmoid_forward.default")
+def log_sigmoid_forward(self):
+    x = self.astype(_ct())
+    z = jnp.exp(-jnp.abs(x))
+    return jnp.minimum(x, 0) - jnp.log1p(z), z  # (output, buffer), as PyTorch's CPU kernel
+
+
+@register("log_sigmoid_backward.default")
+def log_sigmoid_backward(grad_output, self, buffer):
+    g, x = _cast(_ct(), grad_output, self)
+    negative = x < 0
+    z = jnp.exp(-jnp.abs(x))
+    return g * (jnp.where(negative, 1, 0) - jnp.where(negative, 1, -1) * (z / (1 + z)))

@@ -1,1 +1,127 @@
-"""(filled in below)"""
+"""Matrix products: mm, bmm, addmm and friends.
+
+float32 products use HIGHEST precision so results match CPU float32 (XLA's
+default on TPU would round operands to bf16); half types accumulate in f32;
+integer products stay integer and exact.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .registry import PROMOTE, out_dtype, register
+
+DEFAULT = PROMOTE.DEFAULT
+_HALF = (np.dtype(jnp.bfloat16), np.dtype(np.float16))
+
+
+def _acc_type(dtype):
+    dtype = np.dtype(dtype)
+    if dtype in _HALF:
+        return np.dtype(np.float32)
+    if dtype == np.bool_:  # CPU: bool products are logical or-of-ands; count in int
+        return np.dtype(np.int64)
+    return dtype
+
+
+def matmul(a, b):
+    """a @ b with PyTorch CPU accuracy; the result is in the accumulation dtype."""
+    acc = _acc_type(jnp.result_type(a, b))
+    if np.dtype(acc) == np.int64 and jnp.result_type(a, b) == np.bool_:
+        a, b = a.astype(acc), b.astype(acc)
+    return jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST, preferred_element_type=acc)
+
+
+def _fin(x):
+    """Cast a product to the op's result dtype (bool: any nonzero)."""
+    if out_dtype() == np.bool_:
+        return x != 0
+    return x.astype(out_dtype())
+
+
+def _scaled_add(self, product, beta, alpha):
+    """beta * self + alpha * product; beta == 0 ignores self (NaN/inf included), as on CPU."""
+    acc = product.dtype
+    scaled = product * jnp.asarray(alpha).astype(acc) if not _is_one(alpha) else product
+    if _is_zero(beta):
+        return jnp.broadcast_to(scaled, jnp.broadcast_shapes(self.shape, scaled.shape))
+    s = self.astype(acc)
+    if isinstance(beta, (int, float, bool)) and beta == 1:
+        return s + scaled
+    b = jnp.asarray(beta).astype(acc)
+    return jnp.where(b == 0, jnp.zeros((), acc), b * s) + scaled
+
+
+def _is_one(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == 1
+
+
+def _is_zero(x):
+    return isinstance(x, (int, float, bool)) and x == 0
+
+
+@register("mm.default", promote=DEFAULT)
+def mm(self, mat2):
+    return _fin(matmul(self, mat2))
+
+
+@register("bmm.default", promote=DEFAULT)
+def bmm(self, mat2):
+    return _fin(matmul(self, mat2))
+
+
+@register("mv.default", promote=DEFAULT)
+def mv(self, vec):
+    return _fin(matmul(self, vec))
+
+
+@register("dot.default", promote=DEFAULT)
+def dot(self, tensor):
+    return _fin(matmul(self, tensor))
+
+
+@register("vdot.default", promote=DEFAULT)
+def vdot(self, other):
+    # conjugates the first operand (a no-op for real dtypes)
+    return _fin(matmul(jnp.conj(self), other))
+
+
+@register("addmm.default", promote=DEFAULT)
+def addmm(self, mat1, mat2, beta=1, alpha=1):
+    return _fin(_scaled_add(self, matmul(mat1, mat2), beta, alpha))
+
+
+@register("_addmm_activation.default", promote=DEFAULT)
+def _addmm_activation(self, mat1, mat2, beta=1, alpha=1, use_gelu=False):
+    y = _scaled_add(self, matmul(mat1, mat2), beta, alpha)
+    # CPU uses the tanh-free (erf) gelu here
+    y = jax.nn.gelu(y, approximate=False) if use_gelu else jnp.maximum(y, 0)
+    return _fin(y)
+
+
+@register("addmv.default", promote=DEFAULT)
+def addmv(self, mat, vec, beta=1, alpha=1):
+    return _fin(_scaled_add(self, matmul(mat, vec), beta, alpha))
+
+
+@register("baddbmm.default", promote=DEFAULT)
+def baddbmm(self, batch1, batch2, beta=1, alpha=1):
+    return _fin(_scaled_add(self, matmul(batch1, batch2), beta, alpha))
+
+
+@register("addbmm.default", promote=DEFAULT)
+def addbmm(self, batch1, batch2, beta=1, alpha=1):
+    # sum over the batch inside one contraction: (b,n,k) x (b,k,m) -> (n,m)
+    acc = _acc_type(jnp.result_type(batch1, batch2))
+    prod = jnp.einsum("bnk,bkm->nm", batch1, batch2, precision=jax.lax.Precision.HIGHEST,
+                      preferred_element_type=acc)
+    return _fin(_scaled_add(self, prod, beta, alpha))
+
+
+@register("addr.default", promote=DEFAULT)
+def addr(self, vec1, vec2, beta=1, alpha=1):
+    acc = _acc_type(jnp.result_type(vec1, vec2))
+    if out_dtype() == np.bool_:  # bool addr: (beta and self) or (alpha and outer)
+        outer = jnp.logical_and(vec1[:, None], vec2[None, :])
+        return jnp.logical_or(jnp.logical_and(self, bool(beta)), jnp.logical_and(outer, bool(alpha)))
+    outer = vec1[:, None].astype(acc) * vec2[None, :].astype(acc)
+    return _fin(_scaled_add(self, outer, beta, alpha))

@@ -1,1 +1,150 @@
-"""(filled in below)"""
+"""Random ops.  Each call draws a fresh JAX key from the device stream
+(device/rng.py: ``torch.manual_seed`` resets it) or from a CPU
+``torch.Generator`` passed as ``generator=``; the registry (``rng=True``) wires
+the key in as ``rng_key()``.  rand/randn/randint arrive as empty + uniform_/
+normal_/random_.
+
+The streams are JAX's, so values differ from PyTorch's CPU generator; the
+distributions are the same.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .registry import Kernel, Options, _install, out_dtype, register, resolve, rng_key
+
+
+def _float_dtype():
+    # Draw in at least float32 (half-precision draws are coarse), then cast.
+    d = out_dtype()
+    if not jnp.issubdtype(d, jnp.floating) or d.itemsize < 4:
+        return np.dtype(np.float32)
+    return d
+
+
+def _uniform01(shape):
+    """Uniform in [0, 1) in the drawing dtype."""
+    return jax.random.uniform(rng_key(), shape, _float_dtype())
+
+
+def _normal01(shape):
+    return jax.random.normal(rng_key(), shape, _float_dtype())
+
+
+def _install_inplace(name, impl):
+    """An in-place random op whose functional twin has another name (normal_)."""
+    op = resolve(name)
+    _install(op, Kernel(op, impl, "inplace", Options(rng=True)))
+
+
+@register("uniform.default", rng=True)
+def uniform(self, from_=0.0, to=1.0, *, generator=None, **kw):
+    lo, hi = kw.get("from", from_), to
+    return lo + (hi - lo) * _uniform01(self.shape)
+
+
+def _normal_like(self, mean=0.0, std=1.0, generator=None):
+    return mean + std * _normal01(self.shape)
+
+
+_install_inplace("normal_.default", _normal_like)
+register("normal_functional.default", rng=True)(_normal_like)
+
+
+@register("normal.Tensor_float", "normal.float_Tensor", "normal.Tensor_Tensor", rng=True)
+def normal(mean=0.0, std=1.0, *, generator=None):
+    shape = jnp.broadcast_shapes(jnp.shape(mean), jnp.shape(std))
+    return mean + std * _normal01(shape)
+
+
+@register("bernoulli.default", "bernoulli.Tensor", rng=True)
+def bernoulli(self, p=None, *, generator=None):
+    prob = self if p is None else p
+    prob = jnp.broadcast_to(jnp.asarray(prob), self.shape)
+    return _uniform01(self.shape) < prob.astype(_float_dtype())
+
+
+@register("bernoulli.p", rng=True)
+def bernoulli_p(self, p=0.5, *, generator=None):
+    return _uniform01(self.shape) < p
+
+
+def _int_bounds(dtype):
+    """[low, high] inclusive of random_() with no bounds, per dtype (as PyTorch)."""
+    if dtype == np.bool_:
+        return 0, 1
+    if jnp.issubdtype(dtype, jnp.integer):
+        return 0, int(jnp.iinfo(dtype).max)
+    # floats: integers that the mantissa holds exactly
+    return 0, 2 ** int(jnp.finfo(dtype).nmant + 1)
+
+
+def _randint(shape, low, high_exclusive):
+    """Integers in [low, high): int64 draws, so any 64-bit range fits."""
+    span = np.uint64(high_exclusive - low) if high_exclusive - low < 2 ** 64 else None
+    bits = jax.random.bits(rng_key(), shape, np.uint64)
+    offset = bits if span is None else bits % span
+    return np.int64(low) + offset.astype(np.int64)
+
+
+@register("random.from", static_scalars=True, rng=True)
+def random_from(self, from_=0, to=None, *, generator=None, **kw):
+    low = kw.get("from", from_)
+    high = (_int_bounds(out_dtype())[1] + 1) if to is None else to
+    return _randint(self.shape, int(low), int(high))
+
+
+@register("random.to", static_scalars=True, rng=True)
+def random_to(self, to, *, generator=None):
+    return _randint(self.shape, 0, int(to))
+
+
+@register("random.default", rng=True)
+def random_default(self, *, generator=None):
+    low, high = _int_bounds(out_dtype())
+    return _randint(self.shape, low, high + 1)
+
+
+@register("exponential.default", rng=True)
+def exponential(self, lambd=1.0, *, generator=None):
+    # -log(1 - u) never hits log(0) since u < 1.
+    return -jnp.log1p(-_uniform01(self.shape)) / lambd
+
+
+@register("geometric.default", rng=True)
+def geometric(self, p, *, generator=None):
+    u = _uniform01(self.shape)
+    return jnp.maximum(jnp.ceil(jnp.log1p(-u) / jnp.log1p(-p)), 1.0)
+
+
+@register("log_normal.default", rng=True)
+def log_normal(self, mean=1.0, std=2.0, *, generator=None):
+    return jnp.exp(mean + std * _normal01(self.shape))
+
+
+@register("cauchy.default", rng=True)
+def cauchy(self, median=0.0, sigma=1.0, *, generator=None):
+    return median + sigma * jnp.tan(jnp.pi * (_uniform01(self.shape) - 0.5))
+
+
+def _randperm(n, *, generator=None, **_):
+    return jax.random.permutation(rng_key(), n)
+
+
+for _name in ("randperm.generator_out", "randperm.out"):
+    _op = resolve(_name)
+    _install(_op, Kernel(_op, _randperm, "out", Options(rng=True)))
+
+
+@register("multinomial.default", rng=True)
+def multinomial(self, num_samples, replacement=False, *, generator=None):
+    probs = self.astype(_float_dtype())
+    logits = jnp.where(probs > 0, jnp.log(probs), -jnp.inf)
+    batch = logits.shape[:-1]
+    if replacement:
+        draws = jax.random.categorical(rng_key(), logits, axis=-1, shape=(num_samples,) + batch)
+        return jnp.moveaxis(draws, 0, -1)
+    # Without replacement: the top-k of Gumbel-perturbed logits is a draw
+    # of k distinct categories with PyTorch's sequential probabilities.
+    gumbel = jax.random.gumbel(rng_key(), logits.shape, logits.dtype)
+    return jax.lax.top_k(logits + gumbel, num_samples)[1]

@@ -1,1 +1,525 @@
-"""(filled in below)"""
+"""Reductions, scans, sorting and softmax.
+
+PyTorch's meta kernels already fixed the result dtypes and raised every
+argument error (bad dim, int mean, empty max); the kernels here compute in
+``_acc`` precision (float16/bfloat16 in float32, ints in the result dtype,
+which is int64 for sums) and the wrapper casts to ``out_dtype``.
+"""
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .registry import out_dtype, register
+
+_HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
+
+
+def _acc(dtype):
+    """Accumulation dtype for a result dtype: halves accumulate in float32."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype in _HALF else dtype
+
+
+def _cast_acc(x, i=0):
+    return x.astype(_acc(out_dtype(i)))
+
+
+def _dims(dim, ndim):
+    """Normalized reduction axes; None or [] means every axis (0-d: none)."""
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, int):
+        dim = (dim,)
+    if ndim == 0:
+        return ()
+    dims = tuple(sorted({d % ndim for d in dim}))
+    return dims or tuple(range(ndim))
+
+
+def _axis(dim, ndim):
+    """One normalized axis; 0-d tensors accept dim 0/-1 and have no axis (None)."""
+    return None if ndim == 0 else dim % ndim
+
+
+def _keep(result, dims, keepdim):
+    return jnp.expand_dims(result, dims) if keepdim and dims else result
+
+
+def _iota(shape, axis, dtype=jnp.int64):
+    return lax.broadcasted_iota(dtype, shape, axis)
+
+
+# ---- sums, means, products --------------------------------------------------
+
+@register("sum.dim_IntList")
+def sum_dim(self, dim=None, keepdim=False, dtype=None):
+    return jnp.sum(_cast_acc(self), axis=_dims(dim, self.ndim), keepdims=keepdim)
+
+
+@register("sum.default")
+def sum_all(self, dtype=None):
+    return jnp.sum(_cast_acc(self))
+
+
+@register("nansum.default")
+def nansum(self, dim=None, keepdim=False, dtype=None):
+    x = _cast_acc(self)
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        x = jnp.where(jnp.isnan(x), jnp.zeros((), x.dtype), x)
+    return jnp.sum(x, axis=_dims(dim, self.ndim), keepdims=keepdim)
+
+
+@register("mean.dim")
+def mean_dim(self, dim=None, keepdim=False, dtype=None):
+    return jnp.mean(_cast_acc(self), axis=_dims(dim, self.ndim), keepdims=keepdim)
+
+
+@register("mean.default")
+def mean_all(self, dtype=None):
+    return jnp.mean(_cast_acc(self))
+
+
+@register("prod.dim_int")
+def prod_dim(self, dim, keepdim=False, dtype=None):
+    return jnp.prod(_cast_acc(self), axis=_dims(dim, self.ndim), keepdims=keepdim)
+
+
+@register("prod.default")
+def prod_all(self, dtype=None):
+    return jnp.prod(_cast_acc(self))
+
+
+# ---- max / min family -------------------------------------------------------
+# jnp.max/min propagate NaN and jnp.argmax/argmin pick the first NaN, then the
+# first extreme value: PyTorch's rules.
+
+@register("amax.default")
+def amax(self, dim=(), keepdim=False):
+    return jnp.max(self, axis=_dims(dim, self.ndim), keepdims=keepdim)
+
+
+@register("amin.default")
+def amin(self, dim=(), keepdim=False):
+    return jnp.min(self, axis=_dims(dim, self.ndim), keepdims=keepdim)
+
+
+@register("max.default")
+def max_all(self):
+    return jnp.max(self)
+
+
+@register("min.default")
+def min_all(self):
+    return jnp.min(self)
+
+
+def _arg_extreme(find, self, dim, keepdim):
+    if dim is None:
+        idx = find(self.reshape(-1))
+        return jnp.reshape(idx, (1,) * self.ndim) if keepdim else idx
+    axis = _axis(dim, self.ndim)
+    if axis is None:
+        return jnp.zeros((), jnp.int64)
+    return find(self, axis=axis, keepdims=keepdim)
+
+
+@register("argmax.default")
+def argmax(self, dim=None, keepdim=False):
+    return _arg_extreme(jnp.argmax, self, dim, keepdim)
+
+
+@register("argmin.default")
+def argmin(self, dim=None, keepdim=False):
+    return _arg_extreme(jnp.argmin, self, dim, keepdim)
+
+
+def _value_index(reduce, find, self, dim, keepdim):
+    axis = _axis(dim, self.ndim)
+    if axis is None:
+        return self, jnp.zeros((), jnp.int64)
+    return (reduce(self, axis=axis, keepdims=keepdim),
+            find(self, axis=axis, keepdims=keepdim))
+
+
+@register("max.dim")
+def max_dim(self, dim, keepdim=False):
+    return _value_index(jnp.max, jnp.argmax, self, dim, keepdim)
+
+
+@register("min.dim")
+def min_dim(self, dim, keepdim=False):
+    return _value_index(jnp.min, jnp.argmin, self, dim, keepdim)
+
+
+@register("aminmax.default")
+def aminmax(self, dim=None, keepdim=False):
+    if dim is None:
+        dims = tuple(range(self.ndim))
+    else:
+        dims = () if self.ndim == 0 else (dim % self.ndim,)
+    return (jnp.min(self, axis=dims, keepdims=keepdim),
+            jnp.max(self, axis=dims, keepdims=keepdim))
+
+
+# ---- variance ------------------------------------------------------------------
+
+def _var_mean(self, dim, correction, keepdim):
+    x = _cast_acc(self)
+    dims = _dims(dim, self.ndim)
+    n = 1
+    for d in dims:
+        n *= self.shape[d]
+    mean = jnp.mean(x, axis=dims, keepdims=True)
+    dev = x - mean
+    sq = jnp.real(dev * jnp.conj(dev)) if jnp.iscomplexobj(dev) else dev * dev
+    c = 1 if correction is None else correction
+    # PyTorch divides by max(N - correction, 0): 0 gives inf/nan, no error.
+    var = jnp.sum(sq, axis=dims, keepdims=keepdim) / jnp.maximum(n - c, 0)
+    mean = mean if keepdim else jnp.squeeze(mean, dims)
+    return var, mean
+
+
+@register("var.correction")
+def var(self, dim=None, correction=None, keepdim=False):
+    return _var_mean(self, dim, correction, keepdim)[0]
+
+
+@register("std.correction")
+def std(self, dim=None, correction=None, keepdim=False):
+    return jnp.sqrt(_var_mean(self, dim, correction, keepdim)[0])
+
+
+@register("var_mean.correction")
+def var_mean(self, dim=None, correction=None, keepdim=False):
+    return _var_mean(self, dim, correction, keepdim)
+
+
+@register("std_mean.correction")
+def std_mean(self, dim=None, correction=None, keepdim=False):
+    v, m = _var_mean(self, dim, correction, keepdim)
+    return jnp.sqrt(v), m
+
+
+# ---- logical reductions ----------------------------------------------------------
+
+@register("any.default")
+def any_all(self):
+    return jnp.any(self != 0)
+
+
+@register("any.dim", "any.dims")
+def any_dim(self, dim=None, keepdim=False):
+    return jnp.any(self != 0, axis=_dims(dim, self.ndim), keepdims=keepdim)
+
+
+@register("all.default")
+def all_all(self):
+    return jnp.all(self != 0)
+
+
+@register("all.dim", "all.dims")
+def all_dim(self, dim=None, keepdim=False):
+    return jnp.all(self != 0, axis=_dims(dim, self.ndim), keepdims=keepdim)
+
+
+@register("count_nonzero.dim_IntList")
+def count_nonzero_dims(self, dim):
+    return jnp.sum(self != 0, axis=_dims(dim, self.ndim), dtype=jnp.int64)
+
+
+@register("count_nonzero.default")
+def count_nonzero(self, dim=None):
+    return jnp.sum(self != 0, axis=_dims(dim, self.ndim), dtype=jnp.int64)
+
+
+# ---- logsumexp and norms ---------------------------------------------------------
+
+def _logsumexp(x, dims, keepdim):
+    m = jnp.max(x, axis=dims, keepdims=True, initial=-jnp.inf)
+    # An infinite max would turn x - m into nan; shift by 0 there instead.
+    m = jnp.where(jnp.isfinite(m), m, jnp.zeros((), m.dtype))
+    s = jnp.log(jnp.sum(jnp.exp(x - m), axis=dims, keepdims=True)) + m
+    return s if keepdim else jnp.squeeze(s, dims)
+
+
+@register("logsumexp.default")
+def logsumexp(self, dim, keepdim=False):
+    return _logsumexp(_cast_acc(self), _dims(dim, self.ndim), keepdim)
+
+
+def _vector_norm(x, ord, dims, keepdim):
+    a = jnp.abs(x)
+    ord = float(ord)
+    if ord == 0:
+        return jnp.sum(a != 0, axis=dims, keepdims=keepdim).astype(a.dtype)
+    if ord == float("inf"):
+        return jnp.max(a, axis=dims, keepdims=keepdim, initial=0)
+    if ord == float("-inf"):
+        return jnp.min(a, axis=dims, keepdims=keepdim)
+    if ord == 1:
+        return jnp.sum(a, axis=dims, keepdims=keepdim)
+    if ord == 2:
+        return jnp.sqrt(jnp.sum(a * a, axis=dims, keepdims=keepdim))
+    return jnp.sum(a ** ord, axis=dims, keepdims=keepdim) ** (1.0 / ord)
+
+
+def _norm_input(self):
+    """The input in the precision PyTorch computes the norm in."""
+    dt = _acc(out_dtype())
+    if jnp.iscomplexobj(self):
+        return self.astype(jnp.result_type(dt, jnp.complex64))
+    return self.astype(dt)
+
+
+# ord is a Python number that picks the algorithm, so it is baked in (static).
+@register("linalg_vector_norm.default", static_scalars=True)
+def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, dtype=None):
+    return _vector_norm(_norm_input(self), ord, _dims(dim, self.ndim), keepdim)
+
+
+@register("norm.ScalarOpt_dim", "norm.ScalarOpt_dim_dtype", static_scalars=True)
+def norm_dim(self, p, dim, keepdim=False, dtype=None):
+    return _vector_norm(_norm_input(self), 2 if p is None else p, _dims(dim, self.ndim), keepdim)
+
+
+@register("norm.Scalar", static_scalars=True)
+def norm_all(self, p=2):
+    return _vector_norm(_norm_input(self), p, _dims(None, self.ndim), False)
+
+
+@register("norm.ScalarOpt_dtype", static_scalars=True)
+def norm_all_dtype(self, p, dtype=None):
+    return _vector_norm(_norm_input(self), 2 if p is None else p, _dims(None, self.ndim), False)
+
+
+# ---- scans ---------------------------------------------------------------------------
+
+@register("cumsum.default")
+def cumsum(self, dim, dtype=None):
+    x = _cast_acc(self)
+    axis = _axis(dim, self.ndim)
+    return x if axis is None else jnp.cumsum(x, axis=axis)
+
+
+@register("cumprod.default")
+def cumprod(self, dim, dtype=None):
+    x = _cast_acc(self)
+    axis = _axis(dim, self.ndim)
+    return x if axis is None else jnp.cumprod(x, axis=axis)
+
+
+def _cum_extreme(better, self, dim):
+    axis = _axis(dim, self.ndim)
+    if axis is None:
+        return self, jnp.zeros((), jnp.int64)
+    nan = jnp.isnan if jnp.issubdtype(self.dtype, jnp.inexact) else (lambda v: jnp.zeros(v.shape, bool))
+
+    # PyTorch moves to a later element on ties and on NaN, and a NaN sticks:
+    # "later wins unless the earlier is NaN or strictly better" is associative.
+    def combine(a, b):
+        (av, ai), (bv, bi) = a, b
+        take_b = nan(bv) | (~nan(av) & ~better(av, bv))
+        return jnp.where(take_b, bv, av), jnp.where(take_b, bi, ai)
+
+    return lax.associative_scan(combine, (self, _iota(self.shape, axis)), axis=axis)
+
+
+@register("cummax.default")
+def cummax(self, dim):
+    return _cum_extreme(lambda a, b: a > b, self, dim)
+
+
+@register("cummin.default")
+def cummin(self, dim):
+    return _cum_extreme(lambda a, b: a < b, self, dim)
+
+
+@register("logcumsumexp.default", "_logcumsumexp.default")
+def logcumsumexp(self, dim):
+    x = _cast_acc(self)
+    axis = _axis(dim, self.ndim)
+    return x if axis is None else lax.cumlogsumexp(x, axis=axis)
+
+
+# ---- sorting and selection -----------------------------------------------------------
+
+def _sort_key(x):
+    """A key under which lax.sort orders like PyTorch: every NaN is the largest
+    value and -0.0 ties with 0.0."""
+    if x.dtype == jnp.bool_:
+        return x.astype(jnp.uint8)
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        x = x + jnp.zeros((), x.dtype)  # -0.0 + 0.0 == +0.0
+        return jnp.where(jnp.isnan(x), jnp.array(jnp.nan, x.dtype), x)
+    return x
+
+
+def _sort_last(x, descending):
+    """Stable sort along the last axis: (values, int64 indices)."""
+    idx = _iota(x.shape, x.ndim - 1)
+    if descending:
+        # A stable ascending sort of the reversed row, reversed again, is a
+        # descending sort that keeps equal elements in their original order.
+        x, idx = jnp.flip(x, -1), jnp.flip(idx, -1)
+    _, values, indices = lax.sort((_sort_key(x), x, idx), dimension=x.ndim - 1,
+                                  num_keys=1, is_stable=True)
+    if descending:
+        values, indices = jnp.flip(values, -1), jnp.flip(indices, -1)
+    return values, indices
+
+
+def _sort(self, dim, descending):
+    axis = _axis(dim, self.ndim)
+    if axis is None:
+        return self, jnp.zeros((), jnp.int64)
+    x = jnp.moveaxis(self, axis, -1)
+    values, indices = _sort_last(x, descending)
+    return jnp.moveaxis(values, -1, axis), jnp.moveaxis(indices, -1, axis)
+
+
+# Always stable: that is one valid answer for stable=False too.
+@register("sort.stable")
+def sort_stable(self, stable=None, dim=-1, descending=False):
+    return _sort(self, dim, descending)
+
+
+@register("sort.default")
+def sort(self, dim=-1, descending=False):
+    return _sort(self, dim, descending)
+
+
+@register("topk.default")
+def topk(self, k, dim=-1, largest=True, sorted=True):
+    values, indices = _sort(self, dim, largest)
+    axis = _axis(dim, self.ndim)
+    if axis is None:
+        return values, indices
+    return (lax.slice_in_dim(values, 0, k, axis=axis),
+            lax.slice_in_dim(indices, 0, k, axis=axis))
+
+
+def _select(self, dim, keepdim, position):
+    """Element ``position(n, row)`` of each ascending-sorted row along ``dim``."""
+    axis = _axis(dim, self.ndim)
+    if axis is None:
+        return self, jnp.zeros((), jnp.int64)
+    x = jnp.moveaxis(self, axis, -1)
+    values, indices = _sort_last(x, False)
+    pos = position(x)[..., None]
+    v = jnp.take_along_axis(values, pos, axis=-1)
+    i = jnp.take_along_axis(indices, pos, axis=-1)
+    if keepdim:
+        return jnp.moveaxis(v, -1, axis), jnp.moveaxis(i, -1, axis)
+    return v[..., 0], i[..., 0]
+
+
+def _constant_position(k):
+    return lambda x: jnp.full(x.shape[:-1], k, jnp.int64)
+
+
+@register("kthvalue.default")
+def kthvalue(self, k, dim=-1, keepdim=False):
+    return _select(self, dim, keepdim, _constant_position(k - 1))
+
+
+def _median_position(x):
+    """The lower median, or the first NaN: NaNs sort last, so a row with a NaN
+    answers with the NaN at position n - count(NaN)."""
+    n = x.shape[-1]
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return jnp.full(x.shape[:-1], (n - 1) // 2, jnp.int64)
+    nans = jnp.sum(jnp.isnan(x), axis=-1, dtype=jnp.int64)
+    return jnp.where(nans > 0, n - nans, (n - 1) // 2)
+
+
+def _nanmedian_position(x):
+    """The lower median of the non-NaN values (all NaN: the first NaN)."""
+    n = x.shape[-1]
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return jnp.full(x.shape[:-1], (n - 1) // 2, jnp.int64)
+    left = n - jnp.sum(jnp.isnan(x), axis=-1, dtype=jnp.int64)
+    return jnp.where(left > 0, (left - 1) // 2, 0)
+
+
+@register("median.dim")
+def median_dim(self, dim, keepdim=False):
+    return _select(self, dim, keepdim, _median_position)
+
+
+@register("nanmedian.dim")
+def nanmedian_dim(self, dim, keepdim=False):
+    return _select(self, dim, keepdim, _nanmedian_position)
+
+
+@register("median.default")
+def median_all(self):
+    return _select(self.reshape(-1), 0, False, _median_position)[0]
+
+
+@register("nanmedian.default")
+def nanmedian_all(self):
+    return _select(self.reshape(-1), 0, False, _nanmedian_position)[0]
+
+
+@register("mode.default")
+def mode(self, dim=-1, keepdim=False):
+    axis = _axis(dim, self.ndim)
+    if axis is None:
+        return self, jnp.zeros((), jnp.int64)
+    x = jnp.moveaxis(self, axis, -1)
+    n = x.shape[-1]
+    s = jnp.sort(_sort_key(x), axis=-1)
+    pos = _iota(s.shape, s.ndim - 1)
+    # Run lengths in the sorted row: each element's run start and run end.
+    new_run = jnp.concatenate([jnp.ones(s.shape[:-1] + (1,), bool), s[..., 1:] != s[..., :-1]], -1)
+    start = lax.cummax(jnp.where(new_run, pos, 0), axis=s.ndim - 1)
+    run_end = jnp.concatenate([new_run[..., 1:], jnp.ones(s.shape[:-1] + (1,), bool)], -1)
+    end = lax.cummin(jnp.where(run_end, pos, n), axis=s.ndim - 1, reverse=True)
+    # The longest run; argmax takes the first, so ties go to the smallest value.
+    best = jnp.argmax(end - start, axis=-1, keepdims=True)
+    key = jnp.take_along_axis(s, best, axis=-1)
+    # PyTorch reports the last position of the mode in the original row.
+    idx = jnp.max(jnp.where(_sort_key(x) == key, _iota(x.shape, x.ndim - 1), -1), axis=-1, keepdims=True)
+    value = jnp.take_along_axis(x, idx, axis=-1)
+    if keepdim:
+        return jnp.moveaxis(value, -1, axis), jnp.moveaxis(idx, -1, axis)
+    return value[..., 0], idx[..., 0]
+
+
+# ---- softmax -----------------------------------------------------------------------------
+
+def _softmax_axis(x, dim):
+    """(x viewed with at least one axis, that axis, a function undoing the view)."""
+    if x.ndim == 0:
+        return x.reshape(1), 0, lambda r: r.reshape(())
+    return x, dim % x.ndim, lambda r: r
+
+
+@register("_softmax.default")
+def softmax(self, dim, half_to_float=False):
+    x, axis, back = _softmax_axis(_cast_acc(self), dim)
+    e = jnp.exp(x - jnp.max(x, axis=axis, keepdims=True, initial=-jnp.inf))
+    return back(e / jnp.sum(e, axis=axis, keepdims=True))
+
+
+@register("_log_softmax.default")
+def log_softmax(self, dim, half_to_float=False):
+    x, axis, back = _softmax_axis(_cast_acc(self), dim)
+    shifted = x - jnp.max(x, axis=axis, keepdims=True, initial=-jnp.inf)
+    return back(shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=axis, keepdims=True)))
+
+
+@register("_softmax_backward_data.default")
+def softmax_backward(grad_output, output, dim, input_dtype):
+    acc = _acc(out_dtype())
+    g, axis, back = _softmax_axis(grad_output.astype(acc), dim)
+    y = _softmax_axis(output.astype(acc), dim)[0]
+    return back(y * (g - jnp.sum(g * y, axis=axis, keepdims=True)))
+
+
+@register("_log_softmax_backward_data.default")
+def log_softmax_backward(grad_output, output, dim, input_dtype):
+    acc = _acc(out_dtype())
+    g, axis, back = _softmax_axis(grad_output.astype(acc), dim)
+    y = _softmax_axis(output.astype(acc), dim)[0]
+    return back(g - jnp.exp(y) * jnp.sum(g, axis=axis, keepdims=True))

@@ -28,6 +28,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .. import dtypes
+from ..casting import convert
 from ..storage import buffers, views
 from . import errors
 
@@ -292,7 +293,7 @@ class Kernel:
             result = impl(*a, **k)
             outs = list(result) if isinstance(result, (tuple, list)) else [result]
             if out_specs is not None:
-                outs = [jnp.asarray(o).astype(s[2]) for o, s in zip(outs, out_specs)]
+                outs = [convert(jnp.asarray(o), s[2]) for o, s in zip(outs, out_specs)]
             if mode == "inplace":
                 size = in_place_spec[2]
                 value = jnp.broadcast_to(outs[0], size)

@@ -1,1 +1,180 @@
-"""(filled in below)"""
+"""Shape and layout ops: fill/zero, cat, flip, roll, tril/triu, searching and
+sorting helpers (searchsorted, bucketize, unique, histc), tril/triu_indices.
+
+Views (split, unbind, narrow, diagonal...) and clone/contiguous need no kernel
+here: PyTorch builds them from view metadata, empty_like and copy_.
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from .. import dtypes
+from ..eager import modes
+from ..storage import access, buffers
+from . import core
+from .registry import out_dtype, register, register_raw
+
+
+# ---- writes of one value ----------------------------------------------------
+# The registry derives fill_/zero_ from these and writes through views.
+
+@register("fill.Scalar", "fill.Tensor")
+def fill(self, value):
+    return jnp.broadcast_to(jnp.asarray(value).astype(out_dtype()), self.shape)
+
+
+@register("zero.default")
+def zero(self):
+    return jnp.zeros(self.shape, out_dtype())
+
+
+# ---- joining and reordering ----------------------------------------------------
+
+@register("cat.default")
+def cat(tensors, dim=0):
+    # PyTorch's legacy rule: 1-D empty tensors are skipped whatever their rank.
+    kept = [t.astype(out_dtype()) for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]
+    if not kept:
+        return jnp.zeros((0,), out_dtype())
+    return jnp.concatenate(kept, axis=dim)
+
+
+@register("flip.default")
+def flip(self, dims):
+    return jnp.flip(self, axis=tuple(dims)) if len(dims) else self
+
+
+@register("roll.default")
+def roll(self, shifts, dims=()):
+    if len(dims) == 0:  # no dims: roll the flattened tensor
+        return jnp.roll(self.reshape(-1), shifts[0]).reshape(self.shape)
+    return jnp.roll(self, tuple(shifts), axis=tuple(dims))
+
+
+@register("tril.default")
+def tril(self, diagonal=0):
+    return jnp.tril(self, diagonal)
+
+
+@register("triu.default")
+def triu(self, diagonal=0):
+    return jnp.triu(self, diagonal)
+
+
+# ---- index ranges --------------------------------------------------------------
+
+def _triangle_indices(lower, row, col, offset, dtype, device):
+    core.check_device(device)
+    dtype = dtype or torch.int64
+    if row < 0 or col < 0:
+        raise RuntimeError(f"row must be non-negative, got{row}" if row < 0 else f"col must be non-negative, got{col}")
+    fn = _tri_fn(lower, row, col, offset, dtypes.to_np(dtype))
+    value = fn()
+    modes.after_op("aten::tril_indices" if lower else "aten::triu_indices", value)
+    return buffers.wrap(value)
+
+
+@functools.lru_cache(maxsize=None)
+def _tri_fn(lower, row, col, offset, npdtype):
+    def run():
+        # The index list has a static length (row, col, offset are sizes).
+        mask = np.tri(row, col, offset, dtype=bool) if lower else ~np.tri(row, col, offset - 1, dtype=bool)
+        r, c = jnp.nonzero(jnp.asarray(mask), size=int(mask.sum()))
+        return jnp.stack([r, c]).astype(npdtype)
+    return jax.jit(run)
+
+
+@register_raw("tril_indices.default")
+def tril_indices(row, col, offset=0, dtype=None, layout=None, device=None, pin_memory=None):
+    return _triangle_indices(True, row, col, offset, dtype, device)
+
+
+@register_raw("triu_indices.default")
+def triu_indices(row, col, offset=0, dtype=None, layout=None, device=None, pin_memory=None):
+    return _triangle_indices(False, row, col, offset, dtype, device)
+
+
+# ---- searching ------------------------------------------------------------------
+
+def _search(seq, values, right):
+    side = "right" if right else "left"
+    if seq.ndim <= 1:
+        return jnp.searchsorted(seq.reshape(-1), values, side=side)
+    # Batched: the leading dims of seq and values match; search row by row.
+    lead = seq.shape[:-1]
+    rows = seq.reshape(-1, seq.shape[-1])
+    vals = values.reshape(rows.shape[0], -1)
+    out = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))(rows, vals)
+    return out.reshape(lead + values.shape[-1:])
+
+
+@register("searchsorted.Tensor", "searchsorted.Scalar")
+def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
+    seq = sorted_sequence
+    if sorter is not None:
+        seq = jnp.take_along_axis(seq, sorter, axis=-1)
+    right = right or side == "right"
+    values = jnp.asarray(self)
+    common = jnp.promote_types(seq.dtype, values.dtype)
+    return _search(seq.astype(common), values.astype(common), right)
+
+
+@register("bucketize.Tensor", "bucketize.Scalar")
+def bucketize(self, boundaries, *, out_int32=False, right=False):
+    values = jnp.asarray(self)
+    common = jnp.promote_types(boundaries.dtype, values.dtype)
+    return jnp.searchsorted(boundaries.astype(common), values.astype(common),
+                            side="right" if right else "left")
+
+
+@register("histc.default")
+def histc(self, bins=100, min=0, max=0):
+    x = self.reshape(-1)
+    # min == max means "use the data's range" (widened by 1 if that is a point too).
+    lo = jnp.asarray(min, x.dtype)
+    hi = jnp.asarray(max, x.dtype)
+    auto = lo == hi
+    lo = jnp.where(auto, jnp.min(x, initial=0) if x.size == 0 else jnp.min(x), lo)
+    hi = jnp.where(auto, jnp.max(x, initial=0) if x.size == 0 else jnp.max(x), hi)
+    point = lo == hi
+    lo, hi = jnp.where(point, lo - 1, lo), jnp.where(point, hi + 1, hi)
+    inside = (x >= lo) & (x <= hi)
+    pos = ((x - lo) * bins / (hi - lo)).astype(np.int64)
+    pos = jnp.clip(jnp.where(x == hi, bins - 1, pos), 0, bins - 1)
+    return jnp.zeros((bins,), x.dtype).at[pos].add(inside.astype(x.dtype))
+
+
+# ---- unique (data-dependent size) --------------------------------------------------
+
+@jax.jit
+def _distinct_count(x):
+    s = jnp.sort(x.reshape(-1))
+    return jnp.sum(s[1:] != s[:-1]) + (s.size > 0)
+
+
+@functools.partial(jax.jit, static_argnames=("n",))
+def _unique_kernel(x, n):
+    flat = x.reshape(-1)
+    values, inverse, counts = jnp.unique(flat, size=n, return_inverse=True, return_counts=True)
+    return values, inverse.reshape(x.shape), counts
+
+
+@register_raw("_unique2.default")
+def _unique2(self, sorted=True, return_inverse=False, return_counts=False):
+    # The number of distinct values is read to the host, then one jitted kernel
+    # with that static size sorts and counts (always sorted, like PyTorch's CPU).
+    x = access.read(self)
+    n = int(_distinct_count(x)) if self.numel() else 0
+    if n == 0:
+        values = jnp.zeros((0,), x.dtype)
+        inverse, counts = jnp.zeros(x.shape, np.int64), jnp.zeros((0,), np.int64)
+    else:
+        values, inverse, counts = _unique_kernel(x, n)
+    modes.after_op("aten::_unique2", values)
+    empty = jnp.zeros((0,), np.int64)
+    return (buffers.wrap(values),
+            buffers.wrap(inverse.astype(np.int64) if return_inverse else empty),
+            buffers.wrap(counts.astype(np.int64) if return_counts else empty))

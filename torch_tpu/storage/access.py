@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import dtypes
+from ..casting import convert
 from . import buffers, views
 
 
@@ -18,7 +19,7 @@ def _jit_reader(spec):
 def _jit_writer(spec, value_shape, value_dtype):
     write = views.writer(spec)
     size, dtype = spec[2], spec[5]
-    return jax.jit(lambda buf, value: write(buf, jnp.broadcast_to(value.astype(dtype), size)))
+    return jax.jit(lambda buf, value: write(buf, jnp.broadcast_to(convert(value, dtype), size)))
 
 
 def read(t):

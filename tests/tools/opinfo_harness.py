@@ -1,0 +1,624 @@
+"""OpInfo conformance: run PyTorch's OpInfo samples on the CPU and on tpu and compare.
+
+Used by ``tests/test_opinfo.py`` (pytest), ``tests/tools/opinfo_sweep.py`` (the
+process-isolated sweep that writes ``tests/opinfo_expected_failures.py``) and
+``tests/tools/opinfo_report.py`` (the summary).
+
+One *entry* is one OpInfo of ``op_db``, named ``op.name`` plus
+``"." + op.variant_test_name`` when it has one (the names PyTorch's own test ids use).
+
+What a check does (``check_forward`` / ``check_gradient``):
+
+* samples: ``op.sample_inputs("cpu", dtype, requires_grad=...)``, drawn under a
+  seed derived from the entry name (reproducible), the first ``N`` whose tensors
+  hold at most ``MAX_SAMPLE_NUMEL`` elements in all (bigger samples are skipped,
+  there is no per-sample timeout);
+* the tpu run gets a copy of every tensor of the sample (input, args, kwargs,
+  recursively, 0-dim tensors included, aliasing kept), made before the CPU run so
+  an op that mutates its input cannot leak the mutation;
+* the entry passes only if every sample matches *and* nothing ran through the
+  CPU fallback (``torch_tpu.fallback_ops()`` before/after), every tpu output is a
+  tpu tensor, and no error was raised on tpu that the CPU did not raise;
+* ``sample.output_process_fn_grad`` is applied to both results (it canonicalises
+  outputs that are not unique, e.g. singular vectors' signs);
+* entries whose OpInfo says the CPU-vs-device comparison is meaningless
+  (a ``test_compare_cpu`` skip whose reason says "non-deterministic" /
+  "undefined": random ops, ``empty*``, ``unique`` ...) are compared on output
+  structure, shape and dtype only.
+
+Gradients: the op on a sample with ``requires_grad=True``; the vector-Jacobian
+product with fixed random cotangents (``torch.autograd.grad(outs, inputs,
+grad_outputs=w)``) is compared for the first ``N_GRAD`` samples; the same
+no-fallback rule covers forward and backward.
+
+Tolerances (``tolerance(op, dtype)``), in order:
+
+1. the dtype's base tolerance, torch.testing.assert_close's defaults:
+   float32 rtol=1.3e-6 atol=1e-5, bfloat16 rtol=1.6e-2 atol=1e-5;
+2. "relaxed" ops (``is_relaxed``) -- those whose result depends on evaluation
+   order or on a libm (transcendental functions, reductions/scans, matmul /
+   convolution / norms / softmax / losses, linear algebra) -- get
+   float32 rtol=atol=1e-5 (about 80 ulp), linalg decompositions 1e-4;
+   bfloat16 rtol=atol=3.2e-2 (4 bf16 ulp);
+3. the OpInfo's own hints (``toleranceOverride`` / ``precisionOverride`` not tied to
+   another device type), taking the larger value -- capped at 1e-3 for float32,
+   the flat tolerance PyTorch itself uses for its CPU-vs-device test
+   (``TestCommon.test_compare_cpu``);
+4. gradients always use the relaxed tolerance (one more evaluation order).
+"""
+import dataclasses
+import itertools
+import math
+import re
+import traceback
+import warnings
+import zlib
+
+import torch
+
+import torch_tpu  # noqa: F401  (registers the device)
+
+N_FORWARD = 8          # samples compared per entry (forward)
+N_GRAD = 3             # samples compared per entry (gradient)
+MAX_SAMPLE_NUMEL = 1 << 16   # skip samples holding more elements than this (all tensors together)
+MAX_SCAN = 64          # samples looked at to find N that fit
+
+# The bfloat16 subset: common ops that models run in bfloat16.
+BF16_ENTRIES = [
+    "add", "sub", "mul", "div.no_rounding_mode", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos",
+    "tanh", "sigmoid", "pow", "clamp", "where", "maximum", "sum", "mean", "amax", "var",
+    "softmax", "log_softmax", "matmul", "mm", "bmm", "addmm", "nn.functional.linear",
+    "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu", "nn.functional.layer_norm",
+    "nn.functional.rms_norm", "nn.functional.embedding", "nn.functional.cross_entropy",
+    "nn.functional.scaled_dot_product_attention", "cat", "transpose", "reshape", "cumsum",
+]
+
+# The default (non-slow) run: a fixed spread over op families.
+DEFAULT_ENTRIES = [
+    # pointwise
+    "add", "sub", "mul", "div.no_rounding_mode", "div.floor_rounding", "neg", "abs", "exp", "log",
+    "sqrt", "rsqrt", "sin", "tanh", "sigmoid", "pow", "clamp", "where", "maximum", "eq", "lt",
+    "erf", "floor", "nan_to_num", "lerp",
+    # reductions / scans
+    "sum", "mean", "amax", "argmax", "var", "std", "prod", "all", "any", "cumsum", "logsumexp",
+    "norm",
+    # linear algebra
+    "matmul", "mm", "bmm", "addmm", "einsum", "linalg.vector_norm",
+    # nn
+    "softmax", "log_softmax", "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu",
+    "nn.functional.layer_norm", "nn.functional.linear", "nn.functional.conv2d",
+    "nn.functional.cross_entropy", "nn.functional.embedding", "nn.functional.max_pool2d",
+    "nn.functional.dropout", "nn.functional.mse_loss", "nn.functional.pad.constant",
+    # indexing
+    "gather", "index_select", "scatter_add", "index_add", "masked_fill", "take_along_dim",
+    # shape
+    "cat", "stack", "reshape", "transpose", "permute", "expand", "squeeze", "unsqueeze",
+    "flatten", "split", "chunk", "narrow", "flip", "roll", "repeat", "tril",
+    # sorting / selection
+    "sort", "topk", "argsort",
+    # factories / random
+    "zeros_like", "ones_like", "full_like", "arange", "randn_like", "linspace",
+    # conversion
+    "to", "clone", "contiguous",
+]
+
+
+# ---- the op table -----------------------------------------------------------
+
+_OPS = None
+
+
+def entry_name(op) -> str:
+    return op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+
+
+def ops() -> dict:
+    """{entry name: OpInfo} over ``op_db``, in op_db's order."""
+    global _OPS
+    if _OPS is None:
+        from torch.testing._internal.common_methods_invocations import op_db
+        _OPS = {entry_name(op): op for op in op_db}
+    return _OPS
+
+
+def primary_dtype(op):
+    """float32 when the op supports it on the CPU, else the op's most common other dtype."""
+    supported = op.supported_dtypes("cpu")
+    for dt in (torch.float32, torch.int64, torch.int32, torch.bool, torch.uint8):
+        if dt in supported:
+            return dt
+    return None
+
+
+# ---- tolerances -------------------------------------------------------------
+
+_BASE = {torch.float32: (1.3e-6, 1e-5), torch.bfloat16: (1.6e-2, 1e-5), torch.float16: (1e-3, 1e-5),
+         torch.float64: (1e-7, 1e-7)}
+_RELAXED = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (3.2e-2, 3.2e-2), torch.float16: (2e-3, 2e-3),
+            torch.float64: (1e-7, 1e-7)}
+_LINALG = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (3.2e-2, 3.2e-2), torch.float16: (2e-3, 2e-3),
+           torch.float64: (1e-6, 1e-6)}
+_HINT_CAP = 1e-3
+
+# Pointwise ops that are correctly rounded (or exact) in IEEE arithmetic: base tolerance.
+_EXACT_POINTWISE = {
+    "add", "sub", "mul", "div", "true_divide", "neg", "abs", "positive", "sign", "sgn", "signbit",
+    "maximum", "minimum", "fmax", "fmin", "clamp", "clamp_min", "clamp_max", "clip", "floor", "ceil",
+    "trunc", "round", "frac", "fmod", "remainder", "sqrt", "copysign", "nextafter", "heaviside",
+    "eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isfinite", "isposinf", "isneginf",
+    "isreal", "logical_and", "logical_or", "logical_xor", "logical_not", "nan_to_num", "square",
+    "reciprocal", "where", "masked_fill", "rsub", "floor_divide", "nn.functional.relu",
+    "nn.functional.relu6", "nn.functional.hardtanh", "nn.functional.threshold",
+    "nn.functional.leaky_relu", "nn.functional.hardshrink", "nn.functional.softshrink",
+    "float_power",
+}
+_RELAXED_PATTERNS = re.compile(
+    r"(matmul|mm$|mv$|bmm|addm|addb|addr|baddbmm|dot|einsum|tensordot|inner|outer|kron|chain_matmul|"
+    r"conv|linear|bilinear|norm|softmax|softmin|loss|entropy|pool|interpolate|upsample|grid_sample|"
+    r"affine_grid|cdist|pdist|cosine|pairwise|attention|cum|logsumexp|logcumsumexp|var|std|mean|sum|"
+    r"prod|trapz|trapezoid|cross|fft|stft|polar|embedding_bag|gelu|silu|mish|elu|selu|celu|softplus|"
+    r"sigmoid|tanh|logit|erf|gamma|lgamma|digamma|polygamma|bessel|special|xlog|log|exp|pow|sin|cos|"
+    r"tan|atan|asin|acos|sinc|hypot|rsqrt|lerp|addcdiv|addcmul|glu|hardswish|hardsigmoid|"
+    r"renorm|normalize|vander|cov|corrcoef|histc|i0|ldexp|frexp|angle|rad2deg|deg2rad)")
+
+
+def is_linalg(op) -> bool:
+    n = op.name
+    return n.startswith("linalg.") and n not in ("linalg.vector_norm", "linalg.norm", "linalg.matrix_norm",
+                                                 "linalg.vecdot", "linalg.cross", "linalg.multi_dot") or \
+        n in ("cholesky", "cholesky_solve", "cholesky_inverse", "inverse", "det", "logdet", "slogdet",
+              "pinverse", "qr", "svd", "triangular_solve", "lu", "lu_solve", "lu_unpack", "geqrf",
+              "ormqr", "householder_product", "matrix_exp", "svd_lowrank", "pca_lowrank", "lstsq")
+
+
+def is_relaxed(op) -> bool:
+    if op.name in _EXACT_POINTWISE:
+        return False
+    cls = type(op).__name__
+    if cls in ("ReductionOpInfo", "SpectralFuncInfo"):
+        return True
+    return bool(_RELAXED_PATTERNS.search(op.name))
+
+
+def _hints(op, dtype):
+    """The OpInfo's own (rtol, atol) hints for ``dtype`` not tied to another device type."""
+    rtol = atol = 0.0
+    for d in op.decorators:
+        wrapped = [d]
+        if type(d).__name__ == "DecorateInfo":
+            if d.device_type not in (None, "cpu") or (d.dtypes is not None and dtype not in d.dtypes):
+                continue
+            wrapped = d.decorators
+        for w in wrapped:
+            kind = type(w).__name__
+            if kind == "toleranceOverride" and dtype in w.d:
+                atol, rtol = max(atol, w.d[dtype].atol), max(rtol, w.d[dtype].rtol)
+            elif kind == "precisionOverride" and dtype in w.d:
+                atol = max(atol, w.d[dtype])
+    return rtol, atol
+
+
+def tolerance(op, dtype, gradient=False):
+    """(rtol, atol) for comparing ``op``'s tpu results with the CPU ones; see the module doc."""
+    if not (dtype.is_floating_point or dtype.is_complex):
+        return 0.0, 0.0
+    if is_linalg(op):
+        rtol, atol = _LINALG.get(dtype, _RELAXED[torch.float32])
+    elif gradient or is_relaxed(op):
+        rtol, atol = _RELAXED.get(dtype, _RELAXED[torch.float32])
+    else:
+        rtol, atol = _BASE.get(dtype, _BASE[torch.float32])
+    hr, ha = _hints(op, dtype)
+    cap = _HINT_CAP if dtype in (torch.float32, torch.float64) else math.inf
+    return max(rtol, min(hr, cap)), max(atol, min(ha, cap))
+
+
+def values_comparable(op, sample=None):
+    """None when values can be compared, else the OpInfo's reason why not."""
+    for d in op.decorators:
+        if type(d).__name__ != "DecorateInfo" or d.test_name != "test_compare_cpu":
+            continue
+        if d.device_type not in (None, "cpu"):
+            continue
+        for w in d.decorators:
+            reason = _skip_reason(w)
+            if reason and ("non-deterministic" in reason or "undefined" in reason):
+                if "dropout_p > 0" in reason and sample is not None and not sample.kwargs.get("dropout_p", 0):
+                    continue
+                return reason
+    return None
+
+
+def _skip_reason(fn):
+    cells = getattr(fn, "__closure__", None)
+    if not cells:
+        return None
+    return dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in cells))).get("reason")
+
+
+# ---- results -------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Result:
+    entry: str
+    dtype: str
+    check: str                 # "forward" | "gradient"
+    status: str                # "pass" | "fail" | "skip"
+    kind: str = ""             # fail: "missing_kernel" | "numeric" | "error" | "crash" | "timeout"; pass: "values" | "meta"
+    reason: str = ""
+    missing: list = dataclasses.field(default_factory=list)   # aten ops that had no tpu kernel
+    samples: int = 0
+    seconds: float = 0.0
+
+    def to_json(self):
+        return dataclasses.asdict(self)
+
+
+# ---- moving samples --------------------------------------------------------------
+
+def _tree(x, fn):
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(_tree(e, fn) for e in x))
+    if isinstance(x, (list, tuple)):
+        return type(x)(_tree(e, fn) for e in x)
+    if isinstance(x, dict):
+        return {k: _tree(v, fn) for k, v in x.items()}
+    return x
+
+
+def _leaves(x):
+    out = []
+    _tree(x, out.append)
+    return out
+
+
+def _sample_parts(sample):
+    return [sample.input, list(sample.args), dict(sample.kwargs)]
+
+
+def _to_tpu(parts, keep_grad):
+    memo = {}
+
+    def move(t):
+        key = id(t)
+        if key not in memo:
+            m = t.detach().to("tpu")
+            if keep_grad and t.requires_grad:
+                m.requires_grad_(True)
+            memo[key] = m
+        return memo[key]
+    return _tree(parts, move), memo
+
+
+def _clone_cpu(parts, keep_grad):
+    memo = {}
+
+    def clone(t):
+        key = id(t)
+        if key not in memo:
+            c = t.detach().clone()
+            if keep_grad and t.requires_grad:
+                c.requires_grad_(True)
+            memo[key] = c
+        return memo[key]
+    return _tree(parts, clone), memo
+
+
+def _numel(parts):
+    return sum(t.numel() for t in _leaves(parts))
+
+
+def _mentions_cpu(parts):
+    flat = []
+
+    def walk(x):
+        if isinstance(x, (list, tuple)):
+            for e in x:
+                walk(e)
+        elif isinstance(x, dict):
+            for e in x.values():
+                walk(e)
+        else:
+            flat.append(x)
+    walk(parts)
+    return any((isinstance(x, torch.device) and x.type == "cpu") or x == "cpu" for x in flat
+               if isinstance(x, (torch.device, str)))
+
+
+def samples(op, dtype, requires_grad, n):
+    """The first ``n`` samples small enough to run, drawn reproducibly."""
+    torch.manual_seed(zlib.crc32(entry_name(op).encode()) & 0x7FFFFFFF)
+    out = []
+    for s in itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=requires_grad), MAX_SCAN):
+        if _numel(_sample_parts(s)) <= MAX_SAMPLE_NUMEL:
+            out.append(s)
+            if len(out) == n:
+                break
+    return out
+
+
+# ---- failures ------------------------------------------------------------------------
+
+_NO_KERNEL = re.compile(r"(\S+) (?:has no tpu kernel|is a view op with no tpu kernel)")
+
+
+class Mismatch(AssertionError):
+    pass
+
+
+def _missing_from_error(e):
+    m = _NO_KERNEL.search(str(e))
+    return m.group(1) if m else None
+
+
+def _short(e, limit=240):
+    text = str(e).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(e).__name__}: {first}"[:limit]
+
+
+def _summarise_mismatch(msg):
+    """A one-line digest of assert_close's message."""
+    lines = [ln.strip() for ln in str(msg).splitlines() if ln.strip()]
+    keep = []
+    for ln in lines:
+        if ln.startswith(("Mismatched elements", "Greatest absolute", "Greatest relative", "The values for attribute",
+                          "The failure occurred", "Scalars are not", "Expected", "Tensor-likes are not",
+                          "The length of the sequences", "Booleans mismatch", "Sparse")):
+            keep.append(re.sub(r" at index \([^)]*\)", "", ln))
+    return "; ".join(keep)[:400] if keep else (lines[0][:400] if lines else "mismatch")
+
+
+def _fallback_delta(before):
+    after = torch_tpu.fallback_ops()
+    return sorted(k for k, v in after.items() if v > before.get(k, 0))
+
+
+def _compare(got, expected, rtol, atol, values=True):
+    """got: the tpu result already moved to the CPU."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            raise Mismatch(f"expected a tensor, got {type(got).__name__}")
+        if got.dtype != expected.dtype:
+            raise Mismatch(f"wrong dtype: {got.dtype} vs CPU {expected.dtype}")
+        if got.shape != expected.shape:
+            raise Mismatch(f"wrong shape: {tuple(got.shape)} vs CPU {tuple(expected.shape)}")
+        if not values:
+            return
+        if expected.layout != torch.strided:
+            expected, got = expected.to_dense(), got.to_dense()
+        if expected.dtype == torch.bool or not (expected.is_floating_point() or expected.is_complex()):
+            if not torch.equal(got, expected):
+                bad = (got != expected).sum().item()
+                raise Mismatch(f"{expected.dtype} values differ at {bad} of {expected.numel()} elements")
+            return
+        try:
+            torch.testing.assert_close(got, expected, rtol=rtol, atol=atol, equal_nan=True)
+        except AssertionError as e:
+            raise Mismatch(_summarise_mismatch(e)) from None
+        return
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(got, (list, tuple)) or len(got) != len(expected):
+            raise Mismatch(f"output structure differs: {type(got).__name__} vs CPU {type(expected).__name__}")
+        for i, (g, x) in enumerate(zip(got, expected)):
+            try:
+                _compare(g, x, rtol, atol, values)
+            except Mismatch as e:
+                raise Mismatch(f"output[{i}]: {e}") from None
+        return
+    if isinstance(expected, float) and isinstance(got, float) and values:
+        if not (math.isclose(got, expected, rel_tol=rtol, abs_tol=atol) or (math.isnan(got) and math.isnan(expected))):
+            raise Mismatch(f"scalar {got} vs CPU {expected}")
+        return
+    if values and got != expected:
+        raise Mismatch(f"{got!r} vs CPU {expected!r}")
+
+
+def _cpu_tree(x):
+    return _tree(x, lambda t: t.detach().cpu())
+
+
+def _check_on_tpu(out):
+    for t in _leaves(out):
+        if t.device.type != "tpu":
+            raise Mismatch(f"an output is on {t.device}, not on tpu")
+
+
+# ---- the checks --------------------------------------------------------------------------
+
+def _fail_from_exception(res, e, missing):
+    name = _missing_from_error(e)
+    if name:
+        missing = sorted(set(missing) | {name})
+    if missing:
+        res.kind, res.missing = "missing_kernel", missing
+        res.reason = "no kernel: " + ", ".join(f"aten::{m}" if "::" not in m else m for m in missing) + \
+            " (falls back to CPU)"
+    elif isinstance(e, Mismatch):
+        res.kind, res.reason = "numeric", str(e)
+    else:
+        res.kind, res.reason = "error", _short(e)
+    res.status = "fail"
+    return res
+
+
+def check_forward(op, dtype=None, n=N_FORWARD) -> Result:
+    import time
+    start = time.perf_counter()
+    dtype = dtype or primary_dtype(op)
+    res = Result(entry_name(op), str(dtype).replace("torch.", ""), "forward", "skip")
+    if dtype is None or dtype not in op.supported_dtypes("cpu"):
+        res.reason = f"OpInfo has no CPU support for {dtype}"
+        return res
+    try:
+        batch = samples(op, dtype, False, n)
+    except Exception as e:
+        res.reason = "could not draw CPU samples: " + _short(e)
+        return res
+    rtol, atol = tolerance(op, dtype)
+    missing = set()
+    compared = ran = 0
+    meta_only = False
+    try:
+        for i, s in enumerate(batch):
+            parts = _sample_parts(s)
+            tpu_parts, _ = _to_tpu(parts, False)
+            cpu_parts, _ = _clone_cpu(parts, False)
+            try:
+                expected = op(cpu_parts[0], *cpu_parts[1], **cpu_parts[2])
+            except Exception:
+                continue  # the sample is invalid on the CPU too
+            expected = s.output_process_fn_grad(expected)
+            before = torch_tpu.fallback_ops()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    got = op(tpu_parts[0], *tpu_parts[1], **tpu_parts[2])
+                    got = s.output_process_fn_grad(got)
+            finally:
+                missing.update(_fallback_delta(before))
+            ran += 1
+            if not _mentions_cpu(parts):
+                _check_on_tpu(got)
+            reason_meta = values_comparable(op, s)
+            meta_only = meta_only or reason_meta is not None
+            try:
+                _compare(_cpu_tree(got), expected, rtol, atol, values=reason_meta is None)
+            except Mismatch as e:
+                raise Mismatch(f"sample {i} ({_describe(s)}): {e}") from None
+            compared += 1
+    except Exception as e:
+        res.samples = ran
+        res.seconds = round(time.perf_counter() - start, 2)
+        return _fail_from_exception(res, e, missing)
+    res.samples = ran
+    res.seconds = round(time.perf_counter() - start, 2)
+    if missing:
+        return _fail_from_exception(res, RuntimeError("fallback"), missing)
+    if ran == 0:
+        res.reason = "no sample runs on the CPU within the size limit"
+        return res
+    res.status = "pass"
+    res.kind = "meta" if meta_only else "values"
+    if meta_only:
+        res.reason = "values not compared (OpInfo: " + values_comparable(op) + "); shape/dtype match"
+    return res
+
+
+def _describe(s):
+    def d(x):
+        if isinstance(x, torch.Tensor):
+            return f"{str(x.dtype).replace('torch.', '')}{list(x.shape)}"
+        if isinstance(x, (list, tuple)):
+            return "[" + ", ".join(d(e) for e in x) + "]"
+        return repr(x)
+    parts = [d(s.input)] + [d(a) for a in s.args] + [f"{k}={d(v)}" for k, v in s.kwargs.items()]
+    return ", ".join(parts)[:160]
+
+
+def _differentiable_outputs(out):
+    return [t for t in _leaves(out) if t.requires_grad and (t.is_floating_point() or t.is_complex())]
+
+
+def check_gradient(op, dtype=torch.float32, n=N_GRAD) -> Result:
+    import time
+    start = time.perf_counter()
+    res = Result(entry_name(op), str(dtype).replace("torch.", ""), "gradient", "skip")
+    if not op.supports_autograd:
+        res.reason = "OpInfo: no autograd support"
+        return res
+    if dtype not in op.supported_backward_dtypes("cpu"):
+        res.reason = f"OpInfo: no CPU backward for {dtype}"
+        return res
+    if values_comparable(op) is not None:
+        res.reason = "values not comparable: " + values_comparable(op)
+        return res
+    try:
+        batch = samples(op, dtype, True, n)
+    except Exception as e:
+        res.reason = "could not draw CPU samples: " + _short(e)
+        return res
+    rtol, atol = tolerance(op, dtype, gradient=True)
+    missing = set()
+    ran = 0
+    gen = torch.Generator().manual_seed(1234)
+    try:
+        for i, s in enumerate(batch):
+            parts = _sample_parts(s)
+            cpu_parts, cpu_memo = _clone_cpu(parts, True)
+            leaves = [t for t in _leaves(parts) if t.requires_grad]
+            if not leaves:
+                continue
+            try:
+                out = s.output_process_fn_grad(op(cpu_parts[0], *cpu_parts[1], **cpu_parts[2]))
+                outs = _differentiable_outputs(out)
+                if not outs:
+                    continue
+                ws = [torch.randn(o.shape, dtype=o.dtype, generator=gen) for o in outs]
+                cpu_inputs = [cpu_memo[id(t)] for t in leaves]
+                expected = torch.autograd.grad(outs, cpu_inputs, grad_outputs=ws, allow_unused=True)
+            except Exception:
+                continue  # not differentiable on the CPU for this sample
+            tpu_parts, tpu_memo = _to_tpu(parts, True)
+            before = torch_tpu.fallback_ops()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    tout = _differentiable_outputs(
+                        s.output_process_fn_grad(op(tpu_parts[0], *tpu_parts[1], **tpu_parts[2])))
+                    if len(tout) != len(outs):
+                        raise Mismatch(f"sample {i}: {len(tout)} differentiable outputs vs CPU {len(outs)}")
+                    tpu_inputs = [tpu_memo[id(t)] for t in leaves]
+                    got = torch.autograd.grad(tout, tpu_inputs, grad_outputs=[w.to("tpu") for w in ws],
+                                              allow_unused=True)
+            finally:
+                missing.update(_fallback_delta(before))
+            ran += 1
+            for k, (g, x) in enumerate(zip(got, expected)):
+                if (g is None) != (x is None):
+                    # An unused input's gradient may be None on one side and zeros on the other.
+                    z = g if g is not None else x
+                    if torch.count_nonzero(z.detach().cpu()).item() == 0:
+                        continue
+                    raise Mismatch(f"sample {i}: grad[{k}] is {'None' if g is None else 'a tensor'} "
+                                   f"vs CPU {'None' if x is None else 'a tensor'}")
+                if g is None:
+                    continue
+                try:
+                    _check_on_tpu(g)
+                    _compare(g.detach().cpu(), x, rtol, atol)
+                except Mismatch as e:
+                    raise Mismatch(f"sample {i} ({_describe(s)}): grad[{k}]: {e}") from None
+    except Exception as e:
+        res.samples = ran
+        res.seconds = round(time.perf_counter() - start, 2)
+        return _fail_from_exception(res, e, missing)
+    res.samples = ran
+    res.seconds = round(time.perf_counter() - start, 2)
+    if missing:
+        return _fail_from_exception(res, RuntimeError("fallback"), missing)
+    if ran == 0:
+        res.reason = "no differentiable sample within the size limit"
+        return res
+    res.status, res.kind = "pass", "values"
+    return res
+
+
+def run_check(check, name, dtype=None):
+    """One check by entry name, never raising: crashes of the harness itself become 'error'."""
+    op = ops()[name]
+    try:
+        if check == "forward":
+            return check_forward(op, dtype)
+        if check == "bfloat16":
+            r = check_forward(op, torch.bfloat16)
+            r.check = "bfloat16"
+            return r
+        if check == "gradient":
+            return check_gradient(op)
+        raise ValueError(check)
+    except Exception as e:  # pragma: no cover - a bug in the harness
+        return Result(name, str(dtype), check, "fail", "error",
+                      "harness: " + _short(e) + " | " + traceback.format_exc(limit=2).replace("\n", " ")[-200:])

@@ -1,0 +1,27 @@
+"""PyTorch paths that allocate device storage through the C++ allocator, which a
+Python backend cannot provide (they would crash): ``torch.UntypedStorage(n,
+device="tpu")``, used by ``storage.clone()``, ``copy.deepcopy``, ``pickle`` and
+``torch.load(map_location="tpu")``.  We route them to our own storages."""
+import torch
+
+from .. import dtypes
+from . import buffers
+
+_original_new = torch.UntypedStorage.__new__
+
+
+def _untyped_storage_new(cls, *args, device=None, **kwargs):
+    if device is not None and torch.device(device).type == "tpu":
+        from ..ops.core import check_device
+        check_device(device)
+        if len(args) == 1 and isinstance(args[0], int) and not kwargs:
+            return buffers.empty_storage(args[0], dtypes.to_np(torch.uint8))
+        if not args and not kwargs:
+            return buffers.empty_storage(0, dtypes.to_np(torch.uint8))
+        raise TypeError("torch.UntypedStorage(..., device='tpu') takes only a size in bytes")
+    return _original_new(cls, *args, device=device, **kwargs) if device is not None \
+        else _original_new(cls, *args, **kwargs)
+
+
+def install() -> None:
+    torch.UntypedStorage.__new__ = _untyped_storage_new
