@@ -365,7 +365,7 @@ def _summarise_mismatch(msg):
     keep = []
     for ln in lines:
         if ln.startswith(("Mismatched elements", "Greatest absolute", "Greatest relative", "The values for attribute",
-                          "The failure occurred", "Scalars are not", "Expected", "Tensor-likes are not",
+                          "The failure occurred", "Expected",
                           "The length of the sequences", "Booleans mismatch", "Sparse")):
             keep.append(re.sub(r" at index \([^)]*\)", "", ln))
     return "; ".join(keep)[:400] if keep else (lines[0][:400] if lines else "mismatch")
@@ -428,10 +428,9 @@ def _check_on_tpu(out):
 
 # ---- the checks --------------------------------------------------------------------------
 
-def _fail_from_exception(res, e, missing):
+def _fail_from_exception(res, e, missing, where=""):
     name = _missing_from_error(e)
-    if name:
-        missing = sorted(set(missing) | {name})
+    missing = sorted(set(missing) | ({name} if name else set()))
     if missing:
         res.kind, res.missing = "missing_kernel", missing
         res.reason = "no kernel: " + ", ".join(f"aten::{m}" if "::" not in m else m for m in missing) + \
@@ -439,7 +438,7 @@ def _fail_from_exception(res, e, missing):
     elif isinstance(e, Mismatch):
         res.kind, res.reason = "numeric", str(e)
     else:
-        res.kind, res.reason = "error", _short(e)
+        res.kind, res.reason = "error", _short(e) + (f" [{where}]" if where else "")
     res.status = "fail"
     return res
 
@@ -461,8 +460,10 @@ def check_forward(op, dtype=None, n=N_FORWARD) -> Result:
     missing = set()
     compared = ran = 0
     meta_only = False
+    where = ""
     try:
         for i, s in enumerate(batch):
+            where = f"sample {i}: {_describe(s)}"
             parts = _sample_parts(s)
             tpu_parts, _ = _to_tpu(parts, False)
             cpu_parts, _ = _clone_cpu(parts, False)
@@ -492,7 +493,7 @@ def check_forward(op, dtype=None, n=N_FORWARD) -> Result:
     except Exception as e:
         res.samples = ran
         res.seconds = round(time.perf_counter() - start, 2)
-        return _fail_from_exception(res, e, missing)
+        return _fail_from_exception(res, e, missing, where)
     res.samples = ran
     res.seconds = round(time.perf_counter() - start, 2)
     if missing:
@@ -544,8 +545,10 @@ def check_gradient(op, dtype=torch.float32, n=N_GRAD) -> Result:
     missing = set()
     ran = 0
     gen = torch.Generator().manual_seed(1234)
+    where = ""
     try:
         for i, s in enumerate(batch):
+            where = f"sample {i}: {_describe(s)}"
             parts = _sample_parts(s)
             cpu_parts, cpu_memo = _clone_cpu(parts, True)
             leaves = [t for t in _leaves(parts) if t.requires_grad]
@@ -571,7 +574,7 @@ def check_gradient(op, dtype=torch.float32, n=N_GRAD) -> Result:
                     if len(tout) != len(outs):
                         raise Mismatch(f"sample {i}: {len(tout)} differentiable outputs vs CPU {len(outs)}")
                     tpu_inputs = [tpu_memo[id(t)] for t in leaves]
-                    got = torch.autograd.grad(tout, tpu_inputs, grad_outputs=[w.to("tpu") for w in ws],
+                    got = torch.autograd.grad(tout, tpu_inputs, grad_outputs=[w.to(o.device) for w, o in zip(ws, tout)],
                                               allow_unused=True)
             finally:
                 missing.update(_fallback_delta(before))
@@ -594,7 +597,7 @@ def check_gradient(op, dtype=torch.float32, n=N_GRAD) -> Result:
     except Exception as e:
         res.samples = ran
         res.seconds = round(time.perf_counter() - start, 2)
-        return _fail_from_exception(res, e, missing)
+        return _fail_from_exception(res, e, missing, where)
     res.samples = ran
     res.seconds = round(time.perf_counter() - start, 2)
     if missing:

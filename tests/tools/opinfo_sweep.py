@@ -54,8 +54,10 @@ def _worker(job_file, out_file):
         for check, entry in jobs:
             out.write(json.dumps({"start": [check, entry]}) + "\n")
             out.flush()
+            if entry == "__crash_test__":  # lets the tests exercise crash recovery
+                os.kill(os.getpid(), signal.SIGSEGV)
             r = H.run_check(check, entry)
-            out.write(json.dumps({"result": r.to_json()}) + "\n")
+            out.write(json.dumps({"result": r.to_json()}, default=str) + "\n")
             out.flush()
 
 
@@ -130,10 +132,12 @@ class _Runner:
                 rec = _dead(check, entry, "timeout", f"timeout: no result after {self.timeout}s")
             else:
                 sig = f"signal {-rc} ({signal.Signals(-rc).name})" if isinstance(rc, int) and rc < 0 else f"exit {rc}"
-                rec = _dead(check, entry, "crash", f"crash: the process died ({sig})")
+                err = open(os.path.join(self.tmp, f"err{self.idx}_{self.gen}.txt")).read().strip().splitlines()
+                tail = f": {err[-1][:160]}" if err and not (isinstance(rc, int) and rc < 0) else ""
+                rec = _dead(check, entry, "crash", f"crash: the process died ({sig}){tail}")
+            results.append(rec)
             self.results.append(rec)
             self.queue.pop(0)
-            _progress(rec)
         elif rc != 0 and self.queue and not results:
             # Died before starting any job (import error?): give up rather than loop.
             err = open(os.path.join(self.tmp, f"err{self.idx}_{self.gen}.txt")).read()[-2000:]

@@ -328,6 +328,12 @@ class _set_eager_mode:
 set_eager_mode = _set_eager_mode
 
 
+def eager_cache_stats() -> dict:
+    """Fused-eager executable cache: hits, misses, compile seconds, flushes."""
+    from ..eager import fusion
+    return fusion.stats.as_dict()
+
+
 class _TpuModule(types.ModuleType):
     @property
     def eager_mode(self):

@@ -36,10 +36,18 @@ def current() -> EagerMode:
     return _mode
 
 
+def is_fused() -> bool:
+    return _mode is EagerMode.FUSED
+
+
 def set_mode(mode) -> EagerMode:
     global _mode
     previous = _mode
-    _mode = mode if isinstance(mode, EagerMode) else EagerMode(str(mode).lower())
+    new = mode if isinstance(mode, EagerMode) else EagerMode(str(mode).lower())
+    if previous is EagerMode.FUSED and new is not EagerMode.FUSED:
+        from . import fusion
+        fusion.flush("mode change")
+    _mode = new
     return previous
 
 

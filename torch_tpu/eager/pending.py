@@ -33,6 +33,8 @@ def _ready(results) -> bool:
 
 
 def wait_all() -> None:
+    from . import fusion
+    fusion.flush("synchronize")
     with _lock:
         items = list(_pending)
         _pending.clear()

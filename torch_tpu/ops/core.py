@@ -112,30 +112,23 @@ def to_cpu_tensor(t):
     return out.reshape(tuple(t.shape))
 
 
+# dst[...] = src through dst's view, cast and broadcast: one jitted write (or
+# one recorded op in fused mode); src may be a CPU tensor (a host-to-device copy).
+_copy_kernel = Kernel(resolve("copy_.default"), lambda self, src, non_blocking=False: src,
+                      "inplace", Options(allow_cpu=("src",)))
+
+
 def copy_into(dst, src) -> None:
     """dst[...] = src, with dst on tpu and src on tpu or the CPU."""
-    if src.device.type == "tpu":
-        value = access.read(src)
-    else:
-        value = to_device_array(src)
-    access.write(dst, value)
-    modes.after_op("aten::copy_", buffers.get_buffer(dst.untyped_storage()))
+    _copy_kernel(dst, src)
 
 
 @register_raw("copy_.default")
 def copy_(self, src, non_blocking=False):
     if self.device.type == "tpu":
-        if tuple(src.shape) != tuple(self.shape):
-            torch.broadcast_shapes(tuple(src.shape), tuple(self.shape))  # PyTorch's error if not
-            if torch.broadcast_shapes(tuple(src.shape), tuple(self.shape)) != tuple(self.shape):
-                raise RuntimeError(
-                    f"output with shape {list(self.shape)} doesn't match the broadcast shape "
-                    f"{list(torch.broadcast_shapes(tuple(src.shape), tuple(self.shape)))}")
-        copy_into(self, src)
-        return self
+        return _copy_kernel(self, src)
     # tpu -> CPU (or another device): bring the value to the host, then PyTorch copies.
-    host = to_cpu_tensor(src)
-    self.copy_(host)
+    self.copy_(to_cpu_tensor(src))
     return self
 
 

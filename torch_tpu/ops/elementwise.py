@@ -234,6 +234,14 @@ def _digamma(x):
     return jnp.where(x == 0, jnp.copysign(jnp.asarray(jnp.inf, x.dtype), -x), lax.digamma(x))
 
 
+def _exp2(x):
+    # split off the integer part so that 2**n is exact (XLA's exp2 is exp(x ln 2))
+    n = jnp.round(x)
+    n_int = jnp.clip(jnp.where(jnp.isfinite(n), n, 0), -2000, 2000).astype(jnp.int32)
+    out = jnp.ldexp(jnp.exp2(x - n), n_int)
+    return jnp.where(jnp.isfinite(x), out, jnp.exp2(x))
+
+
 def _sinc(x):
     px = x * jnp.asarray(math.pi, x.dtype)
     return jnp.where(x == 0, jnp.ones_like(x), jnp.sin(px) / px)
@@ -251,7 +259,7 @@ def _angle(x):
 # ops whose integer inputs compute in the default float dtype
 _INT_TO_FLOAT_UNARY = {
     "sqrt": jnp.sqrt, "rsqrt": lambda x: 1 / jnp.sqrt(x),
-    "exp": jnp.exp, "exp2": jnp.exp2, "expm1": jnp.expm1,
+    "exp": jnp.exp, "exp2": _exp2, "expm1": jnp.expm1,
     "log": jnp.log, "log2": jnp.log2, "log10": jnp.log10, "log1p": jnp.log1p,
     "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan,
     "asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan,
@@ -494,27 +502,26 @@ def _rshift(a, b):
     return lax.shift_right_logical(a, b)
 
 
-def _shift_float(shift):
-    # __lshift__ / __rshift__ on floats multiply / divide by 2**other
+def _shift(shift):
     def f(a, b):
-        if _is_float(a):
-            return a * jnp.exp2(b) if shift is _lshift else a / jnp.exp2(b)
+        if _is_float(a):  # PyTorch's CPU kernels have no float shifts either
+            raise NotImplementedError(f"{shift.__name__[1:]}_tpu not implemented for '{a.dtype}'")
         a, b = jnp.broadcast_arrays(a, b)
         return shift(a, b)
     return f
 
 
 register("bitwise_left_shift.Tensor", "bitwise_left_shift.Tensor_Scalar",
-         "bitwise_left_shift.Scalar_Tensor", promote=DEFAULT)(_shift_float(_lshift))
+         "bitwise_left_shift.Scalar_Tensor", promote=DEFAULT)(_shift(_lshift))
 register("bitwise_right_shift.Tensor", "bitwise_right_shift.Tensor_Scalar",
-         "bitwise_right_shift.Scalar_Tensor", promote=DEFAULT)(_shift_float(_rshift))
-register("__lshift__.Tensor", "__lshift__.Scalar", promote=DEFAULT)(_shift_float(_lshift))
-register("__rshift__.Tensor", "__rshift__.Scalar", promote=DEFAULT)(_shift_float(_rshift))
+         "bitwise_right_shift.Scalar_Tensor", promote=DEFAULT)(_shift(_rshift))
+register("__lshift__.Tensor", "__lshift__.Scalar", promote=DEFAULT)(_shift(_lshift))
+register("__rshift__.Tensor", "__rshift__.Scalar", promote=DEFAULT)(_shift(_rshift))
 # x <<= y has its own names, which the registry's sibling search does not find
-for _name, _shift in (("__ilshift__", _lshift), ("__irshift__", _rshift)):
+for _name, _sh in (("__ilshift__", _lshift), ("__irshift__", _rshift)):
     for _ovl in ("Tensor", "Scalar"):
         _op = resolve(f"{_name}.{_ovl}")
-        register_raw(f"{_name}.{_ovl}")(Kernel(_op, _shift_float(_shift), "inplace", Options(promote=DEFAULT)))
+        register_raw(f"{_name}.{_ovl}")(Kernel(_op, _shift(_sh), "inplace", Options(promote=DEFAULT)))
 
 
 # ---- selection ----------------------------------------------------------------------

@@ -81,6 +81,8 @@ def _linspace_fn(n, step_dtype, npdtype):
         idx = jnp.arange(n)
         up = start + step * idx.astype(step_dtype)
         down = end - step * (n - idx - 1).astype(step_dtype)
+        if n == 1:  # a single step is start, not end
+            return start.reshape(1).astype(npdtype)
         return jnp.where(idx < n // 2, up, down).astype(npdtype)
     return jax.jit(run)
 
@@ -107,6 +109,8 @@ def _logspace_fn(n, npdtype):
         step = (end - start) / max(n - 1, 1)
         idx = jnp.arange(n)
         exps = jnp.where(idx < n // 2, start + step * idx, end - step * (n - idx - 1))
+        if n == 1:  # a single step is base ** start
+            exps = jnp.reshape(start, (1,))
         return jnp.power(base, exps).astype(npdtype)
     return jax.jit(run)
 

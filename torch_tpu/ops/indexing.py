@@ -1,1 +1,441 @@
-"""(filled in below)"""
+"""Indexing ops: advanced indexing (index / index_put), gather/scatter,
+index_select/add/copy/fill, masked ops, nonzero, take/put.
+
+Out-of-range indices: XLA clamps or drops them silently, PyTorch raises.  So
+each op with an index argument checks its range on the host before running:
+a CPU index tensor is checked directly, a tpu one through a tiny jitted
+min/max whose two numbers are read back (one device sync per call).  The
+messages and exception types are PyTorch's CPU ones.
+
+Data-dependent shapes (nonzero, masked_select, boolean-mask indexing): the
+count is read to the host, then a jitted kernel runs with that static size.
+"""
+import functools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from .. import dtypes
+from ..eager import modes
+from ..storage import access, buffers
+from . import core, errors
+from .registry import KERNELS, Kernel, _install, _siblings, out_dtype, register, register_raw, resolve
+
+_aten = torch.ops.aten
+
+
+# ---- host-side checks ---------------------------------------------------------
+
+@jax.jit
+def _min_max(idx):
+    return jnp.stack([jnp.min(idx).astype(np.int64), jnp.max(idx).astype(np.int64)])
+
+
+def _value(t):
+    """A tensor's value as a jax array, from either device."""
+    return access.read(t) if t.device.type == "tpu" else core.to_device_array(t)
+
+
+def _index_range(index):
+    """(min, max) of an index tensor on the host, or None when it is empty."""
+    if index.numel() == 0:
+        return None
+    if index.device.type == "cpu":
+        host = dtypes.numpy_from_cpu_tensor(index)
+        return int(host.min()), int(host.max())
+    lo, hi = np.asarray(_min_max(access.read(index)))
+    return int(lo), int(hi)
+
+
+def _check_range(index, low, high, error):
+    """Raise ``error(bad_value)`` unless every index lies in [low, high)."""
+    r = _index_range(index)
+    if r is None:
+        return
+    lo, hi = r
+    if hi >= high:
+        raise error(hi)
+    if lo < low:
+        raise error(lo)
+
+
+def _dim_size(t, dim):
+    """Size of ``dim`` (a 0-dim tensor counts as size 1); None for an invalid dim
+    (the meta kernel then raises PyTorch's error)."""
+    n = max(t.dim(), 1)
+    if not -n <= dim < n:
+        return None
+    return t.shape[dim] if t.dim() else 1
+
+
+class _Guarded:
+    """A kernel with a host-side step first (bounds check, mask conversion)."""
+
+    def __init__(self, kernel, prepare):
+        self.kernel = kernel
+        self.prepare = prepare
+        self.names = kernel.arg_names
+
+    def __call__(self, *args, **kwargs):
+        bound = dict(zip(self.names, args))
+        bound.update(kwargs)
+        self.prepare(bound)
+        new_args = [bound[n] for n in self.names[:len(args)]]
+        return self.kernel(*new_args, **{k: bound[k] for k in kwargs})
+
+
+def guard(*names, prepare):
+    """Put ``prepare(args_by_name)`` in front of the named ops and their in-place/out= siblings."""
+    for name in names:
+        op = resolve(name)
+        for target in [op] + [s for s, _ in _siblings(op)]:
+            kernel = KERNELS.get(target)
+            if isinstance(kernel, Kernel):
+                _install(target, _Guarded(kernel, prepare))
+
+
+def _dim_error(exc, dim, size):
+    return lambda v: exc(f"index {v} is out of bounds for dimension {dim} with size {size}")
+
+
+# ---- nonzero and boolean masks (data-dependent sizes) ---------------------------
+
+@jax.jit
+def _count_nonzero(x):
+    return jnp.count_nonzero(x)
+
+
+@functools.partial(jax.jit, static_argnames=("n",))
+def _nonzero_kernel(x, n):
+    if x.ndim == 0:
+        return jnp.zeros((n, 0), np.int64)
+    return jnp.stack(jnp.nonzero(x, size=n), axis=1).astype(np.int64)
+
+
+def _nonzero_array(x):
+    n = int(_count_nonzero(x))  # the one host read: the result's size
+    return _nonzero_kernel(x, n)
+
+
+@register_raw("nonzero.default")
+def nonzero(self):
+    value = _nonzero_array(_value(self))
+    modes.after_op("aten::nonzero", value)
+    return buffers.wrap(value)
+
+
+@register_raw("nonzero.out")
+def nonzero_out(self, *, out):
+    value = _nonzero_array(_value(self))
+    out.resize_(value.shape)
+    access.write(out, value)
+    return out
+
+
+@register("nonzero_static.default")
+def nonzero_static(self, *, size, fill_value=-1):
+    if self.ndim == 0:
+        return jnp.full((size, 0), fill_value, np.int64)
+    return jnp.stack(jnp.nonzero(self, size=size, fill_value=fill_value), axis=1)
+
+
+def _mask_to_indices(mask, self, start):
+    """A bool/uint8 mask indexing dims start.. of ``self`` -> one long tpu tensor per dim."""
+    for k, s in enumerate(mask.shape):
+        if start + k >= self.dim() or self.shape[start + k] != s:
+            raise IndexError(
+                f"The shape of the mask {list(mask.shape)} at index {k} does not match the shape "
+                f"of the indexed tensor {list(self.shape)} at index {start + k}")
+    coords = _nonzero_array(_value(mask))
+    return [buffers.wrap(coords[:, k]) for k in range(mask.dim())]
+
+
+def _prepare_indices(bound):
+    """Boolean masks become long indices; every long index is range-checked."""
+    self, indices = bound["self"], bound["indices"]
+    out, dim = [], 0
+    for idx in indices:
+        if idx is None:
+            out.append(None)
+            dim += 1
+        elif idx.dtype in (torch.bool, torch.uint8):
+            out.extend(_mask_to_indices(idx, self, dim))
+            dim += idx.dim()
+        else:
+            if idx.is_floating_point() or idx.is_complex():
+                raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+            if dim < self.dim():
+                size = self.shape[dim]
+                _check_range(idx, -size, size, _dim_error(IndexError, dim, size))
+            out.append(idx)
+            dim += 1
+    bound["indices"] = out
+
+
+def _key(indices):
+    return tuple(slice(None) if i is None else i for i in indices)
+
+
+# ---- advanced indexing --------------------------------------------------------------
+
+def index(self, indices):
+    return self[_key(indices)]
+
+
+# functorch registers index.Tensor for PrivateUse1 too; replacing it is intended.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    register("index.Tensor", allow_cpu=("indices",))(index)
+
+
+@register("index_put.default", "_index_put_impl.default", allow_cpu=("indices",))
+def index_put(self, indices, values, accumulate=False, unsafe=False):
+    values = values.astype(self.dtype)
+    at = self.at[_key(indices)]
+    return at.add(values) if accumulate else at.set(values)
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    guard("index.Tensor", "index_put.default", "_index_put_impl.default", prepare=_prepare_indices)
+
+
+# ---- gather / scatter ----------------------------------------------------------------
+
+def _as_1d(x):
+    return x.reshape(1) if x.ndim == 0 else x
+
+
+def _prepare_gather_like(bound):
+    # gather/scatter indices must lie in [0, size): no negative wrap on the CPU either.
+    self, dim, index = bound["self"], bound["dim"], bound["index"]
+    size = _dim_size(self, dim)
+    if size is not None:
+        _check_range(index, 0, size, _dim_error(RuntimeError, dim % max(self.dim(), 1), size))
+
+
+@register("gather.default")
+def gather(self, dim, index, sparse_grad=False):
+    shape = index.shape
+    src, index = _as_1d(self), _as_1d(index)
+    dim = dim % src.ndim
+    # index may be smaller than self off ``dim``: read only the matching block.
+    block = src[tuple(slice(None) if d == dim else slice(0, index.shape[d]) for d in range(src.ndim))]
+    return jnp.take_along_axis(block, index, axis=dim).reshape(shape)
+
+
+def _scatter_coords(index, dim):
+    return tuple(index if d == dim else lax.broadcasted_iota(np.int64, index.shape, d)
+                 for d in range(index.ndim))
+
+
+def _scatter(self, dim, index, src, how):
+    """self with src[i] combined into self[coords(i)] for every i of index."""
+    shape = self.shape
+    out, index = _as_1d(self), _as_1d(index)
+    dim = dim % out.ndim
+    if jnp.ndim(src):
+        src = _as_1d(src)[tuple(slice(0, s) for s in index.shape)]  # src may be larger than index
+    src = jnp.broadcast_to(jnp.asarray(src).astype(out.dtype), index.shape)
+    at = out.at[_scatter_coords(index, dim)]
+    return getattr(at, how)(src).reshape(shape)
+
+
+_REDUCE = {"add": "add", "sum": "add", "multiply": "multiply", "prod": "multiply",
+           "amax": "max", "amin": "min"}
+
+
+@register("scatter.src", "scatter.value")
+def scatter(self, dim, index, src=None, value=None):
+    return _scatter(self, dim, index, src if value is None else value, "set")
+
+
+@register("scatter.reduce", "scatter.value_reduce")
+def scatter_reduce_legacy(self, dim, index, src=None, value=None, *, reduce):
+    return _scatter(self, dim, index, src if value is None else value, _REDUCE[reduce])
+
+
+@register("scatter_add.default")
+def scatter_add(self, dim, index, src):
+    return _scatter(self, dim, index, src, "add")
+
+
+def _identity(reduce, dtype):
+    """The value a reduction starts from when include_self=False."""
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    if jnp.issubdtype(dtype, jnp.inexact):
+        return -jnp.inf if reduce == "amax" else jnp.inf
+    info = jnp.iinfo(dtype)
+    return info.min if reduce == "amax" else info.max
+
+
+@register("scatter_reduce.two")
+def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    hit = _scatter(jnp.zeros(self.shape, bool), dim, index, True, "set")
+    base = self if include_self else jnp.where(hit, jnp.asarray(_identity(reduce, self.dtype), self.dtype), self)
+    if reduce != "mean":
+        return _scatter(base, dim, index, src, _REDUCE[reduce])
+    total = _scatter(base, dim, index, src, "add")
+    count = _scatter(jnp.full(self.shape, 1 if include_self else 0, np.int64), dim, index, 1, "add")
+    count = jnp.maximum(count, 1).astype(self.dtype)
+    mean = total // count if jnp.issubdtype(self.dtype, jnp.integer) else total / count
+    return jnp.where(hit, mean, self)
+
+
+guard("gather.default", "scatter.src", "scatter.value", "scatter.reduce", "scatter.value_reduce",
+      "scatter_add.default", "scatter_reduce.two", prepare=_prepare_gather_like)
+
+
+# ---- index_select / index_add / index_copy / index_fill -------------------------------
+
+def _along(dim, ndim, index):
+    return (slice(None),) * (dim % max(ndim, 1)) + (index.reshape(-1),)
+
+
+@register("index_select.default")
+def index_select(self, dim, index):
+    if self.ndim == 0:
+        return self
+    return jnp.take(self, index.reshape(-1), axis=dim % self.ndim)
+
+
+@register("index_add.default")
+def index_add(self, dim, index, source, *, alpha=1):
+    out = _as_1d(self)
+    update = (_as_1d(source) * alpha).astype(self.dtype)
+    return out.at[_along(dim, out.ndim, index)].add(update).reshape(self.shape)
+
+
+@register("index_copy.default")
+def index_copy(self, dim, index, source):
+    out = _as_1d(self)
+    return out.at[_along(dim, out.ndim, index)].set(_as_1d(source)).reshape(self.shape)
+
+
+@register("index_fill.int_Scalar", "index_fill.int_Tensor")
+def index_fill(self, dim, index, value):
+    out = _as_1d(self)
+    return out.at[_along(dim, out.ndim, index)].set(jnp.asarray(value).astype(self.dtype)).reshape(self.shape)
+
+
+def _prepare_dim_index(low, message):
+    """Bounds check for ``index`` along ``dim``: [0, size) or [-size, size)."""
+    def prepare(bound):
+        self, dim, index = bound["self"], bound["dim"], bound["index"]
+        size = _dim_size(self, dim)
+        if size is not None:
+            d = dim % max(self.dim(), 1)
+            _check_range(index, -size if low else 0, size,
+                         lambda v: IndexError(message.format(v=v, dim=d, size=size)))
+    return prepare
+
+
+guard("index_select.default", "index_add.default",
+      prepare=_prepare_dim_index(False, "index out of range in self"))
+guard("index_copy.default",
+      prepare=_prepare_dim_index(False, "index_copy_(): index {v} is out of bounds for dimension {dim} with size {size}"))
+guard("index_fill.int_Scalar", "index_fill.int_Tensor",
+      prepare=_prepare_dim_index(True, "index {v} is out of bounds for dimension {dim} with size {size}"))
+
+
+# ---- take / put (flat indices, negative wrap) ------------------------------------------
+
+@register("take.default")
+def take(self, index):
+    return self.reshape(-1)[index]
+
+
+@register("put.default")
+def put(self, index, source, accumulate=False):
+    at = self.reshape(-1).at[index.reshape(-1)]
+    src = source.reshape(-1).astype(self.dtype)
+    return (at.add(src) if accumulate else at.set(src)).reshape(self.shape)
+
+
+def _prepare_flat(bound):
+    n = bound["self"].numel()
+    _check_range(bound["index"], -n, n,
+                 lambda v: IndexError(f"out of range: tried to access index {v} on a tensor of {n} elements."))
+
+
+guard("take.default", "put.default", prepare=_prepare_flat)
+
+
+# ---- masked ops ----------------------------------------------------------------------------
+
+def masked_fill(self, mask, value):
+    return jnp.where(mask, jnp.asarray(value).astype(out_dtype()), self)
+
+
+# The elementwise module may own masked_fill; it is imported first, so keep its kernel.
+if resolve("masked_fill.Scalar") not in KERNELS:
+    register("masked_fill.Scalar", "masked_fill.Tensor")(masked_fill)
+
+
+@register("masked_scatter.default")
+def masked_scatter(self, mask, source):
+    mask = jnp.broadcast_to(mask, jnp.broadcast_shapes(mask.shape, self.shape))
+    base = jnp.broadcast_to(self, mask.shape)
+    # The k-th True position takes source's k-th element (row-major order).
+    pos = jnp.cumsum(mask.reshape(-1)) - 1
+    src = source.reshape(-1)
+    picked = src[jnp.clip(pos, 0, max(src.shape[0] - 1, 0))] if src.shape[0] else jnp.zeros_like(pos, self.dtype)
+    return jnp.where(mask.reshape(-1), picked.astype(self.dtype), base.reshape(-1)).reshape(mask.shape)
+
+
+def _prepare_masked_scatter(bound):
+    mask, source = bound["mask"], bound["source"]
+    if mask.dtype != torch.bool:
+        return  # the meta kernel raises PyTorch's dtype error
+    shape = torch.broadcast_shapes(tuple(mask.shape), tuple(bound["self"].shape))
+    ones = int(_count_nonzero(jnp.broadcast_to(_value(mask), shape)))  # host read: the check
+    if source.numel() < ones:
+        raise RuntimeError("Number of elements of source < number of ones in mask")
+
+
+guard("masked_scatter.default", prepare=_prepare_masked_scatter)
+
+
+@functools.partial(jax.jit, static_argnames=("n",))
+def _masked_select_kernel(x, mask, n):
+    shape = jnp.broadcast_shapes(x.shape, mask.shape)
+    flat_mask = jnp.broadcast_to(mask, shape).reshape(-1)
+    where = jnp.nonzero(flat_mask, size=n)[0]
+    return jnp.broadcast_to(x, shape).reshape(-1)[where]
+
+
+@functools.partial(jax.jit, static_argnames=("shape",))
+def _broadcast_count(mask, shape):
+    return jnp.count_nonzero(jnp.broadcast_to(mask, shape))
+
+
+@register_raw("masked_select.default")
+def masked_select(self, mask):
+    if mask.dtype != torch.bool:
+        raise RuntimeError(f"masked_select: expected BoolTensor for mask")
+    for t in (self, mask):
+        if t.device.type != "tpu":
+            errors.device_mismatch("aten::masked_select", t)
+    shape = torch.broadcast_shapes(tuple(self.shape), tuple(mask.shape))
+    x, m = access.read(self), access.read(mask)
+    n = int(_broadcast_count(m, tuple(shape)))  # the result's size, read to the host
+    value = _masked_select_kernel(x, m, n)
+    modes.after_op("aten::masked_select", value)
+    return buffers.wrap(value)
+
+
+@register_raw("masked_select.out")
+def masked_select_out(self, mask, *, out):
+    value = access.read(masked_select(self, mask))
+    out.resize_(value.shape)
+    access.write(out, value.astype(dtypes.to_np(out.dtype)))
+    return out

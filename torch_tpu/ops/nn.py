@@ -12,7 +12,7 @@ import numpy as np
 from jax import lax
 
 from ..storage import access
-from .registry import Kernel, Options, out_dtype, register, register_raw, resolve
+from .registry import Kernel, Options, register, register_raw, resolve, rng_key
 
 HIGHEST = lax.Precision.HIGHEST
 _HALF = (np.dtype(jnp.bfloat16), np.dtype(np.float16))
@@ -387,3 +387,547 @@ def adaptive_max_pool2d_backward(grad_output, self, indices):
 @register("adaptive_max_pool3d_backward.default")
 def adaptive_max_pool3d_backward(grad_output, self, indices):
     return _scatter_plane(grad_output, indices, self.shape, 3)
+
+
+# ---- normalization -------------------------------------------------------------
+
+def _bn_stats_dtype(input, weight, running_mean):
+    """CPU keeps batch-norm statistics in the parameters' dtype (float32 under bf16 input)."""
+    for t in (running_mean, weight):
+        if t is not None:
+            return t.dtype
+    return input.dtype
+
+
+def _channel_shape(x):
+    return (1, -1) + (1,) * (x.ndim - 2)
+
+
+def _bn_axes(x):
+    return (0,) + tuple(range(2, x.ndim))
+
+
+def _bn_forward(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """(out, save_mean, save_invstd[, new running_mean, new running_var])."""
+    x = _up(input)
+    stats = _bn_stats_dtype(input, weight, running_mean)
+    cs = _channel_shape(x)
+    if training:
+        axes = _bn_axes(x)
+        mean = jnp.mean(x, axis=axes)
+        var = jnp.mean(jnp.square(x - mean.reshape(cs)), axis=axes)
+        invstd = lax.rsqrt(var + eps)
+        saved = (mean.astype(stats), invstd.astype(stats))
+    else:
+        mean, invstd = _up(running_mean), lax.rsqrt(_up(running_var) + eps)
+        saved = (jnp.zeros((0,), stats), jnp.zeros((0,), stats))  # CPU returns empty stats in eval
+    y = (x - mean.reshape(cs)) * invstd.reshape(cs)
+    if weight is not None:
+        y = y * _up(weight).reshape(cs)
+    if bias is not None:
+        y = y + _up(bias).reshape(cs)
+    outs = (y.astype(input.dtype),) + saved
+    if training and running_mean is not None:
+        n = x.size // x.shape[1]
+        unbiased = var * (n / max(n - 1, 1))
+        outs += ((1 - momentum) * _up(running_mean) + momentum * mean,
+                 (1 - momentum) * _up(running_var) + momentum * unbiased)
+        outs = outs[:3] + (outs[3].astype(running_mean.dtype), outs[4].astype(running_var.dtype))
+    return outs
+
+
+_bn_kernel = Kernel(resolve("native_batch_norm.default"), _bn_forward, "functional", Options(meta=False))
+
+
+@register_raw("native_batch_norm.default", "_native_batch_norm_legit.default")
+def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    outs = _bn_kernel(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    if len(outs) == 5:  # training with running stats: update them in place, as CPU does
+        access.write(running_mean, access.read(outs[3]))
+        access.write(running_var, access.read(outs[4]))
+    return outs[:3]
+
+
+@register_raw("_native_batch_norm_legit.no_stats")
+def _native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, eps):
+    return _bn_kernel(input, weight, bias, None, None, training, momentum, eps)
+
+
+@register("_native_batch_norm_legit_functional.default")
+def _native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var, training,
+                                        momentum, eps):
+    outs = _bn_forward(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    if len(outs) == 3:
+        outs += (running_mean, running_var)
+    return outs
+
+
+@register("_native_batch_norm_legit_no_training.default")
+def _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum, eps):
+    return _bn_forward(input, weight, bias, running_mean, running_var, False, momentum, eps)
+
+
+@_masked("native_batch_norm_backward.default")
+def native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean,
+                               save_invstd, train, eps, output_mask):
+    x, dy = _up(input), _up(grad_out)
+    cs, axes = _channel_shape(x), _bn_axes(x)
+    if train:
+        mean, invstd = _up(save_mean), _up(save_invstd)
+    else:
+        mean, invstd = _up(running_mean), lax.rsqrt(_up(running_var) + eps)
+    xc = x - mean.reshape(cs)
+    sum_dy = jnp.sum(dy, axis=axes)
+    dot = jnp.sum(dy * xc, axis=axes)
+    w = _up(weight) if weight is not None else jnp.ones_like(mean)
+    outs = []
+    if output_mask[0]:
+        if train:
+            n = x.size // x.shape[1]
+            proj = xc * (dot * invstd * invstd / n).reshape(cs)
+            dx = (dy - (sum_dy / n).reshape(cs) - proj) * (invstd * w).reshape(cs)
+        else:
+            dx = dy * (invstd * w).reshape(cs)
+        outs.append(dx.astype(input.dtype))
+    pdtype = weight.dtype if weight is not None else _bn_stats_dtype(input, None, running_mean)
+    if output_mask[1]:
+        outs.append((dot * invstd).astype(pdtype))
+    if output_mask[2]:
+        outs.append(sum_dy.astype(pdtype))
+    return tuple(outs)
+
+
+def _norm_axes(x, normalized_shape):
+    return tuple(range(x.ndim - len(normalized_shape), x.ndim))
+
+
+@register("native_layer_norm.default")
+def native_layer_norm(input, normalized_shape, weight, bias, eps):
+    x = _up(input)
+    axes = _norm_axes(x, normalized_shape)
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
+    rstd = lax.rsqrt(var + eps)
+    y = (x - mean) * rstd
+    if weight is not None:
+        y = y * _up(weight)
+    if bias is not None:
+        y = y + _up(bias)
+    return y, mean, rstd
+
+
+@_masked("native_layer_norm_backward.default")
+def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+    x, dy = _up(input), _up(grad_out)
+    axes = _norm_axes(x, normalized_shape)
+    batch_axes = tuple(range(x.ndim - len(normalized_shape)))
+    xhat = (x - _up(mean)) * _up(rstd)
+    outs = []
+    if output_mask[0]:
+        g = dy * _up(weight) if weight is not None else dy
+        dx = (g - jnp.mean(g, axis=axes, keepdims=True)
+              - xhat * jnp.mean(g * xhat, axis=axes, keepdims=True)) * _up(rstd)
+        outs.append(dx.astype(input.dtype))
+    if output_mask[1]:
+        outs.append(jnp.sum(dy * xhat, axis=batch_axes).astype(weight.dtype))
+    if output_mask[2]:
+        outs.append(jnp.sum(dy, axis=batch_axes).astype(bias.dtype))
+    return tuple(outs)
+
+
+def _grouped(x, N, C, HxW, group):
+    return x.reshape(N, group, (C // group) * HxW)
+
+
+@register("native_group_norm.default")
+def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
+    x = _grouped(_up(input), N, C, HxW, group)
+    mean = jnp.mean(x, axis=-1)
+    var = jnp.mean(jnp.square(x - mean[..., None]), axis=-1)
+    rstd = lax.rsqrt(var + eps)
+    y = ((x - mean[..., None]) * rstd[..., None]).reshape(N, C, HxW)
+    if weight is not None:
+        y = y * _up(weight)[:, None]
+    if bias is not None:
+        y = y + _up(bias)[:, None]
+    return y.reshape(input.shape), mean, rstd
+
+
+@_masked("native_group_norm_backward.default")
+def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
+    x = _up(input).reshape(N, C, HxW)
+    dy = _up(grad_out).reshape(N, C, HxW)
+    m = jnp.repeat(_up(mean), C // group, axis=1)[..., None]
+    r = jnp.repeat(_up(rstd), C // group, axis=1)[..., None]
+    xhat = (x - m) * r
+    outs = []
+    if output_mask[0]:
+        g = dy * _up(weight)[:, None] if weight is not None else dy
+        gg, xg = _grouped(g, N, C, HxW, group), _grouped(xhat, N, C, HxW, group)
+        dx = (gg - jnp.mean(gg, axis=-1, keepdims=True)
+              - xg * jnp.mean(gg * xg, axis=-1, keepdims=True)) * _up(rstd)[..., None]
+        outs.append(dx.reshape(input.shape).astype(input.dtype))
+    pdtype = weight.dtype if weight is not None else input.dtype
+    if output_mask[1]:
+        outs.append(jnp.sum(dy * xhat, axis=(0, 2)).astype(pdtype))
+    if output_mask[2]:
+        outs.append(jnp.sum(dy, axis=(0, 2)).astype(pdtype))
+    return tuple(outs)
+
+
+# ---- embedding -----------------------------------------------------------------
+
+@register("embedding.default")
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return jnp.take(weight, indices, axis=0)
+
+
+@register("embedding_dense_backward.default")
+def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    idx = indices.reshape(-1)
+    g = _up(grad_output).reshape(idx.shape[0], -1)
+    if padding_idx >= 0:  # the padding row never receives gradient
+        g = jnp.where((idx == padding_idx)[:, None], 0, g)
+    if scale_grad_by_freq:
+        counts = jnp.zeros((num_weights,), g.dtype).at[idx].add(1)
+        g = g / counts[idx][:, None]
+    return jnp.zeros((num_weights, g.shape[1]), g.dtype).at[idx].add(g)
+
+
+# ---- losses --------------------------------------------------------------------
+
+def _nll_parts(self, target, weight, ignore_index):
+    """Class scores moved last, per-element weights (0 where ignored), safe targets."""
+    x = self if self.ndim > 1 else self[None]
+    t = target if self.ndim > 1 else target[None]
+    x = jnp.moveaxis(x, 1, -1)
+    valid = t != ignore_index
+    tc = jnp.where(valid, t, 0)
+    w = jnp.take(_up(weight), tc) if weight is not None else jnp.ones(t.shape, _acc(self.dtype))
+    return x, tc, jnp.where(valid, w, 0)
+
+
+def _nll_forward(self, target, weight, reduction, ignore_index):
+    x, tc, w = _nll_parts(self, target, weight, ignore_index)
+    picked = _up(jnp.take_along_axis(x, tc[..., None], axis=-1)[..., 0])
+    loss = -picked * w
+    total = jnp.sum(w)
+    if reduction == MEAN:
+        return jnp.sum(loss) / total, total
+    if reduction == SUM:
+        return jnp.sum(loss), total
+    return loss.reshape(target.shape), jnp.zeros((), total.dtype)
+
+
+def _nll_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    x, tc, w = _nll_parts(self, target, weight, ignore_index)
+    g = _up(grad_output)
+    if reduction == MEAN:
+        coef = -w * g / _up(total_weight)
+    elif reduction == SUM:
+        coef = -w * g
+    else:
+        coef = -w * g.reshape(w.shape)
+    grad = jax.nn.one_hot(tc, x.shape[-1], dtype=coef.dtype) * coef[..., None]
+    grad = jnp.moveaxis(grad, -1, 1)
+    return grad.reshape(self.shape).astype(self.dtype)
+
+
+@register("nll_loss_forward.default", "nll_loss2d_forward.default")
+def nll_loss_forward(self, target, weight, reduction, ignore_index):
+    return _nll_forward(self, target, weight, reduction, ignore_index)
+
+
+@register("nll_loss_backward.default", "nll_loss2d_backward.default")
+def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    return _nll_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight)
+
+
+@register("mse_loss.default")
+def mse_loss(self, target, reduction=MEAN):
+    d = _up(self) - _up(target)
+    return _reduce(d * d, reduction)
+
+
+@register("mse_loss_backward.default")
+def mse_loss_backward(grad_output, self, target, reduction):
+    d = _up(self) - _up(target)
+    return 2 * d * _grad_scale(_up(grad_output), d.shape, reduction)
+
+
+@register("smooth_l1_loss.default")
+def smooth_l1_loss(self, target, reduction=MEAN, beta=1.0):
+    d = jnp.abs(_up(self) - _up(target))
+    return _reduce(jnp.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta), reduction)
+
+
+@register("smooth_l1_loss_backward.default")
+def smooth_l1_loss_backward(grad_output, self, target, reduction, beta):
+    d = _up(self) - _up(target)
+    g = _grad_scale(_up(grad_output), d.shape, reduction)
+    return jnp.where(d <= -beta, -g, jnp.where(d >= beta, g, g * d / beta))
+
+
+@register("huber_loss.default")
+def huber_loss(self, target, reduction=MEAN, delta=1.0):
+    d = jnp.abs(_up(self) - _up(target))
+    return _reduce(jnp.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta)), reduction)
+
+
+@register("huber_loss_backward.default")
+def huber_loss_backward(grad_output, self, target, reduction, delta):
+    d = _up(self) - _up(target)
+    g = _grad_scale(_up(grad_output), d.shape, reduction)
+    return jnp.where(d <= -delta, -delta * g, jnp.where(d >= delta, delta * g, g * d))
+
+
+@register("binary_cross_entropy.default")
+def binary_cross_entropy(self, target, weight=None, reduction=MEAN):
+    x, t = _up(self), _up(target)
+    # CPU clamps each log at -100 so x == 0 or 1 gives a finite loss
+    loss = (t - 1) * jnp.maximum(jnp.log1p(-x), -100) - t * jnp.maximum(jnp.log(x), -100)
+    if weight is not None:
+        loss = loss * _up(weight)
+    return _reduce(loss, reduction)
+
+
+@register("binary_cross_entropy_backward.default")
+def binary_cross_entropy_backward(grad_output, self, target, weight=None, reduction=MEAN):
+    x, t = _up(self), _up(target)
+    g = _grad_scale(_up(grad_output), x.shape, reduction)
+    grad = g * (x - t) / jnp.maximum((1 - x) * x, 1e-12)
+    if weight is not None:
+        grad = grad * _up(weight)
+    return grad
+
+
+@register("binary_cross_entropy_with_logits.default")
+def binary_cross_entropy_with_logits(self, target, weight=None, pos_weight=None, reduction=MEAN):
+    x, t = _up(self), _up(target)
+    # log(1 + exp(-x)) computed without overflow
+    softplus_neg = jnp.log1p(jnp.exp(-jnp.abs(x))) + jnp.maximum(-x, 0)
+    if pos_weight is not None:
+        loss = (1 - t) * x + ((_up(pos_weight) - 1) * t + 1) * softplus_neg
+    else:
+        loss = (1 - t) * x + softplus_neg
+    if weight is not None:
+        loss = loss * _up(weight)
+    return _reduce(loss, reduction)
+
+
+# ---- dropout -------------------------------------------------------------------
+
+@register("native_dropout.default", rng=True)
+def native_dropout(input, p, train):
+    if train is not None and not train:
+        return input, jnp.ones(input.shape, bool)
+    keep = jax.random.bernoulli(rng_key(), 1.0 - p, input.shape)
+    scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
+    return input * keep.astype(input.dtype) * jnp.asarray(scale, input.dtype), keep
+
+
+@register("native_dropout_backward.default")
+def native_dropout_backward(grad_output, mask, scale):
+    return grad_output * (mask.astype(grad_output.dtype) * jnp.asarray(scale, grad_output.dtype))
+
+
+# ---- upsampling ----------------------------------------------------------------
+
+def _scale(n_in, n_out, scale):
+    """PyTorch's source/destination ratio (compute_scales_value), as a float32."""
+    if scale is not None and scale > 0:
+        return np.float32(1.0 / scale)
+    return np.float32(n_in / n_out)
+
+
+def _nearest_index(n_in, n_out, scale):
+    o = np.arange(n_out)
+    if n_out == n_in:
+        return o
+    if n_out == 2 * n_in:
+        return o >> 1
+    src = np.floor(o.astype(np.float32) * _scale(n_in, n_out, scale)).astype(np.int64)
+    return np.minimum(src, n_in - 1)
+
+
+def _upsample_nearest(x, output_size, scales):
+    nsp = len(output_size)
+    for i, (n_out, s) in enumerate(zip(output_size, scales)):
+        axis = x.ndim - nsp + i
+        x = jnp.take(x, jnp.asarray(_nearest_index(x.shape[axis], n_out, s)), axis=axis)
+    return x
+
+
+def _linear_taps(n_in, n_out, align_corners, scale):
+    """(i0, i1, w0, w1) of linear interpolation along one dim (area_pixel_compute_source_index)."""
+    o = np.arange(n_out).astype(np.float32)
+    if align_corners:
+        ratio = np.float32((n_in - 1) / (n_out - 1)) if n_out > 1 else np.float32(0)
+        src = ratio * o
+    else:
+        src = np.maximum(_scale(n_in, n_out, scale) * (o + np.float32(0.5)) - np.float32(0.5), 0)
+    i0 = src.astype(np.int64)
+    i1 = i0 + (i0 < n_in - 1)
+    w1 = np.clip(src - i0, 0, 1).astype(np.float32)
+    return i0, i1, 1 - w1, w1
+
+
+def _upsample_linear(x, output_size, align_corners, scales):
+    nsp = len(output_size)
+    y = _up(x)
+    for i, (n_out, s) in enumerate(zip(output_size, scales)):
+        axis = x.ndim - nsp + i
+        i0, i1, w0, w1 = _linear_taps(x.shape[axis], n_out, align_corners, s)
+        shape = [1] * x.ndim
+        shape[axis] = n_out
+        y = (jnp.take(y, jnp.asarray(i0), axis=axis) * jnp.asarray(w0, y.dtype).reshape(shape)
+             + jnp.take(y, jnp.asarray(i1), axis=axis) * jnp.asarray(w1, y.dtype).reshape(shape))
+    return y.astype(x.dtype)
+
+
+def _transpose_of(fn, grad_output, input_size):
+    f = jax.linear_transpose(fn, jnp.zeros(tuple(input_size), grad_output.dtype))
+    return f(grad_output)[0]
+
+
+@register("upsample_nearest1d.default")
+def upsample_nearest1d(self, output_size, scales=None):
+    return _upsample_nearest(self, output_size, (scales,))
+
+
+@register("upsample_nearest2d.default")
+def upsample_nearest2d(self, output_size, scales_h=None, scales_w=None):
+    return _upsample_nearest(self, output_size, (scales_h, scales_w))
+
+
+@register("upsample_nearest3d.default")
+def upsample_nearest3d(self, output_size, scales_d=None, scales_h=None, scales_w=None):
+    return _upsample_nearest(self, output_size, (scales_d, scales_h, scales_w))
+
+
+@register("upsample_nearest1d_backward.default")
+def upsample_nearest1d_backward(grad_output, output_size, input_size, scales=None):
+    return _transpose_of(lambda v: _upsample_nearest(v, output_size, (scales,)), _up(grad_output),
+                         input_size)
+
+
+@register("upsample_nearest2d_backward.default")
+def upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h=None, scales_w=None):
+    return _transpose_of(lambda v: _upsample_nearest(v, output_size, (scales_h, scales_w)),
+                         _up(grad_output), input_size)
+
+
+@register("upsample_nearest3d_backward.default")
+def upsample_nearest3d_backward(grad_output, output_size, input_size, scales_d=None, scales_h=None,
+                                scales_w=None):
+    return _transpose_of(lambda v: _upsample_nearest(v, output_size, (scales_d, scales_h, scales_w)),
+                         _up(grad_output), input_size)
+
+
+@register("upsample_linear1d.default")
+def upsample_linear1d(self, output_size, align_corners, scales=None):
+    return _upsample_linear(self, output_size, align_corners, (scales,))
+
+
+@register("upsample_bilinear2d.default")
+def upsample_bilinear2d(self, output_size, align_corners, scales_h=None, scales_w=None):
+    return _upsample_linear(self, output_size, align_corners, (scales_h, scales_w))
+
+
+@register("upsample_linear1d_backward.default")
+def upsample_linear1d_backward(grad_output, output_size, input_size, align_corners, scales=None):
+    return _transpose_of(lambda v: _upsample_linear(v, output_size, align_corners, (scales,)),
+                         _up(grad_output), input_size)
+
+
+@register("upsample_bilinear2d_backward.default")
+def upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners, scales_h=None,
+                                 scales_w=None):
+    return _transpose_of(
+        lambda v: _upsample_linear(v, output_size, align_corners, (scales_h, scales_w)),
+        _up(grad_output), input_size)
+
+
+# ---- padding -------------------------------------------------------------------
+
+@register("constant_pad_nd.default")
+def constant_pad_nd(self, pad, value=0):
+    # pad lists (low, high) pairs from the last dim backwards; negative values crop
+    config = [(0, 0, 0)] * self.ndim
+    for i in range(len(pad) // 2):
+        config[self.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1], 0)
+    return lax.pad(self, jnp.asarray(value).astype(self.dtype), config)
+
+
+def _pad_mode(x, padding, mode):
+    n = len(padding) // 2
+    widths = [(0, 0)] * (x.ndim - n) + [(padding[2 * i], padding[2 * i + 1]) for i in reversed(range(n))]
+    return jnp.pad(x, widths, mode=mode)
+
+
+def _pad_backward(grad_output, self, padding, mode):
+    f = jax.linear_transpose(lambda v: _pad_mode(v, padding, mode), jnp.zeros(self.shape, grad_output.dtype))
+    return f(grad_output)[0]
+
+
+def _register_pads(kind, mode):
+    for d in (1, 2, 3):
+        name = f"{kind}_pad{d}d"
+
+        def forward(self, padding, _mode=mode):
+            return _pad_mode(self, padding, _mode)
+
+        def backward(grad_output, self, padding, _mode=mode):
+            return _pad_backward(_up(grad_output), self, padding, _mode)
+        forward.__name__, backward.__name__ = name, name + "_backward"
+        register(name + ".default")(forward)
+        register(name + "_backward.default")(backward)
+
+
+_register_pads("reflection", "reflect")  # mirror without repeating the edge
+_register_pads("replication", "edge")
+
+
+# ---- im2col / col2im, pixel shuffle --------------------------------------------
+
+def _im2col(x, kernel_size, dilation, padding, stride):
+    positions = _sliding(x.shape[-2:], kernel_size, stride, padding, dilation, False)
+    patches, valid, _ = _gather_windows(x, positions)
+    patches = jnp.where(jnp.asarray(valid), patches, 0)  # (..., C, oh, ow, kh, kw)
+    lead = patches.shape[:-4]
+    oh, ow, kh, kw = patches.shape[-4:]
+    cols = jnp.moveaxis(patches.reshape(lead + (oh * ow, kh * kw)), -1, -2)  # (..., C, kh*kw, L)
+    return cols.reshape(lead[:-1] + (lead[-1] * kh * kw, oh * ow))
+
+
+@register("im2col.default")
+def im2col(self, kernel_size, dilation, padding, stride):
+    return _im2col(self, kernel_size, dilation, padding, stride)
+
+
+@register("col2im.default")
+def col2im(self, output_size, kernel_size, dilation, padding, stride):
+    # col2im sums overlapping patches back: the transpose of im2col
+    kk = kernel_size[0] * kernel_size[1]
+    shape = self.shape[:-2] + (self.shape[-2] // kk,) + tuple(output_size)
+    return _transpose_of(lambda v: _im2col(v, kernel_size, dilation, padding, stride), self, shape)
+
+
+@register("pixel_shuffle.default")
+def pixel_shuffle(self, upscale_factor):
+    r = upscale_factor
+    *lead, c, h, w = self.shape
+    x = self.reshape(tuple(lead) + (c // (r * r), r, r, h, w))
+    n = len(lead)
+    x = jnp.transpose(x, tuple(range(n)) + (n, n + 3, n + 1, n + 4, n + 2))
+    return x.reshape(tuple(lead) + (c // (r * r), h * r, w * r))
+
+
+@register("pixel_unshuffle.default")
+def pixel_unshuffle(self, downscale_factor):
+    r = downscale_factor
+    *lead, c, h, w = self.shape
+    x = self.reshape(tuple(lead) + (c, h // r, r, w // r, r))
+    n = len(lead)
+    x = jnp.transpose(x, tuple(range(n)) + (n, n + 2, n + 4, n + 1, n + 3))
+    return x.reshape(tuple(lead) + (c * r * r, h // r, w // r))

@@ -22,9 +22,12 @@ def _float_dtype():
     return d
 
 
-def _uniform01(shape):
-    """Uniform in [0, 1) in the drawing dtype."""
-    return jax.random.uniform(rng_key(), shape, _float_dtype())
+def _uniform01(shape, fine=False):
+    """Uniform in [0, 1) in the drawing dtype.  Unless ``fine``, a half-precision
+    result is drawn on its own grid, so rounding can never produce 1.0."""
+    d = out_dtype()
+    grid = d if (not fine and jnp.issubdtype(d, jnp.floating) and d.itemsize < 4) else _float_dtype()
+    return jax.random.uniform(rng_key(), shape, grid).astype(_float_dtype())
 
 
 def _normal01(shape):
@@ -61,12 +64,12 @@ def normal(mean=0.0, std=1.0, *, generator=None):
 def bernoulli(self, p=None, *, generator=None):
     prob = self if p is None else p
     prob = jnp.broadcast_to(jnp.asarray(prob), self.shape)
-    return _uniform01(self.shape) < prob.astype(_float_dtype())
+    return _uniform01(self.shape, fine=True) < prob.astype(_float_dtype())
 
 
 @register("bernoulli.p", rng=True)
 def bernoulli_p(self, p=0.5, *, generator=None):
-    return _uniform01(self.shape) < p
+    return _uniform01(self.shape, fine=True) < p
 
 
 def _int_bounds(dtype):

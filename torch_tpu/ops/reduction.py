@@ -114,6 +114,8 @@ def min_all(self):
 
 
 def _arg_extreme(find, self, dim, keepdim):
+    if self.dtype == jnp.bool_:  # the meta kernel allows it, PyTorch's kernels do not
+        raise RuntimeError(f"{find.__name__}(): does not support bool input")
     if dim is None:
         idx = find(self.reshape(-1))
         return jnp.reshape(idx, (1,) * self.ndim) if keepdim else idx
@@ -164,7 +166,8 @@ def aminmax(self, dim=None, keepdim=False):
 # ---- variance ------------------------------------------------------------------
 
 def _var_mean(self, dim, correction, keepdim):
-    x = _cast_acc(self)
+    # The var of a complex tensor is real (out_dtype), its mean is not.
+    x = self if jnp.iscomplexobj(self) else _cast_acc(self)
     dims = _dims(dim, self.ndim)
     n = 1
     for d in dims:
@@ -207,9 +210,14 @@ def any_all(self):
     return jnp.any(self != 0)
 
 
+def _logical_dims(dim, ndim):
+    # Unlike sum, any/all with dim=[] reduce nothing (dim=None reduces all).
+    return () if dim is not None and not isinstance(dim, int) and len(dim) == 0 else _dims(dim, ndim)
+
+
 @register("any.dim", "any.dims")
 def any_dim(self, dim=None, keepdim=False):
-    return jnp.any(self != 0, axis=_dims(dim, self.ndim), keepdims=keepdim)
+    return jnp.any(self != 0, axis=_logical_dims(dim, self.ndim), keepdims=keepdim)
 
 
 @register("all.default")
@@ -219,7 +227,7 @@ def all_all(self):
 
 @register("all.dim", "all.dims")
 def all_dim(self, dim=None, keepdim=False):
-    return jnp.all(self != 0, axis=_dims(dim, self.ndim), keepdims=keepdim)
+    return jnp.all(self != 0, axis=_logical_dims(dim, self.ndim), keepdims=keepdim)
 
 
 @register("count_nonzero.dim_IntList")

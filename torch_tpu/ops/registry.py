@@ -29,6 +29,8 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 from .. import dtypes
 from ..casting import convert
+from ..eager import fusion, modes
+from ..eager.fusion import LazyBuffer
 from ..storage import buffers, views
 from . import errors
 
@@ -167,12 +169,13 @@ def set_device_type(name: str) -> None:
 
 
 class _Entry:
-    __slots__ = ("fn", "out_specs", "single")
+    __slots__ = ("fn", "out_specs", "single", "out_buffers")
 
-    def __init__(self, fn, out_specs, single):
+    def __init__(self, fn, out_specs, single, out_buffers):
         self.fn = fn
         self.out_specs = out_specs
         self.single = single
+        self.out_buffers = out_buffers  # (shape, dtype) of each buffer fn returns
 
 
 class Kernel:
@@ -188,7 +191,8 @@ class Kernel:
         self.arg_names = [a.name for a in schema.arguments]
         self.dynamic = set()
         if not opts.static_scalars:
-            self.dynamic = {a.name for a in schema.arguments if str(a.type) in ("Scalar", "Scalar?")}
+            # Schema type "number" is ATen's Scalar (str() spells it that way).
+            self.dynamic = {a.name for a in schema.arguments if str(a.type) in ("number", "number?")}
         self.out_names = [a.name for a in schema.arguments
                           if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
         self.cache = {}
@@ -202,6 +206,8 @@ class Kernel:
         if isinstance(x, torch.Tensor):
             if x.device.type == _TPU:
                 spec, buf = views.spec_of(x, dtypes.TORCH_TO_NP[x.dtype])
+                if type(buf) is LazyBuffer and not modes.is_fused():
+                    buf = fusion.resolve(buf)
                 inputs.append(buf)
                 return (TENSOR, spec)
             if (x.dim() == 0 or name in self.opts.allow_cpu) and not self._writes(name):
@@ -231,22 +237,25 @@ class Kernel:
                 self.cache[key] = entry
         if self.opts.rng:
             inputs.append(_rng_material(args, kwargs))
-        try:
-            results = entry.fn(*inputs)
-        except Exception as e:  # an XLA runtime failure: name the op, not JAX internals
-            raise errors.runtime_failure(self.name, e) from None
+        if modes.is_fused():
+            results = fusion.record(entry.fn, inputs, entry.out_buffers)
+            if self.mode == "inplace":
+                results = results[0]
+        else:
+            try:
+                results = entry.fn(*inputs)
+            except Exception as e:  # an XLA runtime failure: name the op, not JAX internals
+                raise errors.runtime_failure(self.name, e) from None
+            modes.after_op(self.name, results)
         return self._finish(entry, results, args, kwargs)
 
     # -- output handling ------------------------------------------------------
     def _finish(self, entry, results, args, kwargs):
-        from ..eager import modes
         if self.mode == "inplace":
             self_t = args[0]
             buffers.set_buffer(self_t.untyped_storage(), results)
-            modes.after_op(self.name, results)
             return self_t
         tensors = [_make_output(arr, spec) for arr, spec in zip(results, entry.out_specs)]
-        modes.after_op(self.name, results)
         if self.mode == "out":
             outs = [kwargs[n] for n in self.out_names]
             for dst, src in zip(outs, tensors):
@@ -308,7 +317,11 @@ class Kernel:
                          for o in shapes]
             single = len(out_specs) == 1
         log.debug("compile %s for %s", self.name, key)
-        return _Entry(jax.jit(traced), out_specs, single)
+        if mode == "inplace":
+            out_buffers = [(in_place_spec[0], in_place_spec[1])]
+        else:
+            out_buffers = [(_buffer_shape(s), s[2]) for s in out_specs]
+        return _Entry(jax.jit(traced), out_specs, single, out_buffers)
 
     def _meta(self, args, kwargs):
         margs = [_to_meta(a) for a in args]
@@ -374,6 +387,11 @@ def _permuted_order(spec):
     if len(size) < 2 or stride == buffers.contiguous_strides(size):
         return None
     return views._dense_permutation(size, stride)
+
+
+def _buffer_shape(spec):
+    order = _permuted_order(spec)
+    return spec[0] if order is None else tuple(spec[0][d] for d in order)
 
 
 def _to_storage_layout(arr, spec):

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from .. import dtypes
 from ..casting import convert
+from ..eager import fusion
 from . import buffers, views
 
 
@@ -25,6 +26,7 @@ def _jit_writer(spec, value_shape, value_dtype):
 def read(t):
     """The value of tpu tensor ``t`` as a jax array of its shape and dtype."""
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
+    buf = fusion.resolve(buf)
     if views.covers_buffer(spec):
         return buf
     return _jit_reader(spec)(buf)
@@ -34,7 +36,7 @@ def write(t, value) -> None:
     """Store ``value`` (broadcast and cast as needed) through tpu tensor ``t``."""
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     if views.covers_buffer(spec) and tuple(value.shape) == spec[2] and value.dtype == spec[5]:
-        new = value
+        new = value  # the old contents do not matter: no need to wait for them
     else:
-        new = _jit_writer(spec, tuple(value.shape), value.dtype)(buf, value)
+        new = _jit_writer(spec, tuple(value.shape), value.dtype)(fusion.resolve(buf), value)
     buffers.set_buffer(t.untyped_storage(), new)

@@ -1,0 +1,344 @@
+"""Indexing ops on tpu against PyTorch's CPU results."""
+import pytest
+import torch
+
+import torch_tpu
+from helpers import assert_same, run_both, to_tpu
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")  # no silent CPU fallback
+
+
+def _x(*shape, dtype=torch.float32):
+    g = torch.Generator().manual_seed(0)
+    if dtype.is_floating_point:
+        return torch.randn(*shape, generator=g, dtype=dtype)
+    return torch.randint(-50, 50, shape, generator=g, dtype=dtype)
+
+
+# ---- advanced indexing ---------------------------------------------------------
+
+@pytest.mark.parametrize("make_key", [
+    lambda: (torch.tensor([0, 2, -1]),),
+    lambda: (slice(None), torch.tensor([[1, 0], [3, 3]])),
+    lambda: (torch.tensor([0, 1]), slice(None), torch.tensor([2, 0])),
+    lambda: (None, torch.tensor([1, 2])),
+    lambda: (Ellipsis, torch.tensor([0, 4])),
+    lambda: (torch.tensor([0, 2]), torch.tensor([1, 3])),
+    lambda: (torch.tensor([True, False, True]),),
+    lambda: (slice(None), torch.tensor([True, False, True, False])),
+    lambda: (torch.tensor([[True, False, True, False]] * 3),),
+    lambda: (torch.tensor([1, 2], dtype=torch.int32), 1),
+])
+def test_index(make_key):
+    x = _x(3, 4, 5)
+    key = make_key()
+    expect = x[key]
+    dev_key = tuple(k.to("tpu") if isinstance(k, torch.Tensor) else k for k in key)
+    assert_same(x.to("tpu")[dev_key], expect, exact=True)
+    assert_same(x.to("tpu")[key], expect, exact=True)  # CPU index tensors are allowed
+
+
+def test_index_non_contiguous():
+    x = _x(4, 6)
+    idx = torch.tensor([3, 0, 1])
+    assert_same(x.to("tpu").t()[idx], x.t()[idx], exact=True)
+    assert_same(x.to("tpu")[:, ::2][idx], x[:, ::2][idx], exact=True)
+
+
+def test_index_out_of_range():
+    x = torch.zeros(3, 4, device="tpu")
+    with pytest.raises(IndexError, match="out of bounds for dimension 0 with size 3"):
+        x[torch.tensor([0, 3], device="tpu")]
+    with pytest.raises(IndexError, match="out of bounds for dimension 1 with size 4"):
+        x[:, torch.tensor([-5])]
+    with pytest.raises(IndexError):
+        x[torch.tensor([True, False])]
+
+
+def test_bool_mask_empty_and_all():
+    x = _x(5)
+    for m in (torch.zeros(5, dtype=torch.bool), torch.ones(5, dtype=torch.bool)):
+        assert_same(x.to("tpu")[m.to("tpu")], x[m], exact=True)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put(accumulate):
+    x = _x(4, 3)
+    idx = (torch.tensor([0, 2, 2, -1]), torch.tensor([1, 0, 0, 2]))
+    v = _x(4)
+    expect = x.clone().index_put_(idx, v, accumulate=accumulate)
+    if not accumulate:  # duplicate positions: any writer may win; make them agree
+        v[2] = v[1]
+        expect = x.clone().index_put_(idx, v, accumulate=accumulate)
+    got = x.to("tpu").index_put_(to_tpu(idx), v.to("tpu"), accumulate=accumulate)
+    assert_same(got, expect, exact=not accumulate)
+    assert_same(torch.index_put(x.to("tpu"), to_tpu(idx), v.to("tpu"), accumulate), expect)
+
+
+def test_setitem():
+    x = _x(4, 5)
+    t = x.to("tpu")
+    mask = x > 0
+    x[mask] = 7.0
+    t[mask.to("tpu")] = 7.0
+    x[torch.tensor([1, 3]), 1:3] = -1.0
+    t[torch.tensor([1, 3], device="tpu"), 1:3] = -1.0
+    x[:, torch.tensor([0])] = torch.arange(4.0).reshape(4, 1)
+    t[:, torch.tensor([0])] = torch.arange(4.0).reshape(4, 1).to("tpu")
+    assert_same(t, x, exact=True)
+
+
+def test_setitem_through_view():
+    x = _x(4, 6)
+    t = x.to("tpu")
+    x[:, 1::2][torch.tensor([0, 2])] = 5.0
+    t[:, 1::2][torch.tensor([0, 2])] = 5.0
+    assert_same(t, x, exact=True)
+
+
+def test_index_put_out_of_range():
+    t = torch.zeros(3, device="tpu")
+    with pytest.raises(IndexError):
+        t[torch.tensor([5], device="tpu")] = 1.0
+
+
+def test_index_backward():
+    x = _x(5, 3).requires_grad_()
+    xt = to_tpu(x)
+    idx = torch.tensor([0, 4, 0, 2])
+    g = _x(4, 3)
+    x[idx].backward(g)
+    xt[idx.to("tpu")].backward(g.to("tpu"))
+    assert_same(xt.grad, x.grad)
+    x.grad = None
+    xt.grad = None
+    mask = torch.tensor([True, False, True, True, False])
+    g = _x(3, 3)
+    x[mask].backward(g)
+    xt[mask.to("tpu")].backward(g.to("tpu"))
+    assert_same(xt.grad, x.grad)
+
+
+# ---- gather / scatter ---------------------------------------------------------------
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_gather(dim):
+    x = _x(4, 5)
+    index = torch.randint(0, 4, (3, 2), generator=torch.Generator().manual_seed(1))
+    run_both(torch.gather, x, dim, index, exact=True)
+    run_both(lambda a, i: torch.gather(a.t(), dim, i), x, index, exact=True)
+
+
+def test_gather_out_and_errors():
+    x = _x(4, 5)
+    index = torch.tensor([[0, 1], [3, 2]])
+    out = torch.empty(0, device="tpu")
+    torch.gather(x.to("tpu"), 0, index.to("tpu"), out=out)
+    assert_same(out, torch.gather(x, 0, index), exact=True)
+    with pytest.raises(RuntimeError, match="index 4 is out of bounds for dimension 0 with size 4"):
+        torch.gather(x.to("tpu"), 0, torch.tensor([[4]], device="tpu"))
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        torch.gather(x.to("tpu"), 1, torch.tensor([[-1]], device="tpu"))
+
+
+def test_gather_backward():
+    x = _x(4, 5).requires_grad_()
+    xt = to_tpu(x)
+    index = torch.tensor([[0, 0, 1], [3, 3, 3]])
+    grad = _x(2, 3)
+    torch.gather(x, 1, index).backward(grad)
+    torch.gather(xt, 1, index.to("tpu")).backward(grad.to("tpu"))
+    assert_same(xt.grad, x.grad)
+
+
+def test_scatter_variants():
+    x = _x(4, 5)
+    index = torch.tensor([[0, 1, 2], [3, 0, 1]])
+    src = _x(3, 4) * 10
+    run_both(lambda a, i, s: a.scatter(1, i, s), x, index, src, exact=True)
+    run_both(lambda a, i: a.scatter(1, i, 2.5), x, index, exact=True)
+    run_both(lambda a, i, s: a.scatter(1, i, s, reduce="add"), x, index, src)
+    run_both(lambda a, i, s: a.scatter(1, i, s, reduce="multiply"), x, index, src)
+    run_both(lambda a, i: a.scatter(1, i, 2.0, reduce="multiply"), x, index)
+    dup = torch.tensor([[0, 0, 0], [1, 1, 4]])
+    run_both(lambda a, i, s: a.scatter_add(1, i, s), x, dup, src)
+    run_both(lambda a, i, s: a.clone().scatter_add_(1, i, s), x, dup, src)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_scatter_reduce(reduce, include_self, dtype):
+    x = _x(3, 6, dtype=dtype)
+    index = torch.tensor([[0, 0, 5, 2], [1, 1, 1, 1], [4, 0, 4, 4]])
+    src = _x(3, 4, dtype=dtype)
+    run_both(lambda a, i, s: a.scatter_reduce(1, i, s, reduce, include_self=include_self),
+             x, index, src, exact=dtype == torch.int64)
+
+
+def test_scatter_in_place_non_contiguous_and_errors():
+    x = _x(5, 4)
+    index = torch.tensor([[0, 1], [2, 3]])
+    src = _x(2, 2)
+    expect = x.clone()
+    expect.t().scatter_(1, index, src)
+    got = x.to("tpu")
+    got.t().scatter_(1, index.to("tpu"), src.to("tpu"))
+    assert_same(got, expect, exact=True)
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        torch.zeros(3, device="tpu").scatter_(0, torch.tensor([3], device="tpu"), 1.0)
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        torch.zeros(3, device="tpu").scatter_add_(0, torch.tensor([-1], device="tpu"),
+                                                  torch.ones(1, device="tpu"))
+
+
+def test_scatter_backward():
+    x = _x(3, 4).requires_grad_()
+    src = _x(3, 2).requires_grad_()
+    xt, st = to_tpu(x), to_tpu(src)
+    index = torch.tensor([[0, 3], [1, 2], [2, 2]])
+    g = torch.arange(12.0).reshape(3, 4)
+    x.scatter(1, index, src).backward(g)
+    xt.scatter(1, index.to("tpu"), st).backward(g.to("tpu"))
+    assert_same(xt.grad, x.grad)
+    assert_same(st.grad, src.grad)
+    x.grad = src.grad = xt.grad = st.grad = None
+    x.scatter_add(1, index, src).backward(g)
+    xt.scatter_add(1, index.to("tpu"), st).backward(g.to("tpu"))
+    assert_same(xt.grad, x.grad)
+    assert_same(st.grad, src.grad)
+
+
+# ---- index_select / index_add / index_copy / index_fill ------------------------------
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_index_select(dim):
+    x = _x(4, 5)
+    index = torch.tensor([3, 0, 0, 1])
+    run_both(torch.index_select, x, dim, index, exact=True)
+    run_both(lambda a, i: a.t().index_select(dim, i), x, index, exact=True)
+    out = torch.empty(0, device="tpu")
+    torch.index_select(x.to("tpu"), dim, index.to("tpu"), out=out)
+    assert_same(out, torch.index_select(x, dim, index), exact=True)
+    run_both(torch.index_select, x, dim, torch.tensor(2), exact=True)
+
+
+def test_index_select_errors_and_backward():
+    x = torch.zeros(3, 2, device="tpu")
+    with pytest.raises(IndexError, match="index out of range in self"):
+        x.index_select(0, torch.tensor([3], device="tpu"))
+    with pytest.raises(IndexError, match="index out of range in self"):
+        x.index_select(0, torch.tensor([-1], device="tpu"))
+    a = _x(4, 3).requires_grad_()
+    at = to_tpu(a)
+    index = torch.tensor([1, 1, 3])
+    g = _x(3, 3)
+    a.index_select(0, index).backward(g)
+    at.index_select(0, index.to("tpu")).backward(g.to("tpu"))
+    assert_same(at.grad, a.grad)
+
+
+def test_index_add_copy_fill():
+    x = _x(5, 3)
+    index = torch.tensor([4, 0, 4])
+    src = _x(3, 3)
+    run_both(lambda a, i, s: a.index_add(0, i, s), x, index, src)
+    run_both(lambda a, i, s: a.index_add(0, i, s, alpha=-2.0), x, index, src)
+    run_both(lambda a, i, s: a.clone().index_add_(1, i, s), x, torch.tensor([2, 0]), _x(5, 2))
+    uniq = torch.tensor([4, 0, 2])
+    run_both(lambda a, i, s: a.index_copy(0, i, s), x, uniq, src, exact=True)
+    run_both(lambda a, i, s: a.clone().index_copy_(0, i, s), x, uniq, src, exact=True)
+    run_both(lambda a, i: a.index_fill(1, i, -3.0), x, torch.tensor([0, -1]), exact=True)
+    run_both(lambda a, i: a.clone().index_fill_(0, i, torch.tensor(9.0)), x, uniq, exact=True)
+    run_both(lambda a, i: a.t().index_fill(0, i, 1.5), x, torch.tensor([1]), exact=True)
+    xi = _x(5, 3, dtype=torch.int64)
+    run_both(lambda a, i, s: a.index_add(0, i, s, alpha=3), xi, index, _x(3, 3, dtype=torch.int64), exact=True)
+
+
+def test_index_add_copy_fill_errors():
+    x = torch.zeros(3, 2, device="tpu")
+    with pytest.raises(IndexError, match="index out of range in self"):
+        x.index_add_(0, torch.tensor([3], device="tpu"), torch.ones(1, 2, device="tpu"))
+    with pytest.raises(IndexError, match="index_copy_"):
+        x.index_copy_(0, torch.tensor([7], device="tpu"), torch.ones(1, 2, device="tpu"))
+    with pytest.raises(IndexError, match="out of bounds"):
+        x.index_fill_(0, torch.tensor([3], device="tpu"), 1.0)
+
+
+# ---- take / put -------------------------------------------------------------------------
+
+def test_take_put():
+    x = _x(3, 4)
+    index = torch.tensor([[0, -1], [5, 11]])
+    run_both(torch.take, x, index, exact=True)
+    run_both(lambda a, i: a.t().take(i), x, index, exact=True)
+    src = _x(2, 2)
+    uniq = torch.tensor([[0, -2], [5, 7]])
+    run_both(lambda a, i, s: a.put(i, s), x, uniq, src, exact=True)
+    run_both(lambda a, i, s: a.clone().put_(i, s, accumulate=True), x, torch.tensor([[1, 1], [1, 3]]), src)
+    with pytest.raises(IndexError, match="out of range: tried to access index 12 on a tensor of 12"):
+        torch.take(x.to("tpu"), torch.tensor([12], device="tpu"))
+    with pytest.raises(IndexError, match="out of range"):
+        x.to("tpu").put_(torch.tensor([-13], device="tpu"), torch.ones(1, device="tpu"))
+
+
+# ---- masked ops, nonzero --------------------------------------------------------------------
+
+def test_masked_fill():
+    x = _x(3, 4)
+    mask = x > 0.3
+    run_both(lambda a, m: a.masked_fill(m, -1.0), x, mask, exact=True)
+    run_both(lambda a, m: a.masked_fill(m, torch.tensor(2.0)), x, mask, exact=True)
+    run_both(lambda a, m: a.clone().masked_fill_(m[0], 5.0), x, mask, exact=True)  # broadcast mask
+    run_both(lambda a, m: a.t().masked_fill(m.t(), 0.0), x, mask, exact=True)
+
+
+def test_masked_scatter_and_select():
+    x = _x(3, 4)
+    mask = x > 0
+    src = _x(12) * 100
+    run_both(lambda a, m, s: a.masked_scatter(m, s), x, mask, src, exact=True)
+    run_both(lambda a, m, s: a.clone().masked_scatter_(m[1], s), x, mask, src, exact=True)
+    run_both(torch.masked_select, x, mask, exact=True)
+    run_both(torch.masked_select, x, mask[0], exact=True)  # broadcast mask
+    run_both(lambda a, m: torch.masked_select(a.t(), m.t()), x, mask, exact=True)
+    with pytest.raises(RuntimeError, match="Number of elements of source"):
+        x.to("tpu").masked_scatter(torch.ones(3, 4, dtype=torch.bool, device="tpu"),
+                                   torch.ones(2, device="tpu"))
+
+
+def test_masked_select_backward():
+    x = _x(3, 4).requires_grad_()
+    xt = to_tpu(x)
+    mask = torch.tensor([True, False, True, True])
+    torch.masked_select(x, mask).backward(torch.arange(9.0))
+    torch.masked_select(xt, mask.to("tpu")).backward(torch.arange(9.0).to("tpu"))
+    assert_same(xt.grad, x.grad)
+
+
+@pytest.mark.parametrize("shape", [(0,), (7,), (3, 4), (2, 3, 2)])
+def test_nonzero(shape):
+    x = (_x(*shape) > 0.2).to(torch.float32)
+    run_both(torch.nonzero, x, exact=True)
+    run_both(torch.argwhere, x, exact=True)
+    run_both(lambda a: torch.nonzero(a, as_tuple=True), x, exact=True)
+    out = torch.empty(0, dtype=torch.int64, device="tpu")
+    torch.nonzero(x.to("tpu"), out=out)
+    assert_same(out, torch.nonzero(x), exact=True)
+
+
+def test_nonzero_scalar_and_static():
+    run_both(torch.nonzero, torch.tensor(3.0), exact=True)
+    run_both(torch.nonzero, torch.tensor(0), exact=True)
+    x = torch.tensor([0, 3, 0, 1, 2])
+    run_both(lambda a: torch.nonzero_static(a, size=5), x, exact=True)
+    run_both(lambda a: torch.nonzero_static(a, size=2, fill_value=9), x, exact=True)
+
+
+def test_no_fallback():
+    torch_tpu.fallback_ops()  # strict mode above makes any fallback an error
+    assert not any(k.startswith(("aten::index", "aten::gather", "aten::scatter", "aten::nonzero"))
+                   for k in torch_tpu.fallback_ops())

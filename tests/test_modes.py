@@ -1,0 +1,161 @@
+"""The three eager modes run the same programs to the same results."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from torch_tpu.eager import fusion
+
+MODES = ["debug", "strict", "fused"]
+
+
+def test_mode_names_and_aliases():
+    M = torch.tpu.EagerMode
+    assert M.STRICT is M.DEFER_NEVER
+    assert M.DEBUG is M.DEFER_NEVER_AND_LAUNCH_BLOCKING
+    assert M.FUSED is M.DEFER_AND_FUSE
+    assert torch.tpu.eager_mode is M.STRICT  # the default
+    with torch.tpu.set_eager_mode(M.FUSED):
+        assert torch.tpu.eager_mode is M.FUSED
+        with torch.tpu.set_eager_mode("debug"):
+            assert torch.tpu.eager_mode is M.DEBUG
+        assert torch.tpu.eager_mode is M.FUSED
+    assert torch.tpu.eager_mode is M.STRICT
+    torch.tpu.eager_mode = M.DEBUG
+    try:
+        assert torch.tpu.eager_mode is M.DEBUG
+    finally:
+        torch.tpu.eager_mode = M.STRICT
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({"TORCH_TPU_DEFER_AND_FUSE": "1"}, "fused"),
+    ({"TORCH_TPU_LAUNCH_BLOCKING": "1"}, "debug"),
+    ({"TORCH_TPU_EAGER_MODE": "fused"}, "fused"),
+    ({"TORCH_TPU_EAGER_MODE": "debug"}, "debug"),
+    ({}, "strict"),
+])
+def test_mode_from_environment(env, expected):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_TPU_")}
+    r = subprocess.run([sys.executable, "-c", "import torch; print(torch.tpu.eager_mode.value)"],
+                       env=dict(clean, **env), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == expected
+
+
+def _program(x, w):
+    """Views, in-place updates through views, reductions, a host read midway."""
+    y = (x @ w).relu()
+    y[:, 1:3].mul_(2)
+    y.t()[0].add_(1)
+    s = y.sum().item()
+    z = y * s / 100 + x[:, :1]
+    z.diagonal().zero_()
+    return z, y.amax(dim=1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_program_matches_cpu_in_every_mode(mode):
+    torch.manual_seed(0)
+    x, w = torch.randn(6, 5), torch.randn(5, 5)
+    want = _program(x.clone(), w)
+    with torch.tpu.set_eager_mode(mode):
+        got = _program(x.to("tpu"), w.to("tpu"))
+        got = [g.cpu() for g in got]
+    for g, c in zip(got, want):
+        torch.testing.assert_close(g, c)
+
+
+def _train(device, mode, steps=5):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    x, y = torch.randn(32, 8), torch.randint(0, 4, (32,))
+    model, x, y = model.to(device), x.to(device), y.to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    with torch.tpu.set_eager_mode(mode):
+        for _ in range(steps):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_training_matches_cpu_in_every_mode(mode):
+    want_losses, want_params = _train("cpu", "strict")
+    losses, params = _train("tpu", mode)
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(want_losses))
+    for p, q in zip(params, want_params):
+        torch.testing.assert_close(p, q)
+
+
+def test_fused_chains_are_cached_across_steps():
+    fusion.clear_cache()
+    before = dict(fusion.stats.as_dict())
+    _train("tpu", "fused", steps=6)
+    after = fusion.stats.as_dict()
+    misses = after["misses"] - before["misses"]
+    hits = after["hits"] - before["hits"]
+    # The first steps differ (optimizer state is created); then every step reuses an executable.
+    assert misses <= 3 and hits >= 3, after
+    assert torch.tpu.eager_cache_stats()["hits"] == after["hits"]
+
+
+def test_fused_defers_until_a_host_read():
+    with torch.tpu.set_eager_mode("fused"):
+        x = torch.ones(4, device="tpu")
+        y = (x + 1) * 3
+        assert fusion.pending_ops() >= 2
+        assert y.sum().item() == 24.0
+        assert fusion.pending_ops() == 0
+
+
+def test_fused_flushes_on_synchronize_and_size_limit(monkeypatch):
+    with torch.tpu.set_eager_mode("fused"):
+        x = torch.ones(4, device="tpu") + 1
+        torch.tpu.synchronize()
+        assert fusion.pending_ops() == 0
+        monkeypatch.setattr(fusion, "MAX_PENDING_OPS", 10)
+        for _ in range(25):
+            x = x + 1
+        assert fusion.pending_ops() < 10
+        assert x.cpu().tolist() == [27.0] * 4
+
+
+def test_debug_mode_reports_the_failing_op(monkeypatch):
+    from torch_tpu.eager import modes
+    x = torch.ones(3, device="tpu")
+    with torch.tpu.set_eager_mode("debug"):
+        assert (x * 2).cpu().tolist() == [2.0] * 3
+
+        def device_failure(results):
+            raise RuntimeError("INTERNAL: simulated device fault")
+        monkeypatch.setattr(modes.jax, "block_until_ready", device_failure)
+        with pytest.raises(RuntimeError, match=r"aten\.mul\.Tensor failed on the device: INTERNAL"):
+            x * 3
+
+
+def test_leaving_fused_mode_runs_pending_work():
+    with torch.tpu.set_eager_mode("fused"):
+        x = torch.zeros(3, device="tpu")
+        x.add_(5)
+    assert fusion.pending_ops() == 0
+    assert x.cpu().tolist() == [5.0] * 3
+
+
+def test_fused_autograd_matches_strict():
+    def grads(mode):
+        torch.manual_seed(1)
+        w = torch.randn(4, 3).to("tpu").requires_grad_()
+        with torch.tpu.set_eager_mode(mode):
+            loss = (w.tanh() @ w.t()).sum()
+            loss.backward()
+            return w.grad.cpu()
+    torch.testing.assert_close(grads("fused"), grads("strict"))

@@ -1,0 +1,432 @@
+"""Neural-network ops on tpu against PyTorch's CPU kernels: values and gradients."""
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_tpu
+from helpers import assert_same, to_cpu
+
+warnings.filterwarnings("ignore", message="torch_tpu: .* has no tpu kernel")
+
+# Ops this module implements: none of them may fall back to the CPU.
+OWN_PREFIXES = ("convolution", "max_pool", "avg_pool", "adaptive_", "_adaptive_", "native_batch_norm",
+                "_native_batch_norm", "native_layer_norm", "native_group_norm", "embedding", "nll_loss",
+                "mse_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "native_dropout",
+                "upsample_", "constant_pad_nd", "reflection_pad", "replication_pad", "im2col", "col2im",
+                "pixel_shuffle", "pixel_unshuffle", "mm", "bmm", "addmm", "_addmm_activation")
+
+
+def own_fallbacks():
+    names = (n.split("::")[-1].split(".")[0] for n in torch_tpu.fallback_ops())
+    return sorted(n for n in names if n.startswith(OWN_PREFIXES))
+
+
+@pytest.fixture(autouse=True)
+def no_own_fallback():
+    yield
+    assert own_fallbacks() == []
+
+
+def _tpu(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("tpu").requires_grad_(x.requires_grad)
+    return x
+
+
+def check(fn, *inputs, atol=1e-5, rtol=1.3e-6, grad=True, seed=0):
+    """fn on CPU and tpu copies of ``inputs``: same outputs and same input gradients."""
+    cpu_in = [x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+              for x in inputs]
+    tpu_in = [_tpu(x) for x in cpu_in]
+    cpu_out, tpu_out = fn(*cpu_in), fn(*tpu_in)
+    assert_same(tpu_out, cpu_out, atol=atol, rtol=rtol)
+    if not grad:
+        return tpu_out
+    cpu_outs = cpu_out if isinstance(cpu_out, (tuple, list)) else (cpu_out,)
+    tpu_outs = tpu_out if isinstance(tpu_out, (tuple, list)) else (tpu_out,)
+    gen = torch.Generator().manual_seed(seed)
+    pairs = [(c, t) for c, t in zip(cpu_outs, tpu_outs) if c.requires_grad]
+    ups = [torch.randn(c.shape, generator=gen).to(c.dtype) for c, _ in pairs]
+    torch.autograd.backward([c for c, _ in pairs], ups)
+    torch.autograd.backward([t for _, t in pairs], [u.to("tpu") for u in ups])
+    for c, t in zip(cpu_in, tpu_in):
+        if isinstance(c, torch.Tensor) and c.requires_grad:
+            assert_same(t.grad, c.grad, atol=atol, rtol=rtol)
+    return tpu_out
+
+
+def r(*shape, dtype=torch.float32, grad=True, seed=None):
+    g = torch.Generator().manual_seed(seed if seed is not None else hash(shape) % 1000)
+    return torch.randn(shape, generator=g).to(dtype).requires_grad_(grad)
+
+
+# ---- convolution ---------------------------------------------------------------
+
+@pytest.mark.parametrize("kw", [
+    dict(), dict(stride=2, padding=1), dict(dilation=2, padding=2), dict(padding="same"),
+])
+def test_conv2d(kw):
+    check(lambda x, w, b: F.conv2d(x, w, b, **kw), r(2, 4, 7, 6), r(3, 4, 3, 3), r(3))
+
+
+def test_conv2d_groups_no_bias():
+    check(lambda x, w: F.conv2d(x, w, groups=2, stride=(1, 2)), r(2, 4, 6, 6), r(6, 2, 3, 2))
+
+
+def test_conv1d_conv3d():
+    check(lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1), r(2, 3, 9), r(4, 3, 3), r(4))
+    check(lambda x, w, b: F.conv3d(x, w, b, padding=1), r(1, 2, 4, 4, 4), r(3, 2, 3, 3, 3), r(3))
+
+
+@pytest.mark.parametrize("kw", [
+    dict(), dict(stride=2, output_padding=1), dict(stride=2, padding=1, dilation=2),
+    dict(groups=2, stride=3, padding=2, output_padding=2),
+])
+def test_conv_transpose2d(kw):
+    check(lambda x, w, b: F.conv_transpose2d(x, w, b, **kw), r(2, 4, 5, 4), r(4, 3, 3, 3), r(6 if kw.get("groups") else 3))
+
+
+def test_conv_transpose1d_3d():
+    check(lambda x, w: F.conv_transpose1d(x, w, stride=2, padding=1), r(2, 3, 5), r(3, 2, 4))
+    check(lambda x, w, b: F.conv_transpose3d(x, w, b, stride=2), r(1, 2, 3, 3, 3), r(2, 2, 2, 2, 2), r(2))
+
+
+def test_conv_input_grad_only():
+    w = r(3, 2, 3, 3, grad=False)
+    check(lambda x: F.conv2d(x, w.to(x.device)), r(1, 2, 5, 5))
+    x = r(1, 2, 5, 5, grad=False)
+    check(lambda wt: F.conv2d(x.to(wt.device), wt), w.clone().requires_grad_())
+
+
+def test_conv2d_bf16():
+    check(lambda x, w, b: F.conv2d(x, w, b, padding=1), r(2, 4, 6, 6, dtype=torch.bfloat16),
+          r(3, 4, 3, 3, dtype=torch.bfloat16), r(3, dtype=torch.bfloat16), atol=5e-2, rtol=5e-2)
+
+
+def test_conv_module_training_step():
+    torch.manual_seed(0)
+    cpu = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                        nn.Linear(16, 5))
+    tpu = __import__("copy").deepcopy(cpu).to("tpu")
+    x, y = torch.randn(2, 3, 4, 4), torch.tensor([1, 3])
+    for model, dev in ((cpu, "cpu"), (tpu, "tpu")):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            opt.zero_grad()
+            F.cross_entropy(model(x.to(dev)), y.to(dev)).backward()
+            opt.step()
+    for pc, pt in zip(cpu.parameters(), tpu.parameters()):
+        assert_same(pt, pc.detach(), atol=1e-5, rtol=1e-5)
+
+
+# ---- pooling -------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw", [
+    dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, ceil_mode=True),
+    dict(kernel_size=(3, 2), stride=(2, 1), dilation=(1, 2)), dict(kernel_size=3, stride=2, ceil_mode=True, padding=1),
+])
+def test_max_pool2d(kw):
+    check(lambda x: F.max_pool2d(x, return_indices=True, **kw), r(2, 3, 7, 6))
+
+
+def test_max_pool_ties_and_unbatched():
+    x = torch.zeros(1, 4, 4).requires_grad_()  # all ties: the first element of each window wins
+    check(lambda v: F.max_pool2d(v, 2, return_indices=True), x)
+    check(lambda v: F.max_pool1d(v, 3, stride=2, return_indices=True), r(2, 3, 9))
+
+
+def test_max_pool3d():
+    check(lambda x: F.max_pool3d(x, 2, stride=2, padding=1, return_indices=True), r(1, 2, 5, 4, 4))
+
+
+@pytest.mark.parametrize("kw", [
+    dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+    dict(kernel_size=2, divisor_override=3),
+])
+def test_avg_pool2d(kw):
+    check(lambda x: F.avg_pool2d(x, **kw), r(2, 3, 7, 6))
+
+
+def test_avg_pool3d():
+    check(lambda x: F.avg_pool3d(x, 2, padding=1, count_include_pad=False), r(1, 2, 4, 5, 4))
+
+
+@pytest.mark.parametrize("size", [(3, 3), (4, 5), (1, 1), (7, 6)])
+def test_adaptive_avg_pool2d(size):
+    check(lambda x: F.adaptive_avg_pool2d(x, size), r(2, 3, 7, 6))
+
+
+def test_adaptive_avg_pool3d():
+    check(lambda x: F.adaptive_avg_pool3d(x, (2, 3, 2)), r(1, 2, 5, 4, 3))
+
+
+@pytest.mark.parametrize("size", [(3, 3), (4, 5), (2, 1)])
+def test_adaptive_max_pool2d(size):
+    check(lambda x: F.adaptive_max_pool2d(x, size, return_indices=True), r(2, 3, 7, 6))
+
+
+# ---- normalization -------------------------------------------------------------
+
+def _bn_train_steps(module, dev, steps=3):
+    g = torch.Generator().manual_seed(1)
+    outs = []
+    for _ in range(steps):
+        x = torch.randn(4, 3, 5, 5, generator=g).to(dev).requires_grad_()
+        y = module(x)
+        (y * torch.arange(y.numel(), device=dev).reshape(y.shape).float()).sum().backward()
+        outs.append((y, x.grad))
+    return outs
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_train_updates_running_stats(affine):
+    torch.manual_seed(0)
+    cpu = nn.BatchNorm2d(3, momentum=0.3, eps=1e-3, affine=affine)
+    tpu = __import__("copy").deepcopy(cpu).to("tpu")
+    for (yc, gc), (yt, gt) in zip(_bn_train_steps(cpu, "cpu"), _bn_train_steps(tpu, "tpu")):
+        assert_same(yt, yc.detach(), atol=1e-5, rtol=1e-5)
+        assert_same(gt, gc, atol=1e-4, rtol=1e-4)
+    assert_same(tpu.running_mean, cpu.running_mean, atol=1e-6, rtol=1e-5)
+    assert_same(tpu.running_var, cpu.running_var, atol=1e-6, rtol=1e-5)
+    assert_same(tpu.num_batches_tracked, cpu.num_batches_tracked, exact=True)
+    if affine:
+        assert_same(tpu.weight.grad, cpu.weight.grad, atol=1e-3, rtol=1e-5)
+        assert_same(tpu.bias.grad, cpu.bias.grad, atol=1e-3, rtol=1e-5)
+    # eval uses the running statistics, gradients included
+    cpu.eval(), tpu.eval()
+    check(lambda x: cpu(x) if x.device.type == "cpu" else tpu(x), r(2, 3, 4, 4))
+
+
+def test_batch_norm_functional_forms():
+    x, rm, rv, w, b = r(4, 3, 6), torch.randn(3), torch.rand(3) + 0.5, r(3), r(3)
+    check(lambda x, w, b: F.batch_norm(x, rm.to(x.device), rv.to(x.device), w, b, training=False), x, w, b)
+    check(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), x, w, b)
+    # the ops themselves, with statistics
+    check(lambda x: torch.ops.aten.native_batch_norm(x, None, None, None, None, True, 0.1, 1e-5), r(3, 2, 4),
+          grad=False)
+    check(lambda x, m, v: torch.ops.aten._native_batch_norm_legit_functional(x, None, None, m, v, True, 0.2, 1e-5),
+          r(3, 2, 4), torch.randn(2, requires_grad=False), torch.rand(2, requires_grad=False), grad=False)
+
+
+def test_batch_norm_running_stats_in_place_aten():
+    x, rm, rv = r(4, 3, 2, grad=False), torch.zeros(3), torch.ones(3)
+    trm, trv = rm.to("tpu"), rv.to("tpu")
+    out_c = torch.ops.aten._native_batch_norm_legit(x, None, None, rm, rv, True, 0.1, 1e-5)
+    out_t = torch.ops.aten._native_batch_norm_legit(x.to("tpu"), None, None, trm, trv, True, 0.1, 1e-5)
+    assert_same(out_t, out_c, atol=1e-5, rtol=1e-5)
+    assert_same(trm, rm, atol=1e-6, rtol=1e-6)
+    assert_same(trv, rv, atol=1e-6, rtol=1e-6)
+
+
+def test_batch_norm_bf16_input_f32_params():
+    x = r(4, 3, 5, dtype=torch.bfloat16)
+    check(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), x, r(3), r(3),
+          atol=5e-2, rtol=5e-2)
+
+
+@pytest.mark.parametrize("shape,norm", [((4, 6), (6,)), ((2, 3, 4, 5), (4, 5))])
+def test_layer_norm(shape, norm):
+    check(lambda x, w, b: F.layer_norm(x, norm, w, b, eps=1e-4), r(*shape), r(*norm), r(*norm), atol=1e-5, rtol=1e-5)
+    check(lambda x: F.layer_norm(x, norm), r(*shape), atol=1e-5, rtol=1e-5)
+
+
+def test_layer_norm_ops_and_bf16():
+    check(lambda x, w, b: torch.ops.aten.native_layer_norm(x, [5], w, b, 1e-5), r(3, 5), r(5), r(5),
+          atol=1e-5, rtol=1e-5)
+    check(lambda x, w, b: F.layer_norm(x, (8,), w, b), r(4, 8, dtype=torch.bfloat16),
+          r(8, dtype=torch.bfloat16), r(8, dtype=torch.bfloat16), atol=5e-2, rtol=5e-2)
+
+
+def test_layer_norm_weight_only_grad():
+    x = r(3, 4, grad=False)
+    check(lambda w, b: F.layer_norm(x.to(w.device), (4,), w, b), r(4), r(4, grad=False))
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4])
+def test_group_norm(groups):
+    check(lambda x, w, b: F.group_norm(x, groups, w, b, eps=1e-3), r(2, 4, 3, 5), r(4), r(4),
+          atol=1e-5, rtol=1e-5)
+    check(lambda x: F.group_norm(x, groups), r(3, 4, 6), atol=1e-5, rtol=1e-5)
+
+
+def test_rms_norm():
+    check(lambda x, w: F.rms_norm(x, (6,), w, eps=1e-5), r(3, 6), r(6), atol=1e-5, rtol=1e-5)
+
+
+# ---- embedding -----------------------------------------------------------------
+
+@pytest.mark.parametrize("kw", [dict(), dict(padding_idx=1), dict(scale_grad_by_freq=True),
+                                dict(padding_idx=-2, scale_grad_by_freq=True)])
+def test_embedding(kw):
+    idx = torch.tensor([[1, 2, 1], [4, 3, 1]])
+    check(lambda w, i: F.embedding(i, w, **kw), r(6, 3), idx)
+
+
+# ---- losses --------------------------------------------------------------------
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_nll_and_cross_entropy(reduction, weighted):
+    w = torch.rand(5) + 0.5 if weighted else None
+    t = torch.tensor([1, 0, 4, 2, 2, 3])
+    wt = (lambda d: w.to(d)) if weighted else (lambda d: None)
+    check(lambda x, t: F.nll_loss(x, t, weight=wt(x.device), reduction=reduction), r(6, 5), t)
+    check(lambda x, t: F.cross_entropy(x, t, weight=wt(x.device), reduction=reduction, ignore_index=2),
+          r(6, 5), t)
+
+
+def test_nll_loss_unbatched_and_2d():
+    check(lambda x, t: F.nll_loss(x, t), r(5), torch.tensor(3))
+    t = torch.tensor([[[0, 1], [2, 2]], [[1, 1], [0, 2]]])
+    for reduction in ("mean", "none", "sum"):
+        check(lambda x, t: F.nll_loss(x, t, reduction=reduction, ignore_index=1), r(2, 3, 2, 2), t)
+    check(lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1), r(2, 3, 2, 2), t)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_regression_losses(reduction):
+    x, y = r(4, 5), r(4, 5, seed=7)
+    check(lambda a, b: F.mse_loss(a, b, reduction=reduction), x, y)
+    check(lambda a, b: F.l1_loss(a, b, reduction=reduction), x, y)
+    check(lambda a, b: F.smooth_l1_loss(a, b, reduction=reduction, beta=0.5), x, y)
+    check(lambda a, b: F.huber_loss(a, b, reduction=reduction, delta=0.7), x, y)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_binary_cross_entropy(reduction):
+    g = torch.Generator().manual_seed(3)
+    p = (torch.rand(4, 3, generator=g) * 0.9 + 0.05).requires_grad_()
+    t = torch.rand(4, 3, generator=g)
+    w = torch.rand(3, generator=g)
+    check(lambda p, t: F.binary_cross_entropy(p, t, reduction=reduction), p, t)
+    check(lambda p, t, w: F.binary_cross_entropy(p, t, weight=w, reduction=reduction), p, t, w)
+    check(lambda x, t, w: F.binary_cross_entropy_with_logits(x, t, weight=w, reduction=reduction), r(4, 3), t, w)
+    check(lambda x, t, pw: F.binary_cross_entropy_with_logits(x, t, pos_weight=pw, reduction=reduction),
+          r(4, 3), t, w + 0.5)
+
+
+def test_bce_saturated_probabilities():
+    p = torch.tensor([0.0, 1.0, 0.5, 1e-30])
+    t = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    check(lambda p, t: F.binary_cross_entropy(p, t, reduction="none"), p, t, grad=False)
+
+
+def test_kl_div():
+    check(lambda a, b: F.kl_div(a, b, reduction="batchmean"), r(3, 4), torch.rand(3, 4))
+
+
+# ---- dropout -------------------------------------------------------------------
+
+def test_dropout_statistics_and_backward():
+    x = torch.ones(64, 64, device="tpu", requires_grad=True)
+    y = F.dropout(x, 0.25)
+    kept = y.detach().cpu() != 0
+    assert 0.65 < kept.float().mean().item() < 0.85
+    assert torch.allclose(y.detach().cpu()[kept], torch.tensor(1 / 0.75))
+    y.sum().backward()
+    assert torch.equal(x.grad.cpu(), kept.float() / 0.75)
+    # same seed, same mask
+    torch.manual_seed(5)
+    a = F.dropout(x, 0.5).cpu()
+    torch.manual_seed(5)
+    assert torch.equal(F.dropout(x, 0.5).cpu(), a)
+
+
+def test_dropout_edge_cases():
+    x = torch.randn(3, 4)
+    assert_same(F.dropout(x.to("tpu"), 0.5, training=False), x, exact=True)
+    assert_same(F.dropout(x.to("tpu"), 1.0), torch.zeros(3, 4), exact=True)
+    out, mask = torch.ops.aten.native_dropout(x.to("tpu"), 0.3, False)
+    assert_same(out, x, exact=True)
+    assert_same(mask, torch.ones(3, 4, dtype=torch.bool), exact=True)
+    g, m = torch.randn(3, 4), torch.rand(3, 4) > 0.5
+    assert_same(torch.ops.aten.native_dropout_backward(g.to("tpu"), m.to("tpu"), 2.0),
+                torch.ops.aten.native_dropout_backward(g, m, 2.0), exact=True)
+
+
+# ---- upsampling ----------------------------------------------------------------
+
+@pytest.mark.parametrize("kw", [dict(scale_factor=2), dict(size=(5, 7)), dict(scale_factor=1.7),
+                                dict(size=(2, 3))])
+def test_upsample_nearest(kw):
+    check(lambda x: F.interpolate(x, mode="nearest", **kw), r(2, 3, 4, 5))
+
+
+@pytest.mark.parametrize("align", [False, True])
+@pytest.mark.parametrize("kw", [dict(scale_factor=2), dict(size=(5, 7)), dict(scale_factor=0.6),
+                                dict(size=(1, 1))])
+def test_upsample_bilinear(align, kw):
+    check(lambda x: F.interpolate(x, mode="bilinear", align_corners=align, **kw), r(2, 3, 4, 5))
+
+
+def test_upsample_1d_3d():
+    check(lambda x: F.interpolate(x, scale_factor=3, mode="nearest"), r(1, 2, 4))
+    check(lambda x: F.interpolate(x, size=7, mode="linear"), r(1, 2, 4))
+    check(lambda x: F.interpolate(x, size=(3, 5, 2), mode="nearest"), r(1, 2, 2, 3, 4))
+
+
+# ---- padding, im2col, pixel shuffle --------------------------------------------
+
+@pytest.mark.parametrize("pad", [(1, 2), (1, 1, 2, 0), (2, 1, 0, 1, 1, 1), (-1, 2, 1, -1)])
+def test_constant_pad(pad):
+    check(lambda x: F.pad(x, pad, value=1.5), r(2, 3, 4, 5))
+
+
+def test_constant_pad_int():
+    x = torch.arange(6).reshape(2, 3)
+    check(lambda x: F.pad(x, (1, 1), value=7), x, grad=False)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+def test_mode_pads(mode):
+    check(lambda x: F.pad(x, (2, 1), mode=mode), r(2, 3, 5))
+    check(lambda x: F.pad(x, (1, 2, 2, 1), mode=mode), r(2, 3, 4, 5))
+    check(lambda x: F.pad(x, (1, 0, 1, 2, 0, 1), mode=mode), r(1, 2, 3, 4, 5))
+
+
+def test_unfold_fold():
+    check(lambda x: F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)), r(2, 3, 5, 6))
+    check(lambda c: F.fold(c, (5, 6), (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)), r(2, 18, 12))
+
+
+def test_pixel_shuffle():
+    check(lambda x: F.pixel_shuffle(x, 2), r(2, 8, 3, 4))
+    check(lambda x: F.pixel_unshuffle(x, 2), r(2, 2, 4, 6))
+
+
+# ---- attention -----------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["plain", "causal", "bool_mask", "float_mask", "gqa", "scale"])
+def test_scaled_dot_product_attention(kind):
+    q, k, v = r(2, 4, 5, 8), r(2, 4, 6, 8, seed=1), r(2, 4, 6, 8, seed=2)
+    kw = {}
+    if kind == "causal":
+        kw = dict(is_causal=True)
+    elif kind == "bool_mask":
+        mask = torch.rand(5, 6, generator=torch.Generator().manual_seed(0)) > 0.3
+        mask[:, 0] = True  # every query sees at least one key
+        kw = dict(attn_mask=mask)
+    elif kind == "float_mask":
+        kw = dict(attn_mask=torch.randn(1, 4, 5, 6))
+    elif kind == "gqa":
+        k, v = r(2, 2, 6, 8, seed=1), r(2, 2, 6, 8, seed=2)
+        kw = dict(enable_gqa=True)
+    elif kind == "scale":
+        kw = dict(scale=0.2)
+
+    def fn(q, k, v):
+        extra = {n: (m.to(q.device) if isinstance(m, torch.Tensor) else m) for n, m in kw.items()}
+        return F.scaled_dot_product_attention(q, k, v, **extra)
+    check(fn, q, k, v, atol=1e-5, rtol=1e-5)
+
+
+def test_attention_bf16():
+    q, k, v = (r(1, 2, 4, 8, dtype=torch.bfloat16, seed=s) for s in range(3))
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v,
+          atol=5e-2, rtol=5e-2)

@@ -1,0 +1,93 @@
+"""OpInfo conformance: every entry of PyTorch's ``op_db`` on tpu against the CPU.
+
+For each entry (OpInfo name + "." + variant), the harness (tests/tools/opinfo_harness.py,
+its docstring has the details) draws ``op.sample_inputs("cpu", dtype)``, runs the op on
+the CPU and on a tpu copy of the sample, and requires, for the first 8 samples:
+  * the same output structure, dtypes, shapes and values (dtype-appropriate
+    tolerances, widened by the OpInfo's own hints);
+  * no op ran through the CPU fallback (``torch_tpu.fallback_ops()`` unchanged);
+  * tpu outputs on tpu.
+test_gradient compares vector-Jacobian products for the first 3 samples; test_bfloat16
+repeats the forward check in bfloat16 for a subset of common ops.
+
+Known failures are listed in tests/opinfo_expected_failures.py and run as
+xfail(strict=True): an entry that starts passing fails the run until it is removed
+from that file, so the count of passing entries only goes up.
+
+The default run covers a fixed spread of ~90 common entries (harness.DEFAULT_ENTRIES);
+``--runslow`` runs all of op_db.  ``python -m tests.tools.opinfo_report`` summarises a sweep.
+"""
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "tools"))
+sys.path.insert(0, HERE)
+
+import opinfo_expected_failures as expected  # noqa: E402
+import opinfo_harness as H  # noqa: E402
+
+_DEFAULT = set(H.DEFAULT_ENTRIES)
+_HOW = "delete it from tests/opinfo_expected_failures.py (or run tests/tools/update_opinfo_expectations.py)"
+
+
+def _params(names, known):
+    params = []
+    for name in names:
+        marks = [] if name in _DEFAULT else [pytest.mark.slow]
+        reason = known.get(name)
+        if reason is not None:
+            if reason.startswith(("crash", "timeout")):
+                marks.append(pytest.mark.skip(reason=f"known {reason} (would take pytest down)"))
+            else:
+                marks.append(pytest.mark.xfail(strict=True, reason=f"{reason} -- if this passes now, {_HOW}"))
+        params.append(pytest.param(name, id=name, marks=marks))
+    return params
+
+
+_ALL = list(H.ops())
+
+
+def _check(check, name):
+    r = H.run_check(check, name)
+    if r.status == "skip":
+        pytest.skip(r.reason)
+    assert r.status == "pass", f"{name} [{r.check} {r.dtype}] {r.kind}: {r.reason}"
+
+
+@pytest.mark.parametrize("name", _params(_ALL, expected.FORWARD))
+def test_forward(name):
+    _check("forward", name)
+
+
+@pytest.mark.parametrize("name", _params([n for n in _ALL if H.ops()[n].supports_autograd], expected.GRADIENT))
+def test_gradient(name):
+    _check("gradient", name)
+
+
+@pytest.mark.parametrize("name", _params(H.BF16_ENTRIES, expected.BFLOAT16))
+def test_bfloat16(name):
+    _check("bfloat16", name)
+
+
+def test_expectations_name_real_entries():
+    """Every name in the expectations file and the subsets is an op_db entry."""
+    ops = H.ops()
+    for var in ("FORWARD", "GRADIENT", "BFLOAT16"):
+        stale = sorted(set(getattr(expected, var)) - set(ops))
+        assert not stale, f"{var} in tests/opinfo_expected_failures.py names unknown entries: {stale}"
+    assert not set(H.DEFAULT_ENTRIES) - set(ops)
+    assert not set(H.BF16_ENTRIES) - set(ops)
+
+
+def test_tolerances_are_principled():
+    ops = H.ops()
+    f32 = H.tolerance(ops["add"], H.torch.float32)
+    assert f32 == (1.3e-6, 1e-5)                       # assert_close's float32 default
+    assert H.tolerance(ops["exp"], H.torch.float32) == (1e-5, 1e-5)   # transcendental: relaxed
+    assert H.tolerance(ops["bitwise_and"], H.torch.int64) == (0.0, 0.0)   # integers: exact
+    for name in ops:
+        rtol, atol = H.tolerance(ops[name], H.torch.float32)
+        assert rtol <= 1e-3 and atol <= 1e-3, name

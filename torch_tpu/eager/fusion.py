@@ -1,0 +1,181 @@
+"""Fused eager: ops are recorded instead of run, and the pending chain runs as
+one XLA executable when a value is needed.
+
+Each recorded op is the same jitted per-op function strict mode calls; its
+outputs are ``LazyBuffer`` placeholders that storages hold like real buffers.
+A flush traces the chain (nested jits inline) into one ``jax.jit`` function,
+cached by the chain's structure: which per-op executables, wired how, and
+which results are still referenced.  A training loop with one host read per
+step therefore compiles on its first steps and then reuses executables.
+"""
+import logging
+import os
+import threading
+import time
+import weakref
+
+import jax
+
+log = logging.getLogger("torch_tpu.fusion")
+
+MAX_PENDING_OPS = int(os.environ.get("TORCH_TPU_FUSED_MAX_OPS", "4096"))
+
+
+class LazyBuffer:
+    """A buffer that a pending op will produce; ``value`` once flushed."""
+    __slots__ = ("shape", "dtype", "size", "value", "node", "slot", "__weakref__")
+
+    def __init__(self, shape, dtype, node, slot):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        size = 1
+        for s in self.shape:
+            size *= s
+        self.size = size
+        self.value = None
+        self.node = node
+        self.slot = slot
+
+
+class _Node:
+    __slots__ = ("fn", "refs", "outputs")
+
+    def __init__(self, fn, refs, outputs):
+        self.fn = fn
+        self.refs = refs          # per input: ("x", external index) or ("n", node, slot)
+        self.outputs = outputs    # weakrefs to the LazyBuffers it produces
+
+
+class Stats:
+    def __init__(self):
+        self.hits = 0
+        self.misses = 0
+        self.compile_seconds = 0.0
+        self.flushes = 0
+        self.ops_fused = 0
+
+    def as_dict(self):
+        return {"hits": self.hits, "misses": self.misses,
+                "compile_seconds": round(self.compile_seconds, 4),
+                "flushes": self.flushes, "ops_fused": self.ops_fused}
+
+
+stats = Stats()
+_lock = threading.RLock()
+_nodes: list = []
+_external: list = []
+_external_index: dict = {}   # id(array) -> index, for arrays only
+_cache: dict = {}
+
+
+def pending_ops() -> int:
+    return len(_nodes)
+
+
+def record(fn, inputs, out_buffers):
+    """Record one op: ``fn(*inputs)`` producing buffers of ``out_buffers`` [(shape, dtype)]."""
+    with _lock:
+        refs = []
+        for x in inputs:
+            if type(x) is LazyBuffer:
+                if x.value is not None:
+                    refs.append(_external_ref(x.value))
+                else:
+                    refs.append(("n", x.node, x.slot))
+            else:
+                refs.append(_external_ref(x))
+        index = len(_nodes)
+        outs = [LazyBuffer(shape, dtype, index, slot) for slot, (shape, dtype) in enumerate(out_buffers)]
+        _nodes.append(_Node(fn, tuple(refs), [weakref.ref(o) for o in outs]))
+        full = len(_nodes) >= MAX_PENDING_OPS
+    if full:
+        flush("size limit")
+    return outs
+
+
+def _external_ref(x):
+    if isinstance(x, jax.Array):
+        i = _external_index.get(id(x))
+        if i is not None and _external[i] is x:
+            return ("x", i)
+        _external_index[id(x)] = len(_external)
+    _external.append(x)
+    return ("x", len(_external) - 1)
+
+
+def resolve(buf):
+    """The concrete array for ``buf`` (flushing the pending chain if needed)."""
+    if type(buf) is not LazyBuffer:
+        return buf
+    if buf.value is None:
+        flush("host read")
+    if buf.value is None:
+        raise RuntimeError("tpu: a fused result was lost before it was computed")
+    return buf.value
+
+
+def flush(reason="sync") -> None:
+    with _lock:
+        if not _nodes:
+            return
+        nodes = _nodes[:]
+        external = _external[:]
+        _nodes.clear()
+        _external.clear()
+        _external_index.clear()
+        live = []
+        for i, node in enumerate(nodes):
+            for slot, ref in enumerate(node.outputs):
+                lazy = ref()
+                if lazy is not None:
+                    live.append((i, slot, lazy))
+        key = (tuple((id(n.fn), n.refs) for n in nodes), tuple((i, s) for i, s, _ in live),
+               tuple(_kind(x) for x in external))
+        compiled = _cache.get(key)
+        if compiled is None:
+            stats.misses += 1
+            start = time.perf_counter()
+            compiled = jax.jit(_chain([(n.fn, n.refs) for n in nodes],
+                                      [(i, s) for i, s, _ in live])).lower(*external).compile()
+            _cache[key] = compiled
+            seconds = time.perf_counter() - start
+            stats.compile_seconds += seconds
+            log.debug("fused chain of %d ops compiled in %.3fs (%s)", len(nodes), seconds, reason)
+        else:
+            stats.hits += 1
+        stats.flushes += 1
+        stats.ops_fused += len(nodes)
+        try:
+            results = compiled(*external)
+        except Exception as e:
+            raise RuntimeError(f"tpu: a fused chain of {len(nodes)} ops failed on the device: "
+                               f"{str(e).strip().splitlines()[0] if str(e).strip() else e}") from None
+        for (_, _, lazy), value in zip(live, results):
+            lazy.value = value
+        from . import pending
+        pending.note(results)
+
+
+def _kind(x):
+    if hasattr(x, "shape"):  # jax or numpy array
+        return (type(x).__name__, tuple(x.shape), str(x.dtype))
+    return (type(x),)
+
+
+def _chain(nodes, live):
+    def run(*external):
+        values = {}
+        for i, (fn, refs) in enumerate(nodes):
+            args = [external[r[1]] if r[0] == "x" else values[(r[1], r[2])] for r in refs]
+            outs = fn(*args)
+            if not isinstance(outs, tuple):
+                outs = (outs,)
+            for slot, v in enumerate(outs):
+                values[(i, slot)] = v
+        return tuple(values[k] for k in live)
+    return run
+
+
+def clear_cache() -> None:
+    with _lock:
+        _cache.clear()
