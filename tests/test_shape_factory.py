@@ -82,9 +82,23 @@ def test_factories(make):
     assert_same(make("tpu"), make("cpu"), exact=exact)
 
 
-def test_linspace_long():
-    # many steps: the CPU's vectorised loop rounds a little differently
-    assert_same(torch.linspace(-2, 7, 1001, device="tpu"), torch.linspace(-2, 7, 1001), rtol=0, atol=1e-6)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_arange_linspace_long_exact(dtype):
+    # the CPU's vector loop and fused multiply-adds are reproduced bit for bit
+    for args in ((-2, 7, 0.013), (3.3, 100, 0.77), (5, -5, -0.3)):
+        assert_same(torch.arange(*args, device="tpu", dtype=dtype), torch.arange(*args, dtype=dtype), exact=True)
+    if dtype == torch.float32:
+        for n in (100, 1001):
+            assert_same(torch.linspace(3.3, -1e3, n, device="tpu"), torch.linspace(3.3, -1e3, n), exact=True)
+
+
+def test_float64_and_logspace_long_close():
+    # float64 (CPU uses FMA) and logspace (libm pow): within an ulp or so
+    assert_same(torch.arange(-2, 7, 0.013, device="tpu", dtype=torch.float64),
+                torch.arange(-2, 7, 0.013, dtype=torch.float64))
+    assert_same(torch.linspace(3.3, -1e3, 1001, device="tpu", dtype=torch.float64),
+                torch.linspace(3.3, -1e3, 1001, dtype=torch.float64))
+    assert_same(torch.logspace(-2, 7, 1001, device="tpu"), torch.logspace(-2, 7, 1001))
 
 
 def test_like_factories():

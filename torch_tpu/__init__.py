@@ -1,4 +1,6 @@
 """torch_tpu: ``torch.device("tpu")`` as a native PyTorch device, executed by JAX/XLA."""
+import sys
+
 import torch  # first: torch's autoload may import us back (see _autoload.py)
 
 from . import runtime  # noqa: F401,E402  (enables jax x64 before anything traces)
@@ -18,6 +20,13 @@ from .amp import autocast as _autocast  # noqa: E402
 
 _accelerator.install()
 _autocast.install()
+from . import compile as _compile  # noqa: E402
+from .compile import options as _compiler_options  # noqa: E402
+from .device import module as _tpu_module  # noqa: E402
+
+_compile.install()
+_tpu_module.compiler = _compiler_options  # torch.tpu.compiler.custom_compiler_options
+sys.modules["torch.tpu.compiler"] = _compiler_options
 
 __version__ = "0.1.0"
 

@@ -13,6 +13,34 @@ import jax
 # int64 indices and float64 must be exact, as on PyTorch's CPU.
 jax.config.update("jax_enable_x64", True)
 
+
+def cache_dir() -> str:
+    """Where compiled XLA executables persist across processes."""
+    default = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                           "torch_tpu", "xla")
+    return os.environ.get("TORCH_TPU_CACHE_DIR", default)
+
+
+def _configure_persistent_cache() -> None:
+    # JAX's persistent compilation cache, on by default.  Only executables that
+    # took a while to compile are written (graphs and fused chains, not the
+    # small per-op kernels), so the cache stays small; TORCH_TPU_CACHE_DIR=""
+    # turns it off.
+    path = cache_dir()
+    if not path:
+        return
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                      float(os.environ.get("TORCH_TPU_CACHE_MIN_COMPILE_SECS", "0.2")))
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+_configure_persistent_cache()
+
 _lock = threading.Lock()
 _device = None
 

@@ -101,6 +101,7 @@ class _Runner:
             json.dump(self.queue, f)
         open(self.out_file, "w").close()
         self.last_size, self.last_change = 0, time.time()
+        self.shown = self.shown_size = 0
         env = dict(os.environ)
         env.setdefault("PYTHONWARNINGS", "ignore")
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", self.job_file,
@@ -121,6 +122,11 @@ class _Runner:
             self.proc.wait()
             rc = "timeout"
         if rc is None:
+            if size != self.shown_size:  # live progress
+                self.shown_size = size
+                for r in _read(self.out_file)[1][self.shown:]:
+                    _progress(r)
+                    self.shown += 1
             return True
         started, results = _read(self.out_file)
         self.results.extend(results)
@@ -142,7 +148,7 @@ class _Runner:
             # Died before starting any job (import error?): give up rather than loop.
             err = open(os.path.join(self.tmp, f"err{self.idx}_{self.gen}.txt")).read()[-2000:]
             raise RuntimeError(f"opinfo worker failed before running a job (rc={rc}):\n{err}")
-        for r in results:
+        for r in results[self.shown:]:
             _progress(r)
         if self.queue:
             self._start()

@@ -55,6 +55,25 @@ def _is_exact(x):
     return not _is_float(x)
 
 
+def _true_div(a, b):
+    """a / b correctly rounded, as PyTorch.  XLA rewrites a division by a
+    broadcast value into a multiplication by its reciprocal (off by an ulp);
+    a select that XLA cannot see through keeps it a real division."""
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    shape = jnp.broadcast_shapes(a.shape, b.shape)
+    if b.shape != shape and _is_float(b):
+        b = jnp.where(jnp.broadcast_to(a, shape) == 0, b, b)
+    return a / b
+
+
+def _round_to(x, dtype):
+    """x (float32) rounded to ``dtype`` but kept in float32: emulates one
+    bfloat16/float16 arithmetic step of PyTorch's scalar_t code.
+    (Not lax.reduce_precision: it flushes float16 subnormals to zero.)"""
+    dtype = np.dtype(dtype)
+    return x.astype(dtype).astype(x.dtype) if dtype in _HALF else x
+
+
 def _lift(f):
     """A one-argument JAX function as a kernel (drops the registry's extra kwargs)."""
     return lambda self: f(self)
@@ -85,17 +104,19 @@ def mul(self, other):
 
 @register("div.Tensor", "div.Scalar", promote=INT_TO_FLOAT)
 def div(self, other):
-    return self / other
+    return _true_div(self, other)
 
 
 def _trunc_div(a, b):
+    a, b = jnp.broadcast_arrays(a, b)
     if _is_exact(a):
         return lax.div(a, b)  # C truncation
-    return jnp.trunc(a / b)
+    return jnp.trunc(_true_div(a, b))
 
 
 def _floor_div(a, b):
     """PyTorch's floor division: Python's semantics, with its float algorithm."""
+    a, b = jnp.broadcast_arrays(a, b)
     if a.dtype == jnp.bool_:
         return a & b
     if _is_int(a):
@@ -103,13 +124,13 @@ def _floor_div(a, b):
         fix = (lax.rem(a, b) != 0) & ((a < 0) != (b < 0))
         return jnp.where(fix, q - 1, q)
     mod = lax.rem(a, b)
-    q = (a - mod) / b
+    q = _true_div(a - mod, b)
     q = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), q - 1, q)
     fq = jnp.floor(q)
     fq = jnp.where(q - fq > 0.5, fq + 1, fq)
     signed_zero = jnp.copysign(jnp.zeros_like(q), a / b)
     q = jnp.where(q != 0, fq, signed_zero)
-    return jnp.where(b == 0, a / b, q)
+    return jnp.where(b == 0, _true_div(a, b), q)
 
 
 @register("div.Tensor_mode", "div.Scalar_mode")
@@ -118,7 +139,7 @@ def div_mode(self, other, rounding_mode=None):
     # result dtype from the meta kernel picks the computation dtype.
     a, b = _cast(_ct(), self, other)
     if rounding_mode is None:
-        return a / b
+        return _true_div(a, b)
     if rounding_mode == "trunc":
         return _trunc_div(a, b)
     return _floor_div(a, b)
@@ -132,13 +153,14 @@ def floor_divide(self, other):
 @register("remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor", promote=DEFAULT)
 def remainder(self, other):
     # the result takes the divisor's sign
+    self, other = jnp.broadcast_arrays(self, other)
     r = lax.rem(self, other)
     return jnp.where((r != 0) & ((r < 0) != (other < 0)), r + other, r)
 
 
 @register("fmod.Tensor", "fmod.Scalar", promote=DEFAULT)
 def fmod(self, other):
-    return lax.rem(self, other)  # the result takes the dividend's sign
+    return lax.rem(*jnp.broadcast_arrays(self, other))  # the result takes the dividend's sign
 
 
 @register("neg.default", promote=DEFAULT)
@@ -224,7 +246,7 @@ def addcmul(self, tensor1, tensor2, value=1):
 
 @register("addcdiv.default", promote=DEFAULT)
 def addcdiv(self, tensor1, tensor2, value=1):
-    return self + value * tensor1 / tensor2
+    return self + _true_div(value * tensor1, tensor2)
 
 
 # ---- unary math ----------------------------------------------------------------------
@@ -283,7 +305,7 @@ def polygamma(n, self):
     x = self.astype(_ct())
     if n == 0:
         return _digamma(x)
-    return jsp.polygamma(jnp.asarray(n, x.dtype), x)
+    return jsp.polygamma(jnp.full(x.shape, n, jnp.int32), x)
 
 
 @register("abs.default", promote=COMPLEX_TO_FLOAT)
@@ -326,8 +348,8 @@ def round_decimals(self, decimals=0):
         return jnp.round(x)
     scale = jnp.asarray(10.0 ** abs(decimals), x.dtype)
     if decimals < 0:
-        return jnp.round(x / scale) * scale
-    return jnp.round(x * scale) / scale
+        return jnp.round(_true_div(x, scale)) * scale
+    return _true_div(jnp.round(x * scale), scale)
 
 
 @register("frac.default", promote=DEFAULT)
@@ -337,10 +359,14 @@ def frac(self):
 
 @register("logit.default")
 def logit(self, eps=None):
+    # PyTorch's kernel works in the tensor's own dtype (each bfloat16 step
+    # rounds: 1 - eps may become 1); only the log runs in float32.
+    r = lambda v: _round_to(v, self.dtype)  # noqa: E731
     x = self.astype(_ct())
     if eps is not None:
-        x = jnp.clip(x, eps, 1 - eps)
-    return jnp.log(x / (1 - x))
+        lo = r(jnp.asarray(eps, x.dtype))
+        x = jnp.clip(x, lo, r(1 - lo))
+    return jnp.log(r(_true_div(x, r(1 - x))))
 
 
 @register("nan_to_num.default")
@@ -649,32 +675,33 @@ def mish_backward(grad_output, self):
 @register("hardsigmoid.default")
 def hardsigmoid(self):
     x = self.astype(_ct())
-    return jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6
+    return _true_div(jnp.minimum(jnp.maximum(x + 3, 0), 6), 6)
 
 
 @register("hardsigmoid_backward.default")
 def hardsigmoid_backward(grad_output, self):
     g, x = _cast(_ct(), grad_output, self)
-    return jnp.where((x > -3) & (x < 3), g / 6, jnp.zeros_like(g))
+    return jnp.where((x > -3) & (x < 3), _true_div(g, 6), jnp.zeros_like(g))
 
 
 @register("hardswish.default")
 def hardswish(self):
     x = self.astype(_ct())
-    return x * jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6
+    return _true_div(x * jnp.minimum(jnp.maximum(x + 3, 0), 6), 6)
 
 
 @register("hardswish_backward.default")
 def hardswish_backward(grad_output, self):
     g, x = _cast(_ct(), grad_output, self)
-    return jnp.where(x < -3, jnp.zeros_like(g), jnp.where(x <= 3, g * (x / 3 + 0.5), g))
+    # PyTorch's kinks: 0 at x = -3, the full gradient at x = 3
+    return jnp.where(x <= -3, jnp.zeros_like(g), jnp.where(x < 3, g * (_true_div(x, 3) + 0.5), g))
 
 
 @register("softplus.default")
 def softplus(self, beta=1, threshold=20):
     x, b, t = _cast(_ct(), self, beta, threshold)
     # above the threshold softplus is the identity (and exp would overflow)
-    return jnp.where(x * b > t, x, jnp.log1p(jnp.exp(x * b)) / b)
+    return jnp.where(x * b > t, x, _true_div(jnp.log1p(jnp.exp(x * b)), b))
 
 
 @register("softplus_backward.default")
@@ -710,11 +737,14 @@ def tanh_backward(grad_output, output):
 
 @register("logit_backward.default")
 def logit_backward(grad_output, self, eps=None):
+    # the bounds in the tensor's dtype, as PyTorch (1 - eps may round to 1)
     g, x = _cast(_ct(), grad_output, self)
-    d = g / (x * (1 - x))
-    if eps is None:
-        return jnp.where((x < 0) | (x > 1), jnp.full_like(g, jnp.nan), d)
-    return jnp.where((x < eps) | (x > 1 - eps), jnp.zeros_like(g), d)
+    lo = _round_to(jnp.asarray(0.0 if eps is None else eps, x.dtype), self.dtype)
+    hi = _round_to(1 - lo, self.dtype)
+    edge = (x == 0) | (x == 1)
+    d = jnp.where(edge, g * jnp.inf, _true_div(g, jnp.where(edge, 1, x * (1 - x))))
+    outside = jnp.full_like(g, jnp.nan) if eps is None else jnp.zeros_like(g)
+    return jnp.where((x < lo) | (x > hi), outside, d)
 
 
 @register("_prelu_kernel.default")
@@ -745,14 +775,16 @@ def glu(self, dim=-1):
 def glu_backward(grad_output, self, dim):
     g, x = _cast(_ct(), grad_output, self)
     a, b = _halves(x, dim)
-    s = _sigmoid(b)
-    return jnp.concatenate([g * s, g * a * s * (1 - s)], axis=dim)
+    # PyTorch stores sigmoid(b) in the gradient's dtype first, then uses that rounded value
+    s = _round_to(_sigmoid(b), self.dtype)
+    return jnp.concatenate([s * g, (1 - s) * s * a * g], axis=dim)
 
 
 @register("softshrink.default")
 def softshrink(self, lambd=0.5):
     x, lam = _cast(_ct(), self, lambd)
-    return jnp.where(x > lam, x - lam, jnp.where(x < -lam, x + lam, jnp.zeros_like(x)))
+    # x * 0 in the dead zone keeps -0.0 and NaN, as PyTorch's kernel
+    return jnp.where(x > lam, x - lam, jnp.where(x < -lam, x + lam, x * 0))
 
 
 @register("hardshrink.default")

@@ -54,7 +54,20 @@ def _number(x):
 
 @functools.lru_cache(maxsize=None)
 def _arange_fn(n, acc, npdtype):
-    return jax.jit(lambda start, step: (start + step * jnp.arange(n, dtype=acc)).astype(npdtype))
+    def run(start, step):
+        k = jnp.arange(n, dtype=np.int64)
+        value = (start + step * k.astype(acc)).astype(npdtype)
+        if npdtype.itemsize < 8 and jnp.issubdtype(npdtype, jnp.floating):
+            # PyTorch's CPU loop runs 256-bit vectors (two per step, then a scalar
+            # tail): each vector starts at T(start + step*b) and adds i*step in
+            # the accumulate type.  Rounding the same way gives the CPU's values.
+            width = 32 // npdtype.itemsize
+            b = k - k % width
+            base = (start + step * b.astype(acc)).astype(npdtype).astype(acc)
+            vec = (base + (k - b).astype(acc) * step).astype(npdtype)
+            value = jnp.where(k < n // (2 * width) * (2 * width), vec, value)
+        return value
+    return jax.jit(run)
 
 
 @register_raw("arange.start_out")
@@ -71,57 +84,63 @@ def arange_out(end, *, out):
     return arange_start_out(0, end, 1, out=out)
 
 
+def _ramp(start, end, denom, n, step_dtype):
+    """PyTorch's CPU linspace values in ``step_dtype``: the first half counts up
+    from start, the second half down from end, so both ends are exact.  The CPU
+    compiles these to fused multiply-adds; for float32 a double multiply-add
+    rounded once gives the same values."""
+    start, end = start.astype(step_dtype), end.astype(step_dtype)
+    if n == 1:  # a single step is start, not end
+        return start.reshape(1)
+    step = (end - start) / denom.astype(step_dtype)  # denom is traced: XLA would use a reciprocal
+    wide = np.float64 if step_dtype == np.float32 else step_dtype
+    idx = jnp.arange(n)
+    up = start.astype(wide) + step.astype(wide) * idx.astype(wide)
+    down = end.astype(wide) - step.astype(wide) * (n - idx - 1).astype(wide)
+    return jnp.where(idx < n // 2, up, down).astype(step_dtype)
+
+
+def _ends(start, end, out):
+    """start/end as host arrays the way the CPU kernel sees them, and the step dtype."""
+    npdtype = dtypes.to_np(out.dtype)
+    start_v, end_v = np.asarray(_number(start)), np.asarray(_number(end))
+    if out.dtype.is_floating_point or out.dtype.is_complex:
+        if not out.dtype.is_complex:
+            start_v, end_v = start_v.real, end_v.real
+        return start_v, end_v, npdtype
+    # Integers: the ends are converted first, then the step is a double.
+    return start_v.real.astype(npdtype), end_v.real.astype(npdtype), np.dtype(np.float64)
+
+
 @functools.lru_cache(maxsize=None)
 def _linspace_fn(n, step_dtype, npdtype):
-    def run(start, end):
-        # PyTorch's CPU kernel: the first half counts up from start, the second
-        # half down from end, so both ends are exact.
-        start, end = start.astype(step_dtype), end.astype(step_dtype)
-        step = (end - start) / max(n - 1, 1)
-        idx = jnp.arange(n)
-        up = start + step * idx.astype(step_dtype)
-        down = end - step * (n - idx - 1).astype(step_dtype)
-        if n == 1:  # a single step is start, not end
-            return start.reshape(1).astype(npdtype)
-        return jnp.where(idx < n // 2, up, down).astype(npdtype)
-    return jax.jit(run)
+    return jax.jit(lambda start, end, denom: _ramp(start, end, denom, n, step_dtype).astype(npdtype))
 
 
 @register_raw("linspace.out")
 def linspace_out(start, end, steps, *, out):
-    start, end = _number(start), _number(end)
-    (n,) = _meta_shape(_aten.linspace.out, start, end, steps, out=out)
-    npdtype = dtypes.to_np(out.dtype)
-    # Integers step in double, floats in their own type (as on the CPU).
-    step_dtype = npdtype if (out.dtype.is_floating_point or out.dtype.is_complex) else np.dtype(np.float64)
-    start_v, end_v = np.asarray(start), np.asarray(end)
-    if not out.dtype.is_complex:
-        start_v, end_v = start_v.real, end_v.real
-    if not (out.dtype.is_floating_point or out.dtype.is_complex):  # CPU converts the ends first
-        start_v, end_v = start_v.astype(npdtype), end_v.astype(npdtype)
-    value = _linspace_fn(n, step_dtype, npdtype)(start_v, end_v)
+    (n,) = _meta_shape(_aten.linspace.out, _number(start), _number(end), steps, out=out)
+    start_v, end_v, step_dtype = _ends(start, end, out)
+    value = _linspace_fn(n, step_dtype, dtypes.to_np(out.dtype))(start_v, end_v, np.int64(max(n - 1, 1)))
     return _write_out("aten::linspace", out, value)
 
 
 @functools.lru_cache(maxsize=None)
-def _logspace_fn(n, npdtype):
-    def run(start, end, base):
-        step = (end - start) / max(n - 1, 1)
-        idx = jnp.arange(n)
-        exps = jnp.where(idx < n // 2, start + step * idx, end - step * (n - idx - 1))
-        if n == 1:  # a single step is base ** start
-            exps = jnp.reshape(start, (1,))
-        return jnp.power(base, exps).astype(npdtype)
+def _logspace_fn(n, step_dtype, npdtype):
+    def run(start, end, base, denom):
+        # exponents as linspace computes them; the power in double (as the CPU)
+        exps = _ramp(start, end, denom, n, step_dtype)
+        wide = np.complex128 if jnp.issubdtype(step_dtype, jnp.complexfloating) else np.float64
+        return jnp.power(base.astype(wide), exps.astype(wide)).astype(npdtype)
     return jax.jit(run)
 
 
 @register_raw("logspace.out")
 def logspace_out(start, end, steps, base=10.0, *, out):
-    start, end = _number(start), _number(end)
-    (n,) = _meta_shape(_aten.logspace.out, start, end, steps, base, out=out)
-    wide = np.complex128 if out.dtype.is_complex else np.float64
-    value = _logspace_fn(n, dtypes.to_np(out.dtype))(
-        np.asarray(start, wide), np.asarray(end, wide), np.asarray(base, wide))
+    (n,) = _meta_shape(_aten.logspace.out, _number(start), _number(end), steps, base, out=out)
+    start_v, end_v, step_dtype = _ends(start, end, out)
+    value = _logspace_fn(n, step_dtype, dtypes.to_np(out.dtype))(
+        start_v, end_v, np.asarray(base), np.int64(max(n - 1, 1)))
     return _write_out("aten::logspace", out, value)
 
 

@@ -23,7 +23,7 @@ from .. import dtypes
 from ..eager import modes
 from ..storage import access, buffers
 from . import core, errors
-from .registry import KERNELS, Kernel, _install, _siblings, out_dtype, register, register_raw, resolve
+from .registry import _LIB, KERNELS, Kernel, _siblings, out_dtype, register, register_raw, resolve
 
 _aten = torch.ops.aten
 
@@ -89,13 +89,16 @@ class _Guarded:
 
 
 def guard(*names, prepare):
-    """Put ``prepare(args_by_name)`` in front of the named ops and their in-place/out= siblings."""
+    """Put ``prepare(args_by_name)`` in front of the named ops and their in-place/out= siblings.
+
+    Only the eager dispatcher entry is wrapped: KERNELS keeps the plain Kernel,
+    which torch.compile lowers (a traced graph cannot check on the host)."""
     for name in names:
         op = resolve(name)
         for target in [op] + [s for s, _ in _siblings(op)]:
             kernel = KERNELS.get(target)
             if isinstance(kernel, Kernel):
-                _install(target, _Guarded(kernel, prepare))
+                _LIB.impl(target, _Guarded(kernel, prepare), "PrivateUse1")
 
 
 def _dim_error(exc, dim, size):

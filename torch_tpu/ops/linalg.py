@@ -90,9 +90,11 @@ def addmm(self, mat1, mat2, beta=1, alpha=1):
     return _fin(_scaled_add(self, matmul(mat1, mat2), beta, alpha))
 
 
-@register("_addmm_activation.default", promote=DEFAULT)
+# no promote=: it would also cast the static use_gelu flag to a number
+@register("_addmm_activation.default")
 def _addmm_activation(self, mat1, mat2, beta=1, alpha=1, use_gelu=False):
-    y = _scaled_add(self, matmul(mat1, mat2), beta, alpha)
+    dt = out_dtype()
+    y = _scaled_add(self.astype(dt), matmul(mat1.astype(dt), mat2.astype(dt)), beta, alpha)
     # CPU uses the tanh-free (erf) gelu here
     y = jax.nn.gelu(y, approximate=False) if use_gelu else jnp.maximum(y, 0)
     return _fin(y)

@@ -6,6 +6,8 @@ interpolation sources) are computed with NumPy at trace time, so they are
 constants of the compiled program.  Half types compute in float32 like the
 CPU kernels' accumulation type.
 """
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -177,8 +179,43 @@ def _gather_windows(x, positions, valid_end=None):
         idx.append(p)
         valid = valid & ok.reshape(shape)
         flat = flat + p * plane_strides[i]
-    patches = x[(Ellipsis,) + tuple(jnp.asarray(i) for i in idx)]
+    if all(_progression(pos) is not None for pos in positions):
+        patches = _sliced_patches(x, positions)
+    else:  # irregular (adaptive) windows: one gather
+        patches = x[(Ellipsis,) + tuple(jnp.asarray(i) for i in idx)]
     return patches, valid, flat
+
+
+def _progression(pos):
+    """(stride, dilation) if pos[o, k] == pos[0, 0] + o*stride + k*dilation, else None."""
+    o, k = pos.shape
+    s = int(pos[1, 0] - pos[0, 0]) if o > 1 else 1
+    d = int(pos[0, 1] - pos[0, 0]) if k > 1 else 1
+    expect = pos[0, 0] + np.arange(o)[:, None] * s + np.arange(k)[None, :] * d
+    return (s, d) if s > 0 and np.array_equal(pos, expect) else None
+
+
+def _sliced_patches(x, positions):
+    """Regular windows as strided slices of the padded input: no gather, which
+    keeps sliding-window ops (pooling, im2col) cheap on the accelerator."""
+    nsp = len(positions)
+    lead = x.ndim - nsp
+    sizes = x.shape[lead:]
+    lo = [max(0, -int(pos.min())) for pos in positions]
+    hi = [max(0, int(pos.max()) - (n - 1)) for pos, n in zip(positions, sizes)]
+    xp = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0)] * lead + [(a, b, 0) for a, b in zip(lo, hi)])
+    slices = []
+    for ks in itertools.product(*(range(pos.shape[1]) for pos in positions)):
+        start, limit, strides = [0] * lead, list(xp.shape[:lead]), [1] * lead
+        for pos, k, pad in zip(positions, ks, lo):
+            s, _ = _progression(pos)
+            begin = int(pos[0, k]) + pad
+            start.append(begin)
+            limit.append(begin + (pos.shape[0] - 1) * s + 1)
+            strides.append(s)
+        slices.append(lax.slice(xp, start, limit, strides))
+    patches = jnp.stack(slices, axis=-1)
+    return patches.reshape(patches.shape[:-1] + tuple(pos.shape[1] for pos in positions))
 
 
 def _fill_low(dtype):
@@ -320,8 +357,6 @@ def _adaptive_matrix(n, o):
     inside = (cols >= start[:, None]) & (cols < end[:, None])
     return inside / (end - start)[:, None]
 
-
-_LETTERS = "abcdefgh"
 
 
 def _adaptive_avg(x, output_size, nsp):

@@ -45,6 +45,12 @@ def _keep(result, dims, keepdim):
     return jnp.expand_dims(result, dims) if keepdim and dims else result
 
 
+def _refuse(x, dtypes, what):
+    """PyTorch's kernel-level dtype errors that its meta kernels let through."""
+    if any(jnp.issubdtype(x.dtype, d) for d in dtypes):
+        raise RuntimeError(f'"{what}" not implemented for {x.dtype}')
+
+
 def _iota(shape, axis, dtype=jnp.int64):
     return lax.broadcasted_iota(dtype, shape, axis)
 
@@ -166,6 +172,8 @@ def aminmax(self, dim=None, keepdim=False):
 # ---- variance ------------------------------------------------------------------
 
 def _var_mean(self, dim, correction, keepdim):
+    if not jnp.issubdtype(self.dtype, jnp.inexact):  # PyTorch's kernel check, not the meta's
+        raise RuntimeError("std and var only support floating point and complex dtypes")
     # The var of a complex tensor is real (out_dtype), its mean is not.
     x = self if jnp.iscomplexobj(self) else _cast_acc(self)
     dims = _dims(dim, self.ndim)
@@ -342,11 +350,13 @@ def cummin(self, dim):
     return _cum_extreme(lambda a, b: a < b, self, dim)
 
 
+# _logcumsumexp has no meta kernel (no out_dtype): the result has the input's dtype.
 @register("logcumsumexp.default", "_logcumsumexp.default")
 def logcumsumexp(self, dim):
-    x = _cast_acc(self)
+    _refuse(self, (jnp.integer, jnp.bool_), "logcumsumexp_out_cpu")
+    x = self.astype(_acc(self.dtype))
     axis = _axis(dim, self.ndim)
-    return x if axis is None else lax.cumlogsumexp(x, axis=axis)
+    return (x if axis is None else lax.cumlogsumexp(x, axis=axis)).astype(self.dtype)
 
 
 # ---- sorting and selection -----------------------------------------------------------
@@ -398,6 +408,7 @@ def sort(self, dim=-1, descending=False):
 
 @register("topk.default")
 def topk(self, k, dim=-1, largest=True, sorted=True):
+    _refuse(self, (jnp.bool_,), "topk")
     values, indices = _sort(self, dim, largest)
     axis = _axis(dim, self.ndim)
     if axis is None:
@@ -408,6 +419,7 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
 
 def _select(self, dim, keepdim, position):
     """Element ``position(n, row)`` of each ascending-sorted row along ``dim``."""
+    _refuse(self, (jnp.bool_,), "kthvalue/median")
     axis = _axis(dim, self.ndim)
     if axis is None:
         return self, jnp.zeros((), jnp.int64)
@@ -505,6 +517,7 @@ def _softmax_axis(x, dim):
 
 @register("_softmax.default")
 def softmax(self, dim, half_to_float=False):
+    _refuse(self, (jnp.integer, jnp.bool_), "softmax")
     x, axis, back = _softmax_axis(_cast_acc(self), dim)
     e = jnp.exp(x - jnp.max(x, axis=axis, keepdims=True, initial=-jnp.inf))
     return back(e / jnp.sum(e, axis=axis, keepdims=True))
@@ -512,6 +525,7 @@ def softmax(self, dim, half_to_float=False):
 
 @register("_log_softmax.default")
 def log_softmax(self, dim, half_to_float=False):
+    _refuse(self, (jnp.integer, jnp.bool_), "log_softmax")
     x, axis, back = _softmax_axis(_cast_acc(self), dim)
     shifted = x - jnp.max(x, axis=axis, keepdims=True, initial=-jnp.inf)
     return back(shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=axis, keepdims=True)))

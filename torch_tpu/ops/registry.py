@@ -189,10 +189,9 @@ class Kernel:
         self.name = str(op)
         schema = op._schema
         self.arg_names = [a.name for a in schema.arguments]
-        self.dynamic = set()
-        if not opts.static_scalars:
-            # Schema type "number" is ATen's Scalar (str() spells it that way).
-            self.dynamic = {a.name for a in schema.arguments if str(a.type) in ("number", "number?")}
+        # Schema type "number" is ATen's Scalar (str() spells it that way).
+        self.scalar_args = {a.name for a in schema.arguments if str(a.type) in ("number", "number?")}
+        self.dynamic = set() if opts.static_scalars else self.scalar_args
         self.out_names = [a.name for a in schema.arguments
                           if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
         self.cache = {}
@@ -270,16 +269,11 @@ class Kernel:
     def _build(self, key, args, kwargs, inputs):
         meta_out = self._meta(args, kwargs) if self.opts.meta else None
         single = not isinstance(meta_out, (tuple, list))
-        promote_dtype = None
-        if self.opts.promote is not None:
-            operands = [_to_meta(a) for a in _flat(args) + _flat(list(kwargs.values()))
-                        if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
-            compute, _ = elementwise_dtypes(*operands, type_promotion_kind=self.opts.promote)
-            promote_dtype = dtypes.to_np(compute)
+        promote_dtype = self.promote_dtype(args, kwargs)
 
         pos_t, kw_t = key
         mode = self.mode
-        impl = self.impl
+        apply = self.apply
         rng = self.opts.rng
         in_place_spec = pos_t[0][1] if mode == "inplace" else None
         out_specs = None
@@ -293,16 +287,8 @@ class Kernel:
             it = iter(inputs)
             a = [_decode(t, it) for t in pos_t]
             k = {name: _decode(t, it) for name, t in kw_t}
-            if promote_dtype is not None:
-                a = [_cast_operand(x, promote_dtype) for x in a]
-                k = {n: _cast_operand(x, promote_dtype) for n, x in k.items()}
-            _trace.compute_dtype = promote_dtype
-            _trace.out_dtypes = tuple(s[2] for s in out_specs) if out_specs else ()
-            _trace.key = _make_key(next(it)) if rng else None
-            result = impl(*a, **k)
-            outs = list(result) if isinstance(result, (tuple, list)) else [result]
-            if out_specs is not None:
-                outs = [convert(jnp.asarray(o), s[2]) for o, s in zip(outs, out_specs)]
+            key = _make_key(next(it)) if rng else None
+            outs = apply(a, k, promote_dtype, [s[2] for s in out_specs] if out_specs else None, key)
             if mode == "inplace":
                 size = in_place_spec[2]
                 value = jnp.broadcast_to(outs[0], size)
@@ -322,6 +308,33 @@ class Kernel:
         else:
             out_buffers = [(_buffer_shape(s), s[2]) for s in out_specs]
         return _Entry(jax.jit(traced), out_specs, single, out_buffers)
+
+    def promote_dtype(self, args, kwargs):
+        """PyTorch's computation dtype for the operands (``torch._refs`` rules), or None."""
+        if self.opts.promote is None:
+            return None
+        operands = [_to_meta(a) for a in _flat(args) + _flat(list(kwargs.values()))
+                    if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
+        compute, _ = elementwise_dtypes(*operands, type_promotion_kind=self.opts.promote)
+        return dtypes.to_np(compute)
+
+    def apply(self, args, kwargs, promote_dtype, out_dtypes, key=None):
+        """The op on traced values (jax arrays for tensors): a list of result arrays
+        in PyTorch's result dtypes.  Eager kernels and torch.compile graphs share it."""
+        if promote_dtype is not None:  # tensors, and numbers in Scalar positions
+            names = self.arg_names
+            args = [_cast_operand(x, promote_dtype, names[i] in self.scalar_args)
+                    for i, x in enumerate(args)]
+            kwargs = {n: _cast_operand(x, promote_dtype, n in self.scalar_args)
+                      for n, x in kwargs.items()}
+        _trace.compute_dtype = promote_dtype
+        _trace.out_dtypes = tuple(out_dtypes) if out_dtypes else ()
+        _trace.key = key
+        result = self.impl(*args, **kwargs)
+        outs = list(result) if isinstance(result, (tuple, list)) else [result]
+        if out_dtypes:
+            outs = [convert(jnp.asarray(o), d) for o, d in zip(outs, out_dtypes)]
+        return outs
 
     def _meta(self, args, kwargs):
         margs = [_to_meta(a) for a in args]
@@ -369,10 +382,12 @@ def _decode(t, it):
     return t
 
 
-def _cast_operand(x, dtype):
-    if isinstance(x, jax.Array) or isinstance(x, np.ndarray):
+def _cast_operand(x, dtype, is_scalar_arg):
+    if isinstance(x, (jax.Array, np.ndarray)):
         return x.astype(dtype)
-    if type(x) in _SCALAR_TYPES or isinstance(x, jax.core.Tracer):
+    if is_scalar_arg and type(x) in _SCALAR_TYPES:  # via int64/float64: out-of-range ints wrap (uint8 - 3), as in PyTorch
+        return jnp.asarray(x).astype(dtype)
+    if isinstance(x, jax.core.Tracer):
         return jnp.asarray(x, dtype)
     if isinstance(x, tuple) and x and isinstance(x[0], jax.Array):
         return tuple(e.astype(dtype) for e in x)

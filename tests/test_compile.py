@@ -1,0 +1,198 @@
+"""torch.compile(backend="tpu"): whole graphs as XLA executables, checked
+against eager results."""
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_tpu  # noqa: F401
+from torch_tpu.compile import stats
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from models import CNN, GPT, GPTConfig, cnn_batch, gpt_batch  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _mlp():
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def _make(kind):
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    if kind == "mlp":
+        return _mlp(), (torch.randn(16, 8), torch.randint(0, 4, (16,)))
+    if kind == "cnn":
+        model = CNN(width=8)
+        return model, cnn_batch(4, gen)
+    cfg = GPTConfig(layers=1, d_model=32, heads=2, seq=16, vocab=64, batch=2)
+    return GPT(cfg), gpt_batch(cfg, gen)
+
+
+def _loss(kind, model, batch):
+    if kind == "mlp":
+        return F.cross_entropy(model(batch[0]), batch[1])
+    return model(*batch)
+
+
+def _train(kind, compiled, steps=3):
+    model, batch = _make(kind)
+    model = model.to("tpu")
+    batch = tuple(b.to("tpu") for b in batch)
+    # AdamW normalizes each gradient, so float noise in a near-zero gradient
+    # becomes a visible step; SGD keeps the comparison meaningful for the GPT.
+    opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if kind == "gpt"
+           else torch.optim.AdamW(model.parameters(), lr=1e-2))
+
+    def step():
+        loss = _loss(kind, model, batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    if compiled:
+        step = torch.compile(step, backend="tpu")
+    losses = [step().item() for _ in range(steps)]
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn", "gpt"])
+def test_compiled_train_step_matches_eager(kind):
+    want_losses, want_params = _train(kind, compiled=False)
+    before = stats.compiles
+    losses, params = _train(kind, compiled=True)
+    assert stats.compiles > before
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(want_losses), rtol=1e-4, atol=1e-5)
+    for p, q in zip(params, want_params):  # parameters were updated in place, as eager does
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn", "gpt"])
+def test_compiled_inference_matches_eager(kind):
+    model, batch = _make(kind)
+    model = model.to("tpu").eval()
+    batch = tuple(b.to("tpu") for b in batch)
+    with torch.no_grad():
+        want = _loss(kind, model, batch)
+        got = torch.compile(lambda *b: _loss(kind, model, b), backend="tpu")(*batch)
+    torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-4, atol=1e-5)
+
+
+def test_plain_torch_compile_picks_tpu_for_tpu_inputs():
+    f = torch.compile(lambda x: (x * 2).sin().sum())
+    before = stats.graphs
+    x = torch.randn(5)
+    torch.testing.assert_close(f(x.to("tpu")).cpu(), (x * 2).sin().sum())
+    assert stats.graphs == before + 1
+    torch._dynamo.reset()
+    g = torch.compile(lambda x: (x * 2).sin().sum())
+    torch.testing.assert_close(g(x), (x * 2).sin().sum())  # CPU inputs: inductor, untouched
+    assert stats.graphs == before + 1
+
+
+def test_graph_breaks_keep_results_right():
+    def f(x):
+        y = x.relu() * 2
+        print("a graph break")
+        if y.sum() > 0:  # data-dependent branch
+            y = y + 1
+        n = int(y.max().item())
+        return y * n
+    x = torch.randn(6)
+    want = f(x)
+    got = torch.compile(f, backend="tpu")(x.to("tpu"))
+    torch.testing.assert_close(got.cpu(), want)
+
+
+def test_fullgraph_raises_on_graph_break():
+    def f(x):
+        print("break")
+        return x + 1
+    with pytest.raises(Exception):
+        torch.compile(f, backend="tpu", fullgraph=True)(torch.ones(2, device="tpu"))
+
+
+def test_modes_are_accepted():
+    x = torch.randn(4, 4, device="tpu")
+    for mode in ("reduce-overhead", "max-autotune", "default"):
+        torch._dynamo.reset()
+        out = torch.compile(lambda t: t @ t, backend="tpu", mode=mode)(x)
+        torch.testing.assert_close(out.cpu(), (x @ x).cpu())
+
+
+def test_new_shape_recompiles_with_a_log_line(caplog):
+    f = torch.compile(lambda t: (t * 3).sum(0), backend="tpu", dynamic=False)
+    for n in (4, 6):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(f(x.to("tpu")).cpu(), (x * 3).sum(0))
+
+
+@pytest.mark.parametrize("dynamic", [True, None])
+def test_dynamic_shapes(dynamic):
+    f = torch.compile(lambda t: (t.relu() + 1).sum(0), backend="tpu", dynamic=dynamic)
+    for n in (3, 5, 7, 9):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(f(x.to("tpu")).cpu(), (x.relu() + 1).sum(0))
+
+
+def test_mark_dynamic():
+    f = torch.compile(lambda t: t * 2 + 1, backend="tpu")
+    for n in (3, 8):
+        x = torch.randn(n, 2).to("tpu")
+        torch._dynamo.mark_dynamic(x, 0)
+        torch.testing.assert_close(f(x).cpu(), x.cpu() * 2 + 1)
+
+
+def test_custom_compiler_options_pass_through():
+    x = torch.randn(8, 8, device="tpu")
+    with torch.tpu.compiler.custom_compiler_options({"xla_cpu_enable_fast_math": False}):
+        out = torch.compile(lambda t: t.exp().sum(), backend="tpu")(x)
+    torch.testing.assert_close(out.cpu(), x.cpu().exp().sum())
+
+
+def test_unknown_op_falls_back_to_eager_with_a_warning(monkeypatch):
+    from torch_tpu.compile import lowering
+    real = lowering.check_lowerable
+
+    def refuse_sin(gm):
+        for n in gm.graph.nodes:
+            if n.target is torch.ops.aten.sin.default:
+                raise lowering.LoweringError(f"no JAX lowering for {n.target}")
+        real(gm)
+    monkeypatch.setattr(lowering, "check_lowerable", refuse_sin)
+    x = torch.randn(5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(lambda t: t.sin() * 2, backend="tpu")(x.to("tpu"))
+    torch.testing.assert_close(got.cpu(), x.sin() * 2)
+    assert any("aten.sin.default" in str(w.message) for w in caught)
+
+
+def test_disk_cache_makes_a_second_process_faster(tmp_path):
+    code = (
+        "import time, torch, torch_tpu\n"
+        "from torch_tpu.compile import stats\n"
+        "m = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(6)]).to('tpu')\n"
+        "f = torch.compile(m, backend='tpu')\n"
+        "f(torch.randn(4, 64, device='tpu')).sum().item()\n"
+        "print(stats.compile_seconds)\n")
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path), TORCH_TPU_CACHE_MIN_COMPILE_SECS="0")
+    times = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        times.append(float(r.stdout.strip().splitlines()[-1]))
+    assert any(tmp_path.iterdir())
+    assert times[1] < times[0], times

@@ -1,0 +1,181 @@
+"""Random ops on tpu: distributions (statistics of 100k samples), reproducibility,
+generators.  Values differ from PyTorch's CPU stream; distributions must not."""
+import math
+
+import pytest
+import torch
+
+import torch_tpu
+
+N = 100_000
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")  # no silent CPU fallback
+
+
+def _stats(t):
+    c = t.cpu().to(torch.float64)
+    return c.mean().item(), c.std().item(), c.min().item(), c.max().item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_rand(dtype):
+    mean, std, lo, hi = _stats(torch.rand(N, device="tpu", dtype=dtype))
+    assert abs(mean - 0.5) < 0.01 and abs(std - 1 / math.sqrt(12)) < 0.01
+    assert lo >= 0.0 and hi < 1.0
+
+
+def test_uniform_range_and_views():
+    t = torch.empty(400, 250, device="tpu").uniform_(-3, 5)
+    mean, std, lo, hi = _stats(t)
+    assert abs(mean - 1.0) < 0.05 and abs(std - 8 / math.sqrt(12)) < 0.05 and lo >= -3 and hi < 5
+    base = torch.zeros(6, 4, device="tpu")
+    base.t()[1:3].uniform_(1, 2)  # writes through a strided view only
+    host = base.cpu()
+    assert (host[:, 1:3] >= 1).all() and (host[:, [0, 3]] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_randn_and_normal(dtype):
+    mean, std, _, _ = _stats(torch.randn(N, device="tpu", dtype=dtype))
+    assert abs(mean) < 0.02 and abs(std - 1) < 0.02
+    mean, std, _, _ = _stats(torch.empty(N, device="tpu", dtype=dtype).normal_(3, 0.5))
+    assert abs(mean - 3) < 0.02 and abs(std - 0.5) < 0.02
+
+
+def test_normal_overloads():
+    m = torch.full((N,), 2.0, device="tpu")
+    s = torch.full((N,), 3.0, device="tpu")
+    for t, em, es in ((torch.normal(m, s), 2, 3), (torch.normal(m, 0.5), 2, 0.5),
+                      (torch.normal(-1.0, s), -1, 3), (torch.normal(1.0, 2.0, (N,), device="tpu"), 1, 2)):
+        mean, std, _, _ = _stats(t)
+        assert abs(mean - em) < 0.05 * es and abs(std - es) < 0.03 * es
+        assert t.device.type == "tpu"
+    out = torch.empty(0, device="tpu")
+    torch.normal(m, s, out=out)
+    assert out.shape == (N,)
+
+
+def test_manual_seed_reproducible():
+    def draw():
+        torch.manual_seed(1234)
+        return [torch.rand(5, device="tpu").cpu(), torch.randn(5, device="tpu").cpu(),
+                torch.randint(0, 100, (5,), device="tpu").cpu(), torch.randperm(7, device="tpu").cpu()]
+    a, b = draw(), draw()
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+    torch.manual_seed(1235)
+    assert not torch.equal(torch.rand(5, device="tpu").cpu(), a[0])
+    # successive draws differ
+    assert not torch.equal(torch.rand(5, device="tpu").cpu(), torch.rand(5, device="tpu").cpu())
+
+
+def test_cpu_generator():
+    g = torch.Generator().manual_seed(7)
+    a = torch.rand(5, device="tpu", generator=g).cpu()
+    b = torch.rand(5, device="tpu", generator=g).cpu()
+    g.manual_seed(7)
+    assert torch.equal(torch.rand(5, device="tpu", generator=g).cpu(), a)
+    assert not torch.equal(a, b)
+    g.manual_seed(7)
+    p1 = torch.randperm(10, device="tpu", generator=g).cpu()
+    g.manual_seed(7)
+    assert torch.equal(torch.randperm(10, device="tpu", generator=g).cpu(), p1)
+
+
+def test_fork_rng_state():
+    state = torch.tpu.get_rng_state()
+    a = torch.rand(4, device="tpu").cpu()
+    torch.tpu.set_rng_state(state)
+    assert torch.equal(torch.rand(4, device="tpu").cpu(), a)
+
+
+def test_bernoulli():
+    p = torch.full((N,), 0.3, device="tpu")
+    assert abs(torch.bernoulli(p).cpu().mean().item() - 0.3) < 0.01
+    t = torch.empty(N, device="tpu").bernoulli_(0.8)
+    assert abs(t.cpu().mean().item() - 0.8) < 0.01
+    probs = torch.tensor([0.0, 1.0] * (N // 2), device="tpu")
+    t = torch.empty(N, device="tpu").bernoulli_(probs)
+    assert torch.equal(t.cpu(), probs.cpu())
+    b = torch.bernoulli(torch.full((N,), 0.5, device="tpu", dtype=torch.float64))
+    assert b.dtype == torch.float64 and set(b.cpu().unique().tolist()) == {0.0, 1.0}
+    assert torch.empty(10, dtype=torch.bool, device="tpu").bernoulli_(0.5).dtype == torch.bool
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.float32])
+def test_randint_and_random_(dtype):
+    t = torch.randint(-5 if dtype != torch.uint8 else 0, 10, (N,), device="tpu", dtype=dtype).cpu()
+    lo = -5 if dtype != torch.uint8 else 0
+    assert t.dtype == dtype and t.min().item() == lo and t.max().item() == 9
+    counts = torch.bincount((t.to(torch.int64) - lo))
+    assert counts.min().item() > 0.8 * N / (10 - lo)
+    r = torch.empty(N, device="tpu", dtype=dtype).random_(3).cpu()
+    assert r.min().item() == 0 and r.max().item() == 2
+    d = torch.empty(N, device="tpu", dtype=dtype).random_().cpu()
+    assert d.min().item() >= 0
+
+
+def test_random_default_ranges():
+    b = torch.empty(1000, device="tpu", dtype=torch.bool).random_().cpu()
+    assert b.any() and not b.all()
+    f = torch.empty(N, device="tpu").random_().cpu()
+    assert f.max().item() <= 2 ** 24 and f.max().item() > 2 ** 23 and torch.equal(f, f.round())
+
+
+def test_randperm():
+    for n in (0, 1, 10, 1000):
+        p = torch.randperm(n, device="tpu").cpu()
+        assert p.dtype == torch.int64 and torch.equal(p.sort().values, torch.arange(n))
+    p = torch.randperm(50, device="tpu", dtype=torch.int32).cpu()
+    assert p.dtype == torch.int32 and torch.equal(p.sort().values, torch.arange(50, dtype=torch.int32))
+    out = torch.empty(0, dtype=torch.int64, device="tpu")
+    torch.randperm(20, out=out)
+    assert torch.equal(out.cpu().sort().values, torch.arange(20))
+
+
+def test_multinomial():
+    probs = torch.tensor([0.1, 0.0, 0.6, 0.3], device="tpu")
+    draws = torch.multinomial(probs, N, replacement=True).cpu()
+    freq = torch.bincount(draws, minlength=4).double() / N
+    assert torch.allclose(freq, probs.cpu().double(), atol=0.01)
+    rows = torch.tensor([[1.0, 1.0, 1.0, 0.0], [0.0, 5.0, 0.0, 5.0]], device="tpu")
+    s = torch.multinomial(rows, 2).cpu()
+    assert s.shape == (2, 2)
+    for row, picked in zip(rows.cpu(), s):
+        assert len(set(picked.tolist())) == 2 and all(row[i] > 0 for i in picked)
+    # without replacement, first pick follows the probabilities
+    first = torch.multinomial(probs.expand(20000, 4).contiguous(), 2).cpu()[:, 0]
+    assert abs((first == 2).double().mean().item() - 0.6) < 0.02
+    with pytest.raises(RuntimeError):
+        torch.multinomial(probs, 5)
+
+
+def test_exponential_geometric_lognormal_cauchy():
+    mean, std, lo, _ = _stats(torch.empty(N, device="tpu").exponential_(2.0))
+    assert abs(mean - 0.5) < 0.01 and abs(std - 0.5) < 0.02 and lo >= 0
+    g = torch.empty(N, device="tpu").geometric_(0.25).cpu()
+    assert g.min().item() >= 1 and torch.equal(g, g.round()) and abs(g.mean().item() - 4) < 0.1
+    ln = torch.empty(N, device="tpu", dtype=torch.float64).log_normal_(0.5, 0.25).cpu()
+    assert abs(ln.log().mean().item() - 0.5) < 0.01 and abs(ln.log().std().item() - 0.25) < 0.01
+    c = torch.empty(N, device="tpu").cauchy_(1.0, 2.0).cpu()
+    assert abs(c.median().item() - 1.0) < 0.1
+    q = torch.quantile(c, torch.tensor([0.25, 0.75]))  # quartiles at median -/+ sigma
+    assert abs(q[0].item() + 1.0) < 0.15 and abs(q[1].item() - 3.0) < 0.15
+
+
+def test_rand_like_and_dropout_mask_shapes():
+    x = torch.zeros(3, 4, device="tpu", dtype=torch.float64)
+    r = torch.rand_like(x)
+    assert r.dtype == torch.float64 and r.device.type == "tpu" and r.shape == (3, 4)
+    n = torch.randn_like(x.t())
+    assert n.shape == (4, 3)
+    i = torch.randint_like(x, 5)
+    assert i.cpu().max().item() < 5
+
+
+def test_no_fallback():
+    assert not any(k.startswith(("aten::uniform", "aten::normal", "aten::random", "aten::bernoulli"))
+                   for k in torch_tpu.fallback_ops())

@@ -1,0 +1,239 @@
+"""ATen FX graph -> one JAX function, built from the same op implementations the
+eager kernels use (``Kernel.apply``), plus JAX forms of the view ops (which
+eager serves by editing metadata)."""
+import math
+import operator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from .. import dtypes
+from ..casting import convert
+from ..ops import registry
+from ..storage import views as storage_views
+
+aten = torch.ops.aten
+
+
+class LoweringError(NotImplementedError):
+    """The graph uses an op the lowering does not know."""
+
+
+# ---- view ops as JAX functions -------------------------------------------------
+
+def _dim(d, ndim):
+    return d + ndim if d < 0 else d
+
+
+def _slice(x, dim=0, start=None, end=None, step=1):
+    dim = _dim(dim, x.ndim)
+    size = x.shape[dim]
+    start, end, step = slice(start, end, step).indices(size)
+    return lax.slice_in_dim(x, start, max(start, end), step, axis=dim)
+
+
+def _select(x, dim, index):
+    dim = _dim(dim, x.ndim)
+    index = index + x.shape[dim] if index < 0 else index
+    return lax.index_in_dim(x, index, axis=dim, keepdims=False)
+
+
+def _squeeze(x, dims=None):
+    if dims is None:
+        return jnp.squeeze(x)
+    dims = [dims] if isinstance(dims, int) else dims
+    dims = tuple(_dim(d, x.ndim) for d in dims if x.shape[_dim(d, x.ndim)] == 1) if x.ndim else ()
+    return jnp.squeeze(x, dims) if dims else x
+
+
+def _expand(x, size, implicit=False):
+    size = list(size)
+    lead = len(size) - x.ndim
+    shape = [x.shape[i - lead] if s == -1 else s for i, s in enumerate(size)]
+    return jnp.broadcast_to(x, shape)
+
+
+def _view(x, size):
+    return jnp.reshape(x, tuple(size))
+
+
+def _as_strided(x, size, stride, storage_offset=None):
+    # The input is a (logically contiguous) graph value: index its flat form.
+    flat = x.reshape(-1)
+    return storage_views._read_flat(flat, tuple(size), tuple(stride), storage_offset or 0)
+
+
+def _split_with_sizes(x, sizes, dim=0):
+    dim = _dim(dim, x.ndim)
+    offsets = np.cumsum([0] + list(sizes))
+    return [lax.slice_in_dim(x, int(offsets[i]), int(offsets[i + 1]), axis=dim) for i in range(len(sizes))]
+
+
+def _split(x, split_size, dim=0):
+    dim = _dim(dim, x.ndim)
+    n = x.shape[dim]
+    sizes = [min(split_size, n - i) for i in range(0, n, split_size)] or [0]
+    return _split_with_sizes(x, sizes, dim)
+
+
+def _unbind(x, dim=0):
+    dim = _dim(dim, x.ndim)
+    return [lax.index_in_dim(x, i, axis=dim, keepdims=False) for i in range(x.shape[dim])]
+
+
+def _diagonal(x, offset=0, dim1=0, dim2=1):
+    return jnp.diagonal(x, offset, _dim(dim1, x.ndim), _dim(dim2, x.ndim))
+
+
+def _unfold(x, dimension, size, step):
+    dim = _dim(dimension, x.ndim) if x.ndim else 0
+    if x.ndim == 0:
+        return x.reshape(1)
+    count = (x.shape[dim] - size) // step + 1
+    idx = np.arange(count)[:, None] * step + np.arange(size)[None, :]
+    taken = jnp.take(x, idx, axis=dim)  # dims: ..., count, size, ...
+    return jnp.moveaxis(taken, dim + 1, -1)
+
+
+def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    return convert(x, dtypes.to_np(dtype)) if dtype is not None else x
+
+
+VIEW_LOWERINGS = {
+    aten.view.default: _view,
+    aten._unsafe_view.default: _view,
+    aten._reshape_alias.default: lambda x, size, stride: jnp.reshape(x, tuple(size)),
+    aten.reshape.default: _view,
+    aten.view.dtype: lambda x, dtype: storage_views._from_bytes(
+        storage_views._to_bytes(x.reshape(-1)), dtypes.to_np(dtype)).reshape(
+            x.shape[:-1] + (x.shape[-1] * x.dtype.itemsize // dtypes.to_np(dtype).itemsize,)
+            if x.ndim else ()),
+    aten.alias.default: lambda x: x,
+    aten.detach.default: lambda x: x,
+    aten.lift_fresh_copy.default: lambda x: x,
+    aten.clone.default: lambda x, memory_format=None: x,
+    aten.t.default: lambda x: x.T if x.ndim == 2 else x,
+    aten.transpose.int: lambda x, a, b: jnp.swapaxes(x, a, b),
+    aten.permute.default: lambda x, dims: jnp.transpose(x, tuple(_dim(d, x.ndim) for d in dims)),
+    aten.expand.default: _expand,
+    aten.slice.Tensor: _slice,
+    aten.select.int: _select,
+    aten.unsqueeze.default: lambda x, d: jnp.expand_dims(x, _dim(d, x.ndim + 1)),
+    aten.squeeze.default: lambda x: _squeeze(x),
+    aten.squeeze.dim: _squeeze,
+    aten.squeeze.dims: _squeeze,
+    aten.as_strided.default: _as_strided,
+    aten.split.Tensor: _split,
+    aten.split_with_sizes.default: _split_with_sizes,
+    aten.unbind.int: _unbind,
+    aten.diagonal.default: _diagonal,
+    aten.unfold.default: _unfold,
+    aten._to_copy.default: _to_copy,
+    aten.view_as_real.default: lambda x: jnp.stack([jnp.real(x), jnp.imag(x)], -1),
+    aten.view_as_complex.default: lambda x: lax.complex(x[..., 0], x[..., 1]),
+}
+
+_PY_OPS = {operator.getitem: operator.getitem, operator.mul: operator.mul, operator.add: operator.add,
+           operator.sub: operator.sub, operator.floordiv: operator.floordiv,
+           operator.truediv: operator.truediv, operator.neg: operator.neg, math.ceil: math.ceil,
+           math.floor: math.floor, torch.sym_int: int, torch.sym_float: float,
+           torch.sym_max: max, torch.sym_min: min}
+
+
+def _meta_value(v):
+    """The FakeTensor/number recorded for a node, as the meta value kernels expect."""
+    if isinstance(v, torch.fx.Node):
+        val = v.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device="meta")
+        return val
+    if isinstance(v, (list, tuple)):
+        return type(v)(_meta_value(e) for e in v)
+    return v
+
+
+def _out_dtypes(node):
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    out = []
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            out.append(dtypes.to_np(v.dtype))
+        else:
+            return None
+    return out
+
+
+def check_lowerable(gm: torch.fx.GraphModule) -> None:
+    """Raise LoweringError naming the first op the lowering cannot handle."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        t = node.target
+        if t in _PY_OPS or t in VIEW_LOWERINGS:
+            continue
+        kernel = registry.KERNELS.get(t)
+        if isinstance(kernel, registry.Kernel) and kernel.mode == "functional":
+            continue
+        raise LoweringError(f"no JAX lowering for {t}")
+
+
+def lower(gm: torch.fx.GraphModule):
+    """A traceable function ``(rng_material, *inputs) -> outputs`` for the graph."""
+    check_lowerable(gm)
+    nodes = list(gm.graph.nodes)
+
+    def run(rng_material, *inputs):
+        env = {}
+        it = iter(inputs)
+        base_key = None
+        for index, node in enumerate(nodes):
+            if node.op == "placeholder":
+                env[node] = next(it)
+            elif node.op == "get_attr":
+                env[node] = _constant(getattr(gm, node.target))
+            elif node.op == "call_function":
+                args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+                kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+                t = node.target
+                if t in _PY_OPS:
+                    env[node] = _PY_OPS[t](*args, **kwargs)
+                elif t in VIEW_LOWERINGS:
+                    env[node] = VIEW_LOWERINGS[t](*args, **kwargs)
+                else:
+                    kernel = registry.KERNELS[t]
+                    key = None
+                    if kernel.opts.rng:
+                        if base_key is None:
+                            base_key = jax.random.fold_in(jax.random.key(rng_material[0]),
+                                                          rng_material[1])
+                        key = jax.random.fold_in(base_key, index)
+                    meta_args = _meta_value(node.args)
+                    meta_kwargs = _meta_value(dict(node.kwargs))
+                    promote = kernel.promote_dtype(meta_args, meta_kwargs)
+                    args = [a for a in args]
+                    kwargs = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Generator)}
+                    outs = kernel.apply(args, kwargs, promote, _out_dtypes(node), key)
+                    val = node.meta.get("val")
+                    env[node] = tuple(outs) if isinstance(val, (list, tuple)) else outs[0]
+            elif node.op == "output":
+                return jax.tree_util.tree_map(lambda v: v, env_lookup(node.args[0], env))
+        raise AssertionError("graph has no output")
+    return run
+
+
+def env_lookup(out, env):
+    return torch.fx.node.map_arg(out, lambda n: env[n])
+
+
+def _constant(value):
+    if isinstance(value, torch.Tensor):
+        from ..storage import access
+        if value.device.type == "tpu":
+            return access.read(value)
+        return jnp.asarray(dtypes.numpy_from_cpu_tensor(value))
+    return value
