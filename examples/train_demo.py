@@ -28,13 +28,13 @@ class SmallCNN(nn.Module):
 
 
 def synthetic_batches(n_batches, batch, generator):
-    """Images whose class is which quadrant is brightest: learnable in a few steps."""
+    """Noisy images whose class is which of 10 faint patches is brighter."""
     for _ in range(n_batches):
-        y = torch.randint(0, 4, (batch,), generator=generator)
-        x = torch.randn(batch, 1, 28, 28, generator=generator) * 0.3
+        y = torch.randint(0, 10, (batch,), generator=generator)
+        x = torch.randn(batch, 1, 28, 28, generator=generator)
         for i, c in enumerate(y.tolist()):
-            r, q = divmod(c, 2)
-            x[i, 0, r * 14:(r + 1) * 14, q * 14:(q + 1) * 14] += 1.0
+            r, q = divmod(c, 5)
+            x[i, 0, r * 14:r * 14 + 7, q * 5:q * 5 + 5] += 1.0
         yield x, y
 
 
@@ -43,34 +43,38 @@ def main():
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--mode", default=None, help="eager mode: debug, strict or fused")
+    parser.add_argument("--device", default="tpu", help="tpu, or cpu to compare")
     args = parser.parse_args()
     if args.mode:
         torch.tpu.set_eager_mode(args.mode)
 
     torch.manual_seed(0)
-    device = torch.device("tpu")
+    device = torch.device(args.device)
     print(f"device: {device} backed by {torch.tpu.get_device_name()} "
           f"(eager mode: {torch.tpu.eager_mode.value})")
     model = SmallCNN().to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     gen = torch.Generator().manual_seed(0)
 
-    start = time.perf_counter()
+    step_times = []
     bar = tqdm(synthetic_batches(args.steps, args.batch, gen), total=args.steps, unit="step")
     for x, y in bar:
+        start = time.perf_counter()
         x, y = x.to(device), y.to(device)
         loss = F.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
         bar.set_postfix(loss=f"{loss.item():.4f}")
-    elapsed = time.perf_counter() - start
+        step_times.append(time.perf_counter() - start)
 
     model.eval()
     with torch.no_grad():
         x, y = next(synthetic_batches(1, 256, gen))
         acc = (model(x.to(device)).argmax(1).cpu() == y).float().mean().item()
-    print(f"final loss {loss.item():.4f}, accuracy {acc:.2%}, {elapsed / args.steps * 1000:.1f} ms/step")
+    steady = sorted(step_times[1:])[len(step_times[1:]) // 2] if len(step_times) > 1 else step_times[0]
+    print(f"final loss {loss.item():.4f}, accuracy {acc:.2%}; first step (compiles kernels) "
+          f"{step_times[0]:.1f} s, then {steady * 1000:.1f} ms/step")
 
 
 if __name__ == "__main__":

@@ -684,10 +684,28 @@ def test_training_step_style_chain():
     assert_same(step(x.to("tpu"), w.to("tpu")), step(x, w), rtol=1e-5, atol=1e-5)
 
 
-def test_no_cpu_fallback():
-    """Everything above ran on tpu kernels (no op fell back to the CPU)."""
-    fell = {k: v for k, v in torch_tpu.fallback_ops().items()
-            if not k.startswith(("aten::sum", "aten::ones_like", "aten::fill", "aten::zero",
-                                 "aten::linspace", "aten::full", "aten::empty", "aten::clone",
-                                 "aten::expand", "aten::t", "aten::slice", "aten::select"))}
-    assert not fell, fell
+def test_scalar_first_overloads():
+    x = floats(special=False).abs() + 0.5
+    check(lambda a: torch.remainder(5, a), x, exact=True)
+    check(lambda a: torch.remainder(-7, a), ints(nonzero=True), exact=True)
+    check(lambda a: torch.xlogy(2, a), x, rtol=1e-6, atol=1e-6)
+    check(lambda a: torch.special.xlog1py(3.0, a), x, rtol=1e-6, atol=1e-6)
+    check(lambda a: torch.float_power(a, 2.5), x, rtol=1e-12, atol=0)
+    check(lambda a: torch.bitwise_or(12, a), ints(), exact=True)
+
+
+def test_ops_run_on_tpu_kernels(monkeypatch):
+    """With TORCH_TPU_STRICT=1 a missing kernel raises instead of running on the CPU."""
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+    x = floats().to("tpu")
+    i = ints(nonzero=True).to("tpu")
+    for fn in (torch.exp, torch.sigmoid, torch.isfinite, torch.isnan, F.gelu, F.silu, F.mish, F.elu, F.selu,
+               F.celu, F.hardswish, F.hardsigmoid, F.softplus, F.relu6, F.logsigmoid, torch.nan_to_num,
+               torch.signbit, torch.frac, torch.sgn, torch.logical_not, lambda a: a.clip(-1, 1),
+               lambda a: torch.where(a > 0, a, 0.0), lambda a: a.masked_fill(a > 0, 1.0),
+               lambda a: torch.heaviside(a, a), lambda a: torch.nextafter(a, a + 1),
+               lambda a: torch.lerp(a, a, 0.5), lambda a: torch.addcdiv(a, a, a.abs() + 1)):
+        fn(x)
+    for fn in (lambda a: a // 3, lambda a: a % 3, lambda a: a << 2, lambda a: a >> 1, lambda a: ~a,
+               lambda a: a ** 2, torch.square, lambda a: torch.div(a, 2, rounding_mode="floor")):
+        fn(i)

@@ -28,6 +28,11 @@ _compile.install()
 _tpu_module.compiler = _compiler_options  # torch.tpu.compiler.custom_compiler_options
 sys.modules["torch.tpu.compiler"] = _compiler_options
 
+from . import pallas as _pallas  # noqa: E402
+from .pallas import from_jax, to_jax  # noqa: E402,F401
+
+_pallas.install()  # torch.tpu.pallas, torch.tpu.ops
+
 __version__ = "0.1.0"
 
 

@@ -213,18 +213,23 @@ def pow_scalar_base(self, exponent):
 
 @register("pow.Tensor_Scalar", static_scalars=True)
 def pow_scalar(self, exponent):
-    # The exponent's value is known at trace time: PyTorch's CPU kernel turns
-    # the common exponents into exact multiplications / sqrt, so do the same.
-    ct = _ct()
+    # The exponent's value is known at trace time, to follow PyTorch's CPU
+    # kernel: exact shortcuts for common exponents (x*x for 2, sqrt for 0.5...).
+    dt = np.dtype(out_dtype())
+    ct = _opmath(dt)
     x = self.astype(ct)
-    if jnp.issubdtype(ct, jnp.integer) or ct == jnp.bool_:
-        if isinstance(exponent, (int, bool)) and exponent < 0 and ct != jnp.bool_:
+    if not jnp.issubdtype(ct, jnp.inexact):
+        if not isinstance(exponent, bool) and exponent < 0:
             raise RuntimeError("Integers to negative integer powers are not allowed.")
-        return _int_pow(x, exponent)
+        return _int_pow(x, jnp.asarray(int(exponent), ct))
     if exponent == 0:
         return jnp.ones_like(x)
     if exponent == 1:
         return x
+    if dt in _HALF and not isinstance(exponent, complex):
+        exponent = float(np.asarray(exponent, dt))  # PyTorch converts the exponent to the tensor's dtype
+    if dt == np.float16:  # float16 has no shortcuts: std::pow throughout
+        return lax.pow(x, jnp.asarray(exponent, ct))
     special = {2: lambda v: v * v, 3: lambda v: v * v * v, 0.5: jnp.sqrt,
                -0.5: lambda v: 1 / jnp.sqrt(v), -1: lambda v: 1 / v, -2: lambda v: 1 / (v * v)}
     if not isinstance(exponent, complex) and exponent in special:
@@ -567,6 +572,8 @@ def masked_fill(self, mask, value):
 
 @register("relu.default", promote=DEFAULT)
 def relu(self):
+    if self.dtype == jnp.bool_:
+        raise RuntimeError("Boolean inputs not supported for relu")
     return _maximum(self, jnp.zeros((), self.dtype))
 
 

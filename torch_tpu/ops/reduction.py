@@ -324,33 +324,30 @@ def cumprod(self, dim, dtype=None):
     return x if axis is None else jnp.cumprod(x, axis=axis)
 
 
-def _cum_extreme(better, self, dim):
+def _cum_extreme(scan, self, dim):
     axis = _axis(dim, self.ndim)
     if axis is None:
         return self, jnp.zeros((), jnp.int64)
-    nan = jnp.isnan if jnp.issubdtype(self.dtype, jnp.inexact) else (lambda v: jnp.zeros(v.shape, bool))
-
-    # PyTorch moves to a later element on ties and on NaN, and a NaN sticks:
-    # "later wins unless the earlier is NaN or strictly better" is associative.
-    def combine(a, b):
-        (av, ai), (bv, bi) = a, b
-        take_b = nan(bv) | (~nan(av) & ~better(av, bv))
-        return jnp.where(take_b, bv, av), jnp.where(take_b, bi, ai)
-
-    return lax.associative_scan(combine, (self, _iota(self.shape, axis)), axis=axis)
+    x = self.astype(jnp.uint8) if self.dtype == jnp.bool_ else self
+    values = scan(x, axis=axis)  # NaN-propagating, like PyTorch
+    # PyTorch moves the index on ties and on every NaN, so the index is the
+    # latest position where x equals the running value; the running value
+    # cannot change between such positions, so a running max of them is it.
+    hit = (x == values) | (jnp.isnan(x) if jnp.issubdtype(x.dtype, jnp.inexact) else False)
+    pos = _iota(x.shape, axis)
+    return values.astype(self.dtype), lax.cummax(jnp.where(hit, pos, 0), axis=axis)
 
 
 @register("cummax.default")
 def cummax(self, dim):
-    return _cum_extreme(lambda a, b: a > b, self, dim)
+    return _cum_extreme(lax.cummax, self, dim)
 
 
 @register("cummin.default")
 def cummin(self, dim):
-    return _cum_extreme(lambda a, b: a < b, self, dim)
+    return _cum_extreme(lax.cummin, self, dim)
 
 
-# _logcumsumexp has no meta kernel (no out_dtype): the result has the input's dtype.
 @register("logcumsumexp.default", "_logcumsumexp.default")
 def logcumsumexp(self, dim):
     _refuse(self, (jnp.integer, jnp.bool_), "logcumsumexp_out_cpu")

@@ -1,0 +1,60 @@
+"""One training step of each benchmark model, timed the same way for every
+variant: PyTorch CPU eager or inductor, or tpu in an eager mode or compiled."""
+import time
+
+import torch
+
+from models import CNN, GPT, GPT_CONFIGS, cnn_batch, gpt_batch
+
+
+def build(config):
+    gen = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    if config == "cnn":
+        return CNN(), cnn_batch(16, gen)
+    cfg = GPT_CONFIGS[config]
+    return GPT(cfg), gpt_batch(cfg, gen)
+
+
+def make_step(model, opt, batch):
+    def step():
+        loss = model(*batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def time_steps(step, steps, warmup):
+    """(median seconds per step, seconds of the first call: compile included)."""
+    start = time.perf_counter()
+    step().item()  # one host read per step, as a training loop logs its loss
+    first = time.perf_counter() - start
+    for _ in range(warmup):
+        step().item()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step().item()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return times[len(times) // 2], first
+
+
+def run(config, variant, steps, warmup):
+    """variant: cpu-eager, cpu-inductor, tpu-debug, tpu-strict, tpu-fused, tpu-compiled."""
+    model, batch = build(config)
+    device = "tpu" if variant.startswith("tpu") else "cpu"
+    model = model.to(device)
+    batch = tuple(b.to(device) for b in batch)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    step = make_step(model, opt, batch)
+    torch._dynamo.reset()
+    if variant == "cpu-inductor":
+        step = torch.compile(step, backend="inductor")
+    elif variant == "tpu-compiled":
+        step = torch.compile(step, backend="tpu")
+    mode = variant.split("-")[1] if variant in ("tpu-debug", "tpu-strict", "tpu-fused") else "strict"
+    with torch.tpu.set_eager_mode(mode):
+        return time_steps(step, steps, warmup)

@@ -1,0 +1,1 @@
+"""torch.tpu.ops"""
