@@ -19,6 +19,9 @@ from .device import accelerator as _accelerator  # noqa: E402
 from .amp import autocast as _autocast  # noqa: E402
 
 _accelerator.install()
+from .device import pinned as _pinned  # noqa: E402
+
+_pinned.install()
 _autocast.install()
 from . import compile as _compile  # noqa: E402
 from .compile import options as _compiler_options  # noqa: E402
@@ -27,6 +30,9 @@ from .device import module as _tpu_module  # noqa: E402
 _compile.install()
 _tpu_module.compiler = _compiler_options  # torch.tpu.compiler.custom_compiler_options
 sys.modules["torch.tpu.compiler"] = _compiler_options
+from . import distributed as _distributed  # noqa: E402
+
+_distributed.install()  # tpu_dist backend, torch.tpu.distributed
 
 from . import pallas as _pallas  # noqa: E402
 from .pallas import from_jax, to_jax  # noqa: E402,F401

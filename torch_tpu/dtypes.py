@@ -47,11 +47,12 @@ def to_torch(dtype) -> torch.dtype:
 
 def numpy_from_cpu_tensor(t: torch.Tensor) -> np.ndarray:
     """A fresh, contiguous NumPy copy of a CPU tensor, any dtype (bf16 too)."""
-    t = t.detach().resolve_conj().resolve_neg()
+    t = t.detach().resolve_conj().resolve_neg().contiguous()
     carrier = _BITS_CARRIER.get(t.dtype)
-    if carrier is not None:
-        return t.contiguous().view(carrier).numpy().view(TORCH_TO_NP[t.dtype]).copy()
-    return np.array(t.contiguous().numpy(), copy=True)
+    src = t.view(carrier) if carrier is not None else t
+    # DLPack, not .numpy(): .numpy() marks the user's storage as not resizable.
+    host = np.array(np.from_dlpack(src), copy=True)
+    return host.view(TORCH_TO_NP[t.dtype]) if carrier is not None else host
 
 
 def cpu_tensor_from_numpy(a: np.ndarray) -> torch.Tensor:

@@ -137,6 +137,46 @@ VIEW_LOWERINGS = {
     aten.view_as_complex.default: lambda x: lax.complex(x[..., 0], x[..., 1]),
 }
 
+# ---- factory ops (eager serves them through raw kernels writing out=) -------
+# In a graph their shape and dtype are static, so the node's recorded value
+# says what to build; device/layout/pin_memory are irrelevant inside XLA.
+
+def _node_dtype(val):
+    return dtypes.to_np(val.dtype)
+
+
+def _arange(val, start, end=None, step=1, **_):
+    if end is None:
+        start, end = 0, start
+    n = val.shape[0]
+    dt = _node_dtype(val)
+    # PyTorch computes start + i*step in a wide accumulator, then casts
+    acc = np.float64 if np.issubdtype(dt, np.floating) or any(
+        isinstance(v, float) for v in (start, step)) else np.int64
+    return (jnp.asarray(start, acc) + jnp.arange(n, dtype=acc) * jnp.asarray(step, acc)).astype(dt)
+
+
+def _filled(fill):
+    def build(val, *args, **_):
+        return jnp.full(tuple(val.shape), fill(args), _node_dtype(val))
+    return build
+
+
+FACTORY_LOWERINGS = {
+    aten.arange.default: _arange,
+    aten.arange.start: _arange,
+    aten.arange.start_step: _arange,
+    aten.scalar_tensor.default: _filled(lambda a: a[0]),
+    aten.full.default: _filled(lambda a: a[1]),
+    aten.full_like.default: _filled(lambda a: a[1]),
+    aten.zeros.default: _filled(lambda a: 0),
+    aten.zeros_like.default: _filled(lambda a: 0),
+    aten.ones.default: _filled(lambda a: 1),
+    aten.ones_like.default: _filled(lambda a: 1),
+    aten.empty.memory_format: _filled(lambda a: 0),
+    aten.empty_like.default: _filled(lambda a: 0),
+}
+
 _PY_OPS = {operator.getitem: operator.getitem, operator.mul: operator.mul, operator.add: operator.add,
            operator.sub: operator.sub, operator.floordiv: operator.floordiv,
            operator.truediv: operator.truediv, operator.neg: operator.neg, math.ceil: math.ceil,
@@ -174,7 +214,7 @@ def check_lowerable(gm: torch.fx.GraphModule) -> None:
         if node.op != "call_function":
             continue
         t = node.target
-        if t in _PY_OPS or t in VIEW_LOWERINGS:
+        if t in _PY_OPS or t in VIEW_LOWERINGS or t in FACTORY_LOWERINGS:
             continue
         kernel = registry.KERNELS.get(t)
         if isinstance(kernel, registry.Kernel) and kernel.mode == "functional":
@@ -204,6 +244,8 @@ def lower(gm: torch.fx.GraphModule):
                     env[node] = _PY_OPS[t](*args, **kwargs)
                 elif t in VIEW_LOWERINGS:
                     env[node] = VIEW_LOWERINGS[t](*args, **kwargs)
+                elif t in FACTORY_LOWERINGS:
+                    env[node] = FACTORY_LOWERINGS[t](node.meta["val"], *args, **kwargs)
                 else:
                     kernel = registry.KERNELS[t]
                     key = None

@@ -5,5 +5,6 @@ One module per op family; each registers its kernels with ``registry.register``.
 from . import fallback, registry  # noqa: F401
 from . import core  # noqa: F401
 from . import elementwise, reduction, linalg, nn, indexing, factory, random, shape  # noqa: F401
+from . import foreach  # noqa: F401,E402
 
 fallback.install()

@@ -11,14 +11,13 @@ cast by hand to ``_ct()``, the computation dtype of PyTorch's result dtype
 """
 import math
 
-import jax
 import jax.numpy as jnp
 import jax.scipy.special as jsp
 import ml_dtypes
 import numpy as np
 from jax import lax
 
-from .registry import PROMOTE, Kernel, Options, out_dtype, register, register_raw, resolve
+from .registry import PROMOTE, Kernel, Options, compute_dtype, out_dtype, register, register_raw, resolve
 
 DEFAULT, INT_TO_FLOAT, ALWAYS_BOOL = PROMOTE.DEFAULT, PROMOTE.INT_TO_FLOAT, PROMOTE.ALWAYS_BOOL
 COMPLEX_TO_FLOAT, BOOL_TO_LONG, NO_OPMATH = PROMOTE.COMPLEX_TO_FLOAT, PROMOTE.BOOL_TO_LONG, PROMOTE.NO_OPMATH
@@ -74,6 +73,13 @@ def _round_to(x, dtype):
     return x.astype(dtype).astype(x.dtype) if dtype in _HALF else x
 
 
+def _operands(a, b):
+    """Two operands as arrays of one dtype and shape, for lax primitives (which do
+    not promote): a Python number can arrive raw in a Tensor position."""
+    dt = compute_dtype() or jnp.result_type(a, b)
+    return jnp.broadcast_arrays(jnp.asarray(a).astype(dt), jnp.asarray(b).astype(dt))
+
+
 def _lift(f):
     """A one-argument JAX function as a kernel (drops the registry's extra kwargs)."""
     return lambda self: f(self)
@@ -108,7 +114,7 @@ def div(self, other):
 
 
 def _trunc_div(a, b):
-    a, b = jnp.broadcast_arrays(a, b)
+    a, b = _operands(a, b)
     if _is_exact(a):
         return lax.div(a, b)  # C truncation
     return jnp.trunc(_true_div(a, b))
@@ -116,7 +122,7 @@ def _trunc_div(a, b):
 
 def _floor_div(a, b):
     """PyTorch's floor division: Python's semantics, with its float algorithm."""
-    a, b = jnp.broadcast_arrays(a, b)
+    a, b = _operands(a, b)
     if a.dtype == jnp.bool_:
         return a & b
     if _is_int(a):
@@ -153,14 +159,14 @@ def floor_divide(self, other):
 @register("remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor", promote=DEFAULT)
 def remainder(self, other):
     # the result takes the divisor's sign
-    self, other = jnp.broadcast_arrays(self, other)
+    self, other = _operands(self, other)
     r = lax.rem(self, other)
     return jnp.where((r != 0) & ((r < 0) != (other < 0)), r + other, r)
 
 
 @register("fmod.Tensor", "fmod.Scalar", promote=DEFAULT)
 def fmod(self, other):
-    return lax.rem(*jnp.broadcast_arrays(self, other))  # the result takes the dividend's sign
+    return lax.rem(*_operands(self, other))  # the result takes the dividend's sign
 
 
 @register("neg.default", promote=DEFAULT)
@@ -537,8 +543,7 @@ def _shift(shift):
     def f(a, b):
         if _is_float(a):  # PyTorch's CPU kernels have no float shifts either
             raise NotImplementedError(f"{shift.__name__[1:]}_tpu not implemented for '{a.dtype}'")
-        a, b = jnp.broadcast_arrays(a, b)
-        return shift(a, b)
+        return shift(*_operands(a, b))
     return f
 
 
@@ -819,3 +824,19 @@ def log_sigmoid_backward(grad_output, self, buffer):
     negative = x < 0
     z = jnp.exp(-jnp.abs(x))
     return g * (jnp.where(negative, 1, 0) - jnp.where(negative, 1, -1) * (z / (1 + z)))
+
+
+# ---- added for Hugging Face models ----
+
+def _isin(elements, test_elements, assume_unique, invert):
+    common = jnp.result_type(elements, test_elements)
+    e = jnp.asarray(elements).astype(common)
+    t = jnp.asarray(test_elements).astype(common).reshape(-1)
+    # one broadcast compare: generate() calls this on a handful of token ids
+    hit = (e[..., None] == t).any(-1) if t.size else jnp.zeros(e.shape, bool)
+    return ~hit if invert else hit
+
+
+@register("isin.Tensor_Tensor", "isin.Tensor_Scalar", "isin.Scalar_Tensor")
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    return _isin(elements, test_elements, assume_unique, invert)

@@ -190,7 +190,11 @@ class Kernel:
         schema = op._schema
         self.arg_names = [a.name for a in schema.arguments]
         # Schema type "number" is ATen's Scalar (str() spells it that way).
-        self.scalar_args = {a.name for a in schema.arguments if str(a.type) in ("number", "number?")}
+        self.scalar_args = {a.name for a in schema.arguments
+                            if str(a.type) in ("number", "number?", "List[number]")}
+        # _foreach_*_ ops write a list of tensors in place.
+        self.writes_list = mode == "inplace" and str(schema.arguments[0].type) == "List[Tensor]"
+        self.returns_list = len(schema.returns) == 1 and str(schema.returns[0].type) == "List[Tensor]"
         self.dynamic = set() if opts.static_scalars else self.scalar_args
         self.out_names = [a.name for a in schema.arguments
                           if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
@@ -238,7 +242,7 @@ class Kernel:
             inputs.append(_rng_material(args, kwargs))
         if modes.is_fused():
             results = fusion.record(entry.fn, inputs, entry.out_buffers)
-            if self.mode == "inplace":
+            if self.mode == "inplace" and not self.writes_list:
                 results = results[0]
         else:
             try:
@@ -252,6 +256,10 @@ class Kernel:
     def _finish(self, entry, results, args, kwargs):
         if self.mode == "inplace":
             self_t = args[0]
+            if self.writes_list:
+                for t, buf in zip(self_t, results):
+                    buffers.set_buffer(t.untyped_storage(), buf)
+                return None
             buffers.set_buffer(self_t.untyped_storage(), results)
             return self_t
         tensors = [_make_output(arr, spec) for arr, spec in zip(results, entry.out_specs)]
@@ -263,6 +271,8 @@ class Kernel:
                     dst.resize_(src.shape)
                 copy_into(dst, src)
             return outs[0] if len(outs) == 1 else tuple(outs)
+        if self.returns_list:
+            return tensors
         return tensors[0] if entry.single else tuple(tensors)
 
     # -- the first call with a signature ------------------------------------------
@@ -275,9 +285,13 @@ class Kernel:
         mode = self.mode
         apply = self.apply
         rng = self.opts.rng
-        in_place_spec = pos_t[0][1] if mode == "inplace" else None
+        in_place_specs = None
+        if mode == "inplace":
+            in_place_specs = [t[1] for t in pos_t[0]] if self.writes_list else [pos_t[0][1]]
         out_specs = None
-        if meta_out is not None:
+        if mode == "inplace":
+            out_specs = [(spec[2], None, spec[5]) for spec in in_place_specs]
+        elif meta_out is not None:
             metas = list(meta_out) if not single else [meta_out]
             if mode == "out":
                 metas = metas[:len(self.out_names)] if len(metas) >= len(self.out_names) else metas
@@ -289,10 +303,10 @@ class Kernel:
             k = {name: _decode(t, it) for name, t in kw_t}
             key = _make_key(next(it)) if rng else None
             outs = apply(a, k, promote_dtype, [s[2] for s in out_specs] if out_specs else None, key)
-            if mode == "inplace":
-                size = in_place_spec[2]
-                value = jnp.broadcast_to(outs[0], size)
-                return views.writer(in_place_spec)(inputs[0], value)
+            if mode == "inplace":  # write each result back through its destination view
+                new = [views.writer(spec)(inputs[i], jnp.broadcast_to(outs[i], spec[2]))
+                       for i, spec in enumerate(in_place_specs)]
+                return tuple(new) if len(new) > 1 or self.writes_list else new[0]
             return tuple(_to_storage_layout(o, s) for o, s in zip(outs, out_specs or [None] * len(outs)))
 
         if out_specs is None:  # no meta kernel: shapes from tracing our implementation
@@ -304,7 +318,7 @@ class Kernel:
             single = len(out_specs) == 1
         log.debug("compile %s for %s", self.name, key)
         if mode == "inplace":
-            out_buffers = [(in_place_spec[0], in_place_spec[1])]
+            out_buffers = [(spec[0], spec[1]) for spec in in_place_specs]
         else:
             out_buffers = [(_buffer_shape(s), s[2]) for s in out_specs]
         return _Entry(jax.jit(traced), out_specs, single, out_buffers)

@@ -114,28 +114,29 @@ class JaxFunction:
 
     def output_shapes(self, values) -> list:
         """``jax.ShapeDtypeStruct`` per output for tensors/statics ``values`` (cached)."""
-        specs, key = [], []
-        for p, v in zip(self.params, values):
-            if isinstance(v, torch.Tensor):
-                shape = tuple(_concrete(self.op_name, s) for s in v.shape)
-                spec = jax.ShapeDtypeStruct(shape, _np_dtype(self.op_name, v.dtype))
-                specs.append(spec)
-                key.append((shape, spec.dtype))
+        dynamic, key = {}, []
+        for i, (p, v) in enumerate(zip(self.params, values)):
+            if p.is_tensor and v is not None:
+                dynamic[i] = self._spec(v)  # a Tensor, or a list of them (Tensor[])
+                key.append(tuple((s.shape, s.dtype) for s in jax.tree_util.tree_leaves(dynamic[i])))
             else:
-                specs.append(v)
                 key.append(("static", _static_key(v)))
         key = tuple(key)
         shapes = self._shapes.get(key)
         if shapes is None:
-            tensor_at = [i for i, v in enumerate(specs) if isinstance(v, jax.ShapeDtypeStruct)]
-
-            def probe(*arrays):
-                full = list(specs)
-                for i, x in zip(tensor_at, arrays):
+            def probe(arrays):
+                full = list(values)
+                for i, x in arrays.items():
                     full[i] = x
                 return self.call(*full)
-            shapes = self._shapes[key] = jax.eval_shape(probe, *[specs[i] for i in tensor_at])
+            shapes = self._shapes[key] = jax.eval_shape(probe, dynamic)
         return shapes
+
+    def _spec(self, v):
+        if isinstance(v, (list, tuple)):
+            return [self._spec(e) for e in v]
+        shape = tuple(_concrete(self.op_name, s) for s in v.shape)
+        return jax.ShapeDtypeStruct(shape, _np_dtype(self.op_name, v.dtype))
 
 
 def _concrete(op_name, size):

@@ -1,0 +1,445 @@
+"""The tpu_dist backend with several local processes on the CPU.
+
+Each test launches worker processes running this file (``torchrun`` or the
+same environment set by hand); a scenario asserts inside the workers and the
+test checks every rank exited cleanly.
+"""
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.abspath(__file__)
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(extra=None):
+    env = dict(os.environ)
+    env.update(PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""),
+               OMP_NUM_THREADS="1", TORCH_TPU_PLATFORM="cpu",
+               TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    env.update(extra or {})
+    return env
+
+
+def launch(scenario, nproc=2, timeout=120, ranks=None, extra_env=None):
+    """Start ``ranks`` (default: all) of an ``nproc`` world; return outputs."""
+    port = _free_port()
+    procs = []
+    for rank in (range(nproc) if ranks is None else ranks):
+        env = _env({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
+                    "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(port), **(extra_env or {})})
+        procs.append(subprocess.Popen([sys.executable, HERE, scenario], env=env, cwd=ROOT,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    return _collect(procs, timeout)
+
+
+def torchrun(scenario, nproc=2, timeout=120):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
+           HERE, scenario]
+    return _collect([subprocess.Popen(cmd, env=_env(), cwd=ROOT, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True)], timeout)
+
+
+def _collect(procs, timeout):
+    deadline = time.monotonic() + timeout
+    outs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            out = p.communicate()[0]
+            raise AssertionError(f"workers hung:\n{out[-4000:]}")
+        outs.append((p.returncode, out))
+    return outs
+
+
+def assert_ok(outs):
+    for rc, out in outs:
+        assert rc == 0, out[-6000:]
+    return [out for _, out in outs]
+
+
+# ---- default suite (2 processes) --------------------------------------------
+
+def test_collectives_two_ranks_torchrun():
+    out = assert_ok(torchrun("collectives", 2))[0]
+    assert out.count("collectives ok transport=xla") == 2, out[-3000:]
+
+
+def test_ddp_matches_single_process():
+    outs = assert_ok(launch("ddp", 2))
+    assert all("ddp ok" in o for o in outs)
+
+
+def test_missing_rank_times_out():
+    # Only rank 0 of 2 starts: init_process_group's timeout must fire.
+    (rc, out), = launch("lonely", 2, ranks=[0], timeout=60)
+    assert rc == 0, out[-4000:]
+    assert "lonely ok" in out
+
+
+def test_rank_missing_from_a_collective_times_out():
+    outs = launch("straggler", 2, timeout=90)
+    assert outs[0][0] == 0 and "straggler ok" in outs[0][1], outs[0][1][-4000:]
+
+
+def test_torch_tpu_distributed_module():
+    import torch
+    import torch_tpu  # noqa: F401
+    import torch.distributed as dist
+    mod = torch.tpu.distributed
+    assert sys.modules["torch.tpu.distributed"] is mod
+    assert "tpu_dist" in dist.Backend.backend_list and "tpu" in dist.Backend.backend_list
+    assert dist.Backend.default_device_backend_map["tpu"] == "tpu_dist"
+    mesh = mod.topology_aware_mesh((1,))
+    assert mesh.dtype == torch.int64 and mesh.tolist() == [0]
+    env = mod.launch_env(nproc_per_node=4)
+    assert env["WORLD_SIZE"] == "4" and env["TORCH_TPU_TOPOLOGY"] == "2,2,1"
+    assert len(env["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")) == 4
+
+
+# ---- slow: 4 processes, FSDP2, tensor parallel --------------------------------
+
+@pytest.mark.slow
+def test_collectives_four_ranks_and_subgroups():
+    outs = assert_ok(launch("collectives", 4, timeout=300))
+    assert all("collectives ok" in o for o in outs)
+
+
+@pytest.mark.slow
+def test_fsdp2_and_tensor_parallel():
+    outs = assert_ok(launch("fsdp_tp", 2, timeout=300))
+    assert all("fsdp ok" in o and "tp ok" in o for o in outs)
+
+
+@pytest.mark.slow
+def test_gloo_transport_collectives():
+    outs = assert_ok(launch("collectives", 2, extra_env={"TORCH_TPU_DIST_TRANSPORT": "gloo"}))
+    assert all("collectives ok transport=gloo" in o for o in outs)
+
+
+# ---- worker side: scenarios run inside each launched process ----------------------
+
+def _init(timeout_s=60):
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    import torch_tpu  # noqa: F401
+    dist.init_process_group("tpu_dist", timeout=timedelta(seconds=timeout_s))
+    return torch, dist, dist.get_rank(), dist.get_world_size(), torch.device("tpu")
+
+
+def _eq(a, b):
+    import torch
+    a = a.cpu() if hasattr(a, "cpu") else a
+    b = torch.as_tensor(b, dtype=a.dtype)
+    assert a.shape == b.shape and torch.equal(a, b), f"{a} != {b}"
+
+
+def scenario_collectives():
+    import math
+
+    import torch.distributed._functional_collectives as fc
+    torch, dist, r, w, dev = _init()
+    R = dist.ReduceOp
+    vals = [torch.tensor([k + 1.0, -2.0 * (k + 1), 0.5]) for k in range(w)]
+    expect = {R.SUM: sum(vals), R.AVG: sum(vals) / w,
+              R.MAX: torch.stack(vals).amax(0), R.MIN: torch.stack(vals).amin(0),
+              R.PRODUCT: math.prod(vals)}
+    for op, want in expect.items():
+        t = vals[r].to(dev)
+        dist.all_reduce(t, op=op)
+        assert torch.allclose(t.cpu(), want), (op, t, want)
+    t = vals[r].to(dev)
+    work = dist.all_reduce(t, async_op=True)
+    assert work.wait()
+    _eq(t, sum(vals))
+    ti = torch.tensor([r, 10 * r], device=dev)  # int64
+    dist.all_reduce(ti)
+    _eq(ti, [sum(range(w)), 10 * sum(range(w))])
+    tb = torch.tensor([r == 0, False, True], device=dev)
+    dist.all_reduce(tb)  # SUM on bool is logical or
+    _eq(tb, [True, False, True])
+    s = torch.tensor(float(r), device=dev)  # 0-d
+    dist.all_reduce(s, op=R.MAX)
+    _eq(s, float(w - 1))
+    half = torch.full((3,), r + 1.0, dtype=torch.bfloat16, device=dev)
+    dist.all_reduce(half)
+    _eq(half, torch.full((3,), w * (w + 1) / 2, dtype=torch.bfloat16))
+    cpu = torch.full((2,), float(r))  # cpu tensors go through the same group
+    dist.all_reduce(cpu)
+    _eq(cpu, [float(sum(range(w)))] * 2)
+
+    # broadcast is exact, -0.0 and NaN included
+    b = torch.tensor([-0.0, float("nan"), r + 1.0], device=dev) if r == 1 else torch.zeros(3, device=dev)
+    dist.broadcast(b, src=1)
+    b = b.cpu()
+    assert b[0] == 0 and math.copysign(1, b[0]) < 0 and math.isnan(b[1]) and b[2] == 2.0, b
+
+    # all_gather / all_gather_into_tensor
+    x = torch.arange(3.0, device=dev) + 10 * r
+    outs = [torch.empty(3, device=dev) for _ in range(w)]
+    dist.all_gather(outs, x)
+    for k in range(w):
+        _eq(outs[k], torch.arange(3.0) + 10 * k)
+    big = torch.empty(3 * w, device=dev)
+    dist.all_gather_into_tensor(big, x)
+    _eq(big, torch.cat([torch.arange(3.0) + 10 * k for k in range(w)]))
+    work = dist.all_gather_into_tensor(big, x * 2, async_op=True)
+    work.wait()
+    _eq(big, torch.cat([2 * (torch.arange(3.0) + 10 * k) for k in range(w)]))
+
+    # reduce_scatter / reduce_scatter_tensor
+    ins = [torch.full((2,), float(r * w + k), device=dev) for k in range(w)]
+    out = torch.empty(2, device=dev)
+    dist.reduce_scatter(out, ins)
+    _eq(out, [float(sum(q * w + r for q in range(w)))] * 2)
+    flat = torch.arange(2.0 * w, device=dev) * (r + 1)
+    out = torch.empty(2, device=dev)
+    dist.reduce_scatter_tensor(out, flat)
+    tri = w * (w + 1) / 2
+    _eq(out, [2 * r * tri, (2 * r + 1) * tri])
+    dist.reduce_scatter_tensor(out, flat, op=R.MAX)
+    _eq(out, [2.0 * r * w, (2.0 * r + 1) * w])
+
+    # all_to_all (list), all_to_all_single even and uneven
+    ins = [torch.full((2,), 10.0 * r + k, device=dev) for k in range(w)]
+    outs = [torch.empty(2, device=dev) for _ in range(w)]
+    dist.all_to_all(outs, ins)
+    for k in range(w):
+        _eq(outs[k], [10.0 * k + r] * 2)
+    single = torch.arange(2.0 * w, device=dev) + 100 * r
+    got = torch.empty(2 * w, device=dev)
+    dist.all_to_all_single(got, single)
+    _eq(got, torch.cat([torch.arange(2.0 * r, 2.0 * r + 2) + 100 * k for k in range(w)]))
+    in_splits = [r + j + 1 for j in range(w)]
+    out_splits = [i + r + 1 for i in range(w)]
+    src = torch.cat([torch.full((n, 2), 100.0 * r + j) for j, n in enumerate(in_splits)]).to(dev)
+    dst = torch.empty(sum(out_splits), 2, device=dev)
+    dist.all_to_all_single(dst, src, out_splits, in_splits)
+    _eq(dst, torch.cat([torch.full((n, 2), 100.0 * i + r) for i, n in enumerate(out_splits)]))
+
+    # rooted ops
+    t = torch.full((2,), r + 1.0, device=dev)
+    dist.reduce(t, dst=0)
+    if r == 0:
+        _eq(t, [tri, tri])
+    gl = [torch.empty(2, device=dev) for _ in range(w)] if r == 0 else None
+    dist.gather(torch.full((2,), float(r), device=dev), gl, dst=0)
+    if r == 0:
+        for k in range(w):
+            _eq(gl[k], [float(k)] * 2)
+    sl = [torch.full((2,), 7.0 * k, device=dev) for k in range(w)] if r == 1 else None
+    so = torch.empty(2, device=dev)
+    dist.scatter(so, sl, src=1)
+    _eq(so, [7.0 * r] * 2)
+    dist.barrier()
+
+    # point to point: a ring, blocking and batched
+    nxt, prv = (r + 1) % w, (r - 1) % w
+    box = torch.empty(3, device=dev)
+    if r % 2 == 0:
+        dist.send(torch.full((3,), float(r), device=dev), nxt)
+        dist.recv(box, prv)
+    else:
+        dist.recv(box, prv)
+        dist.send(torch.full((3,), float(r), device=dev), nxt)
+    _eq(box, [float(prv)] * 3)
+    box = torch.empty(3, device=dev)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((3,), r * 2.0, device=dev), nxt),
+                                   dist.P2POp(dist.irecv, box, prv)])
+    for q in reqs:
+        q.wait()
+    _eq(box, [prv * 2.0] * 3)
+
+    # objects, subgroups
+    objs = [None] * w
+    dist.all_gather_object(objs, {"rank": r})
+    assert objs == [{"rank": k} for k in range(w)], objs
+    sub = dist.new_group([0, 1])
+    if r < 2:
+        t = torch.full((2,), r + 1.0, device=dev)
+        dist.all_reduce(t, group=sub)
+        _eq(t, [3.0, 3.0])
+    if w >= 4:
+        pair = dist.new_group([2, 3])
+        if r >= 2:
+            t = torch.full((1,), float(r), device=dev)
+            dist.all_reduce(t, group=pair)
+            _eq(t, [5.0])
+
+    # functional collectives (what DTensor and compiled code use)
+    x = torch.arange(4.0, device=dev) + r
+    y = fc.all_reduce(x, "sum", dist.group.WORLD)
+    _eq(y.wait() if hasattr(y, "wait") else y, (torch.arange(4.0) * w + tri - w))
+    g = fc.all_gather_tensor(x, 0, dist.group.WORLD)
+    _eq(g, torch.cat([torch.arange(4.0) + k for k in range(w)]))
+    rs = fc.reduce_scatter_tensor(torch.ones(2 * w, device=dev), "sum", 0, dist.group.WORLD)
+    _eq(rs, [float(w)] * 2)
+
+    # DTensor on a 1-D mesh (and 2-D with four ranks)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    mesh = init_device_mesh("tpu", (w,))
+    full = torch.arange(4.0 * w).reshape(2 * w, 2)
+    dt = distribute_tensor(full.to(dev), mesh, [Shard(0)])
+    _eq(dt.to_local(), full[2 * r:2 * r + 2])
+    _eq(dt.full_tensor(), full)
+    _eq((dt * 2).redistribute(mesh, [Replicate()]).to_local(), full * 2)
+    if w == 4:
+        mesh2 = init_device_mesh("tpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        d2 = distribute_tensor(full.to(dev), mesh2, [Shard(0), Shard(1)])
+        _eq(d2.full_tensor(), full)
+        assert d2.to_local().shape == (2, 1)
+
+    # a shape mismatch fails on every rank with a clear error, and the group survives
+    bad = torch.ones(3 + r, device=dev)
+    try:
+        dist.all_reduce(bad)
+        raise AssertionError("mismatched all_reduce did not fail")
+    except RuntimeError as e:
+        assert "mismatched" in str(e) and "rank 1" in str(e), e
+    t = torch.ones(2, device=dev)
+    dist.all_reduce(t)
+    _eq(t, [float(w)] * 2)
+    transport = dist.group.WORLD.transport()
+    dist.destroy_process_group()
+    print(f"collectives ok transport={transport}")
+
+
+def _mlp(torch):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+
+
+def _batch(torch):
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(16, 8, generator=g), torch.randn(16, 4, generator=g)
+
+
+def _reference_losses(torch, dev, steps=5):
+    model = _mlp(torch).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = (a.to(dev) for a in _batch(torch))
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _sharded_losses(torch, dist, r, w, dev, model, steps=5):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = _batch(torch)
+    x, y = x[r::w].to(dev), y[r::w].to(dev)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total, op=dist.ReduceOp.AVG)
+        losses.append(total.item())
+    return losses
+
+
+def _close(a, b, what):
+    assert all(abs(p - q) <= 1e-5 * max(1.0, abs(q)) for p, q in zip(a, b)), f"{what}: {a} vs {b}"
+
+
+def scenario_ddp():
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch, dist, r, w, dev = _init()
+    ref = _reference_losses(torch, dev)
+    ddp = DDP(_mlp(torch).to(dev))
+    _close(_sharded_losses(torch, dist, r, w, dev, ddp), ref, "ddp")
+    dist.destroy_process_group()
+    print("ddp ok")
+
+
+def scenario_fsdp_tp():
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+    torch, dist, r, w, dev = _init()
+    ref = _reference_losses(torch, dev)
+    mesh = init_device_mesh("tpu", (w,))
+    model = _mlp(torch).to(dev)
+    for layer in (model[0], model[2]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    _close(_sharded_losses(torch, dist, r, w, dev, model), ref, "fsdp2")
+    print("fsdp ok")
+
+    # tensor parallel: same full batch on every rank, weights split
+    x, y = (a.to(dev) for a in _batch(torch))
+    plain = _mlp(torch).to(dev)
+    tp = parallelize_module(_mlp(torch).to(dev), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    out_ref, out_tp = plain(x), tp(x)
+    assert torch.allclose(out_tp.cpu(), out_ref.cpu(), atol=1e-5), "tp forward"
+    torch.nn.functional.mse_loss(out_ref, y).backward()
+    torch.nn.functional.mse_loss(out_tp, y).backward()
+    g = tp[0].weight.grad.full_tensor()
+    assert torch.allclose(g.cpu(), plain[0].weight.grad.cpu(), atol=1e-5), "tp grad"
+    dist.destroy_process_group()
+    print("tp ok")
+
+
+def scenario_lonely():
+    import time as _time
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    import torch_tpu  # noqa: F401
+    start = _time.monotonic()
+    try:
+        dist.init_process_group("tpu_dist", timeout=timedelta(seconds=4))
+    except Exception as e:  # the store reports which ranks never came
+        took = _time.monotonic() - start
+        assert took < 30, took
+        assert "timed out" in str(e).lower() or "timeout" in str(e).lower(), e
+        print("lonely ok:", str(e).splitlines()[0])
+        return
+    raise AssertionError("init_process_group did not time out")
+
+
+def scenario_straggler():
+    import torch.distributed as dist
+    torch, dist, r, w, dev = _init(timeout_s=4)
+    dist.barrier()
+    if r == 0:  # rank 1 never joins this collective
+        t = torch.ones(2, device=dev)
+        try:
+            dist.all_reduce(t)
+        except RuntimeError as e:
+            assert "did not complete within 4s" in str(e), e
+            print("straggler ok:", e)
+            sys.stdout.flush()
+            os._exit(0)  # the runtime still waits for the peer: leave without teardown
+        raise AssertionError("all_reduce did not time out")
+    time.sleep(8)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    globals()["scenario_" + sys.argv[1]]()

@@ -1,0 +1,119 @@
+"""``_foreach_*`` ops: one executable for a whole list of tensors, so an
+optimizer step costs a handful of dispatches instead of several per parameter.
+
+Each tensor computes in its own dtype (float16/bfloat16 in float32, as the
+per-tensor CPU path does); the registry casts results back and writes the
+in-place variants through each destination view.
+"""
+import jax.numpy as jnp
+import numpy as np
+
+from . import elementwise
+from .registry import register
+
+_LOW = (np.dtype(jnp.bfloat16), np.dtype(np.float16))
+
+
+def _opmath(x):
+    return x.astype(np.float32) if x.dtype in _LOW else x
+
+
+def _like(v, x):
+    """A Scalar (traced number) or tensor operand in x's computation dtype."""
+    return jnp.asarray(v).astype(x.dtype)
+
+
+def _scalars(scalars, n):
+    return scalars if isinstance(scalars, (list, tuple)) else [scalars] * n
+
+
+def _binary(name, fn):
+    """Scalar, ScalarList, List and Tensor variants of a binary pointwise op."""
+    def scalar(self, scalar):
+        return [fn(_opmath(x), _like(s, _opmath(x))) for x, s in zip(self, _scalars(scalar, len(self)))]
+
+    def tensor_list(self, other, alpha=1):
+        # alpha is 1 (exact) unless the caller passed one
+        return [fn(_opmath(x), _like(y, _opmath(x)) * _like(alpha, _opmath(x))) for x, y in zip(self, other)]
+
+    def tensor(self, other, alpha=1):
+        return tensor_list(self, [other] * len(self), alpha)
+
+    variants = {"Scalar": scalar, "ScalarList": scalar, "List": tensor_list, "Tensor": tensor}
+    for overload, impl in variants.items():
+        if _exists(f"_foreach_{name}", overload):
+            register(f"_foreach_{name}.{overload}", allow_cpu=("other",))(impl)
+
+
+def _exists(packet, overload):
+    import torch
+    p = getattr(torch.ops.aten, packet, None)
+    return p is not None and overload in p.overloads()
+
+
+for _name, _fn in {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": jnp.divide,
+                   "maximum": jnp.maximum, "minimum": jnp.minimum,
+                   "clamp_min": jnp.maximum, "clamp_max": jnp.minimum,
+                   "pow": jnp.power}.items():
+    _binary(_name, _fn)
+
+
+def _unary(name, fn):
+    if _exists(f"_foreach_{name}", "default"):
+        register(f"_foreach_{name}.default")(lambda self: [fn(_opmath(x)) for x in self])
+
+
+for _name, _fn in {"sqrt": jnp.sqrt, "neg": jnp.negative, "abs": jnp.abs, "exp": jnp.exp,
+                   "log": jnp.log, "reciprocal": lambda x: 1 / x, "sign": jnp.sign,
+                   "rsqrt": lambda x: 1 / jnp.sqrt(x), "sigmoid": lambda x: 1 / (1 + jnp.exp(-x)),
+                   "tanh": jnp.tanh, "zero": jnp.zeros_like}.items():
+    _unary(_name, _fn)
+
+
+def _pointwise_ternary(name, combine):
+    def scalar(self, tensor1, tensor2, value=1):
+        return [combine(_opmath(x), _like(a, _opmath(x)), _like(b, _opmath(x)), _like(v, _opmath(x)))
+                for x, a, b, v in zip(self, tensor1, tensor2, _scalars(value, len(self)))]
+
+    def tensor(self, tensor1, tensor2, scalars):
+        return scalar(self, tensor1, tensor2, [scalars[i] for i in range(len(self))])
+
+    register(f"_foreach_{name}.Scalar")(scalar)
+    register(f"_foreach_{name}.ScalarList")(scalar)
+    register(f"_foreach_{name}.Tensor", allow_cpu=("scalars",))(tensor)
+
+
+# The same formulas as the single-tensor kernels, so both paths agree bit for bit.
+_pointwise_ternary("addcmul", lambda x, a, b, v: elementwise.addcmul(x, a, b, v))
+_pointwise_ternary("addcdiv", lambda x, a, b, v: elementwise.addcdiv(x, a, b, v))
+_lerp = elementwise.lerp
+
+
+@register("_foreach_lerp.Scalar")
+def foreach_lerp_scalar(self, tensors1, weight):
+    return [_lerp(_opmath(x), _like(e, _opmath(x)), _like(weight, _opmath(x))) for x, e in zip(self, tensors1)]
+
+
+@register("_foreach_lerp.List")
+def foreach_lerp_list(self, tensors1, weights):
+    return [_lerp(_opmath(x), _like(e, _opmath(x)), _like(w, _opmath(x)))
+            for x, e, w in zip(self, tensors1, weights)]
+
+
+@register("_foreach_norm.Scalar", static_scalars=True)
+def foreach_norm(self, ord=2, dtype=None):
+    out = []
+    for x in self:
+        x = jnp.abs(_opmath(x).astype(np.float64) if x.dtype == np.float64 else _opmath(x))
+        if ord == float("inf"):
+            out.append(jnp.max(x, initial=0))
+        elif ord == 1:
+            out.append(jnp.sum(x))
+        else:
+            out.append(jnp.sqrt(jnp.sum(x * x)) if ord == 2 else jnp.sum(x ** ord) ** (1 / ord))
+    return out
+
+
+@register("_foreach_copy.default")
+def foreach_copy(self, src, non_blocking=False):
+    return list(src)
