@@ -38,6 +38,7 @@ from . import pallas as _pallas  # noqa: E402
 from .pallas import from_jax, to_jax  # noqa: E402,F401
 
 _pallas.install()  # torch.tpu.pallas, torch.tpu.ops
+from . import profiler as _profiler; _profiler.install()  # noqa: E402,E702  torch.tpu.profiler, TORCH_TPU_LOGS
 
 __version__ = "0.1.0"
 

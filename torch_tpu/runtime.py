@@ -68,7 +68,9 @@ def jax_device():
             if _device is None:
                 name = platform_name()
                 try:
-                    devices = jax.devices(name)
+                    # Local devices: after jax.distributed.initialize, jax.devices()
+                    # lists every process's devices.
+                    devices = jax.local_devices(backend=name)
                 except RuntimeError as e:
                     raise RuntimeError(
                         f"torch_tpu could not start the JAX platform {name!r}: {e}") from None

@@ -17,7 +17,8 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from .. import dtypes
+from .. import dtypes, logs
+from ..profiler import record as _prof
 from ..device import rng
 from ..eager import fusion, modes
 from ..ops import registry
@@ -74,7 +75,8 @@ class CompiledGraph:
             with self.lock:
                 exe = self.executables.get(signature) or self._compile(signature, args, arrays)
         material = rng.next_key_material() if self.uses_rng else np.zeros(3, np.uint32)
-        results = exe(material, *arrays)
+        results = (exe(material, *arrays) if not _prof.torch_profiler._is_profiler_enabled
+                   else _prof.run(f"compiled {self.name} graph", exe, [material, *arrays]))
         modes.after_op(f"compiled graph {self.name}", results)
         args.clear()  # boxed calling convention: let inputs die early
         return [self._wrap(r, v) for r, v in zip(results, self.out_vals)]
@@ -94,6 +96,7 @@ class CompiledGraph:
         seconds = time.perf_counter() - start
         stats.compiles += 1
         stats.compile_seconds += seconds
+        logs.graph_compile(self.name, signature, seconds, first=not self.executables)  # TORCH_TPU_LOGS
         if self.executables:
             log.info("torch_tpu: recompiling %s for new input shapes %s (%.2fs)",
                      self.name, [s for s, _ in signature[0]], seconds)

@@ -85,7 +85,7 @@ class ProcessGroupTpu(ProcessGroup):
     def _start(self, kind, static, x):
         if not spmd.active():
             fusion.flush("collective")  # ranks must not fuse different op chains around it
-        return programs.launch(kind, static, self._devices, self._device, x)
+        return programs.submit(kind, static, self._devices, self._device, x)
 
     def _jax(self, t):
         return tensors.to_jax(t, self._device)
@@ -121,8 +121,8 @@ class ProcessGroupTpu(ProcessGroup):
         static = _reduce_op(opts.reduceOp)
         pending = []
         for t in tensors_:
-            out, sigs = self._start("all_reduce", static, _lead(self._jax(t)))
-            pending.append((out, sigs, lambda o, t=t: tensors.write(t, o)))
+            fut = self._start("all_reduce", static, _lead(self._jax(t)))
+            pending.append((fut, lambda o, t=t: tensors.write(t, o)))
         return self._work("all_reduce", pending, tensors_)
 
     def allreduce_coalesced(self, tensors_, opts=None):
@@ -138,9 +138,9 @@ class ProcessGroupTpu(ProcessGroup):
         root = opts.rootRank
         pending = []
         for t in tensors_:
-            out, sigs = self._start("all_reduce", static, _lead(self._jax(t)))
+            fut = self._start("all_reduce", static, _lead(self._jax(t)))
             writer = (lambda o, t=t: tensors.write(t, o)) if self.rank() == root else None
-            pending.append((out, sigs, writer))
+            pending.append((fut, writer))
         return self._work("reduce", pending, tensors_)
 
     def broadcast(self, tensors_, opts=None):
@@ -150,19 +150,19 @@ class ProcessGroupTpu(ProcessGroup):
         root = opts.rootRank
         pending = []
         for t in tensors_:
-            out, sigs = self._start("broadcast", (root,), _lead(self._jax(t)))
+            fut = self._start("broadcast", (root,), _lead(self._jax(t)))
             writer = (lambda o, t=t: tensors.write(t, o)) if self.rank() != root else None
-            pending.append((out, sigs, writer))
+            pending.append((fut, writer))
         return self._work("broadcast", pending, tensors_)
 
     def _gather_to(self, kind, outputs, x, keep=True):
         """All-gather block ``x``; write piece j into outputs[j] if ``keep``."""
-        out, sigs = self._start("all_gather", (), _lead(x))
+        fut = self._start("all_gather", (), _lead(x))
 
         def writer(o):
             for j, t in enumerate(outputs):
                 tensors.write(t, o[j])
-        return out, sigs, (writer if keep else None)
+        return fut, (writer if keep else None)
 
     def allgather(self, output_lists, inputs, opts=None):
         if not self._xla:
@@ -179,9 +179,9 @@ class ProcessGroupTpu(ProcessGroup):
         if not self._xla:
             return self._via_gloo("_allgather_base", [output], output, input_,
                                   opts or dist.AllgatherOptions())
-        out, sigs = self._start("all_gather", (), _lead(self._jax(input_)))
+        fut = self._start("all_gather", (), _lead(self._jax(input_)))
         return self._work("all_gather_into_tensor",
-                          [(out, sigs, lambda o: tensors.write(output, o))], [output])
+                          [(fut, lambda o: tensors.write(output, o))], [output])
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
@@ -206,8 +206,8 @@ class ProcessGroupTpu(ProcessGroup):
                 x = jnp.stack([self._jax(s) for s in input_lists[i]])
             else:  # only the root's blocks count; ours is a placeholder of the same shape
                 x = jnp.zeros((self.size(),) + tuple(t.shape), _jdtype(t), device=self._device)
-            out, sigs = self._start("scatter", (opts.rootRank,), x)
-            pending.append((out, sigs, lambda o, t=t: tensors.write(t, o)))
+            fut = self._start("scatter", (opts.rootRank,), x)
+            pending.append((fut, lambda o, t=t: tensors.write(t, o)))
         return self._work("scatter", pending, outputs)
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
@@ -218,8 +218,8 @@ class ProcessGroupTpu(ProcessGroup):
         pending = []
         for t, ins in zip(outputs, input_lists):
             x = jnp.stack([self._jax(s) for s in ins])
-            out, sigs = self._start("reduce_scatter", static, x)
-            pending.append((out, sigs, lambda o, t=t: tensors.write(t, o)))
+            fut = self._start("reduce_scatter", static, x)
+            pending.append((fut, lambda o, t=t: tensors.write(t, o)))
         return self._work("reduce_scatter", pending, outputs)
 
     def _reduce_scatter_base(self, output, input_, opts=None):
@@ -227,9 +227,9 @@ class ProcessGroupTpu(ProcessGroup):
         if not self._xla:
             return self._via_gloo("_reduce_scatter_base", [output], output, input_, opts)
         x = self._jax(input_).reshape((self.size(),) + tuple(output.shape))
-        out, sigs = self._start("reduce_scatter", _reduce_op(opts.reduceOp), x)
+        fut = self._start("reduce_scatter", _reduce_op(opts.reduceOp), x)
         return self._work("reduce_scatter_tensor",
-                          [(out, sigs, lambda o: tensors.write(output, o))], [output])
+                          [(fut, lambda o: tensors.write(output, o))], [output])
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)]
@@ -241,12 +241,12 @@ class ProcessGroupTpu(ProcessGroup):
                                   opts or dist.AllToAllOptions())
         if len({tuple(t.shape) for t in list(inputs) + list(outputs)}) == 1:
             x = jnp.stack([self._jax(t) for t in inputs])
-            out, sigs = self._start("all_to_all", (), x)
+            fut = self._start("all_to_all", (), x)
 
             def writer(o):
                 for j, t in enumerate(outputs):
                     tensors.write(t, o[j])
-            return self._work("all_to_all", [(out, sigs, writer)], outputs)
+            return self._work("all_to_all", [(fut, writer)], outputs)
         return self._alltoall_uneven([self._jax(t).reshape(-1) for t in inputs], outputs)
 
     def alltoall_base(self, output, input_, output_split_sizes, input_split_sizes, opts=None):
@@ -258,9 +258,9 @@ class ProcessGroupTpu(ProcessGroup):
         x = self._jax(input_)
         if not input_split_sizes and not output_split_sizes:
             x = x.reshape((w, -1) + tuple(x.shape[1:]))
-            out, sigs = self._start("all_to_all", (), x)
+            fut = self._start("all_to_all", (), x)
             return self._work("all_to_all_single",
-                              [(out, sigs, lambda o: tensors.write(output, o))], [output])
+                              [(fut, lambda o: tensors.write(output, o))], [output])
         row = 1
         for d in input_.shape[1:]:
             row *= d
@@ -280,12 +280,13 @@ class ProcessGroupTpu(ProcessGroup):
         """All-to-all of unequal flat chunks: pad to the group-wide largest."""
         w = self.size()
         size = jnp.array([max(int(c.shape[0]) for c in chunks)], jnp.int64)
-        biggest, sigs = self._start("all_reduce", ("max", None), _lead(jax.device_put(size, self._device)))
-        XlaWork(self._what("all_to_all (sizes)"), self._timeout_s, [(biggest, sigs, None)]).wait()
-        m = max(1, int(jax.device_get(biggest).reshape(-1)[0]))
+        fut = self._start("all_reduce", ("max", None), _lead(jax.device_put(size, self._device)))
+        sizes = XlaWork(self._what("all_to_all (sizes)"), self._timeout_s, [(fut, None)])
+        sizes.wait()
+        m = max(1, int(jax.device_get(sizes.outputs[0]).reshape(-1)[0]))
         dtype = chunks[0].dtype
         x = jnp.stack([jnp.pad(c.astype(dtype), (0, m - c.shape[0])) for c in chunks])
-        out, sigs = self._start("all_to_all", (), x)
+        fut = self._start("all_to_all", (), x)
 
         def writer(o):
             if flat_output is not None:
@@ -295,20 +296,36 @@ class ProcessGroupTpu(ProcessGroup):
             else:
                 for j, t in enumerate(outputs):
                     tensors.write(t, o[j, :t.numel()])
-        return self._work("all_to_all", [(out, sigs, writer)],
+        return self._work("all_to_all", [(fut, writer)],
                           [flat_output[0]] if flat_output else outputs)
 
     def barrier(self, opts=None):
         if not self._xla:
             return self._gloo.barrier(opts or dist.BarrierOptions())
         x = jnp.zeros((1, 1), jnp.int32, device=self._device)
-        out, sigs = self._start("all_reduce", ("sum", None), x)
-        work = self._work("barrier", [(out, sigs, None)], [])
+        fut = self._start("all_reduce", ("sum", None), x)
+        work = self._work("barrier", [(fut, None)], [])
         work.wait()  # c10d's barrier is expected to have synchronized on return
         return work
 
     def monitored_barrier(self, opts=None, wait_all_ranks=False):
         return self.barrier(opts)
+
+    # torch >= 2.13 names for the tensor-in/tensor-out forms
+    def all_gather_single(self, output, input_, opts=None):
+        return self._allgather_base(output, input_, opts)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    def reduce_scatter_single(self, output, input_, opts=None):
+        return self._reduce_scatter_base(output, input_, opts)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+
+    def all_to_all_single(self, output, input_, output_split_sizes, input_split_sizes, opts=None):
+        return self.alltoall_base(output, input_, output_split_sizes, input_split_sizes, opts)
 
     # ---- point to point (Gloo, see module docstring) ----------------------
     def send(self, tensors_, dst, tag=0):

@@ -143,6 +143,24 @@ def describe(sig_row):
     return f"shape {tuple(dims)}{'...' if ndim > SIG_DIMS else ''} {dtype}"
 
 
+_dispatcher = None
+
+
+def submit(kind, static, devices, local_device, x):
+    """``launch`` on the dispatch thread; returns a concurrent Future.
+
+    XLA's CPU client can run a program with cross-process collectives inline
+    in the calling thread, which would block forever on a missing peer; one
+    thread (so programs keep their order) lets ``Work.wait`` enforce the
+    group timeout instead.
+    """
+    global _dispatcher
+    if _dispatcher is None:
+        import concurrent.futures
+        _dispatcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tpu_dist")
+    return _dispatcher.submit(launch, kind, static, devices, local_device, x)
+
+
 def launch(kind, static, devices, local_device, x):
     """Start collective ``kind`` on this rank's block ``x`` (ndim >= 1).
 

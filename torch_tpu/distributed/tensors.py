@@ -28,7 +28,7 @@ def write(t, value) -> None:
     if t.device.type == "tpu":
         access.write(t, value)
         return
-    host = np.asarray(value)
+    host = np.array(value)  # a writable copy
     if t.dtype == torch.bfloat16:
         src = torch.from_numpy(host.view(np.int16).copy()).view(torch.bfloat16)
     else:

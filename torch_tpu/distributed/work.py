@@ -5,6 +5,7 @@ signature gathered with them (a mismatch means ranks disagreed on shapes or
 on which collective to run), enforces the group timeout, and only then writes
 the results into the output tensors.
 """
+import concurrent.futures
 import time
 from datetime import timedelta
 
@@ -29,7 +30,13 @@ def _seconds(timeout, default):
     return default if not timeout or timeout <= 0 else float(timeout)
 
 
-def wait_ready(arr, seconds, what):
+def _late(what, seconds):
+    return (f"tpu_dist: {what} did not complete within {seconds:g}s: a peer rank has not "
+            "reached this collective (it may have exited, hung, or issued collectives in a "
+            "different order)")
+
+
+def wait_ready(arr, seconds, what, total):
     """Poll a jax array until ready, or raise a clear timeout error."""
     if arr.is_ready():
         return
@@ -37,16 +44,13 @@ def wait_ready(arr, seconds, what):
     pause = 5e-5
     while not arr.is_ready():
         if time.monotonic() > deadline:
-            raise CollectiveTimeout(
-                f"tpu_dist: {what} did not complete within {seconds:.0f}s: a peer rank has not "
-                "reached this collective (it may have exited, hung, or issued collectives in a "
-                "different order)")
+            raise CollectiveTimeout(_late(what, total))
         time.sleep(pause)
         pause = min(pause * 2, 0.01)
 
 
 class XlaWork(dist.Work):
-    """Pending XLA collectives: (result array, signatures, writer) triples."""
+    """Pending XLA collectives: (future of (result, signatures), writer) pairs."""
 
     def __init__(self, what, timeout_s, pending, result=None, after=None):
         super().__init__()
@@ -57,17 +61,27 @@ class XlaWork(dist.Work):
         self._after = after
         self._done = False
         self._error = None
+        self.outputs = []
 
     def _finish(self, timeout_s):
-        for out, sigs, writer in self._pending:
-            wait_ready(sigs, timeout_s, self._what)
+        deadline = time.monotonic() + timeout_s
+        done = []
+        for fut, writer in self._pending:
+            try:
+                out, sigs = fut.result(timeout=max(0.0, deadline - time.monotonic()))
+            except concurrent.futures.TimeoutError:
+                raise CollectiveTimeout(_late(self._what, timeout_s)) from None
+            wait_ready(sigs, max(0.0, deadline - time.monotonic()), self._what, timeout_s)
+            done.append((out, sigs, writer))
+        for out, sigs, writer in done:
             rows = np.asarray(sigs).reshape(-1, programs.SIG_LEN)
             if not (rows == rows[0]).all():
                 detail = "; ".join(f"rank {i}: {programs.describe(r)}" for i, r in enumerate(rows))
                 raise CollectiveMismatch(
                     f"tpu_dist: {self._what}: ranks called it with mismatched tensors or "
                     f"arguments ({detail})")
-        for out, _, writer in self._pending:
+        for out, _, writer in done:
+            self.outputs.append(out)
             if writer is not None:
                 writer(out)
         if self._after is not None:
@@ -88,7 +102,7 @@ class XlaWork(dist.Work):
     def is_completed(self):
         if self._done:
             return True
-        return all(s.is_ready() for _, s, _ in self._pending)
+        return all(f.done() and f.result()[1].is_ready() for f, _ in self._pending)
 
     def is_success(self):
         return self._done and self._error is None

@@ -16,6 +16,9 @@ import weakref
 
 import jax
 
+from .. import logs
+from ..profiler import record as _prof
+
 log = logging.getLogger("torch_tpu.fusion")
 
 MAX_PENDING_OPS = int(os.environ.get("TORCH_TPU_FUSED_MAX_OPS", "4096"))
@@ -119,6 +122,7 @@ def flush(reason="sync") -> None:
         if not _nodes:
             return
         nodes = _nodes[:]
+        logs.fused_flush(len(nodes), reason)  # TORCH_TPU_LOGS=sync
         external = _external[:]
         _nodes.clear()
         _external.clear()
@@ -141,12 +145,14 @@ def flush(reason="sync") -> None:
             seconds = time.perf_counter() - start
             stats.compile_seconds += seconds
             log.debug("fused chain of %d ops compiled in %.3fs (%s)", len(nodes), seconds, reason)
+            logs.fused_compile(nodes, external, seconds, reason, stats.misses)  # TORCH_TPU_LOGS=recompiles
         else:
             stats.hits += 1
         stats.flushes += 1
         stats.ops_fused += len(nodes)
         try:
-            results = compiled(*external)
+            results = (compiled(*external) if not _prof.torch_profiler._is_profiler_enabled
+                       else _prof.run(f"fused chain ({len(nodes)} ops)", compiled, external))
         except Exception as e:
             raise RuntimeError(f"tpu: a fused chain of {len(nodes)} ops failed on the device: "
                                f"{str(e).strip().splitlines()[0] if str(e).strip() else e}") from None

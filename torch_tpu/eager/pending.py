@@ -14,9 +14,9 @@ _pending = collections.deque()
 
 
 def note(results) -> None:
-    with _lock:
-        _pending.append(results)
-        if len(_pending) > _LIMIT:
+    _pending.append(results)  # deque.append is atomic; pruning takes the lock
+    if len(_pending) > _LIMIT:
+        with _lock:
             _prune()
 
 

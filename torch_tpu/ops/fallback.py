@@ -7,6 +7,7 @@ import warnings
 import torch
 from torch.utils._pytree import tree_map
 
+from .. import logs
 from . import core
 
 _fallen_back: dict = {}
@@ -38,6 +39,7 @@ def cpu_fallback(op, *args, **kwargs):
                       "(copies in and out). Set TORCH_TPU_STRICT=1 to make this an error.",
                       stacklevel=2)
     _fallen_back[name] = _fallen_back.get(name, 0) + 1
+    logs.fallback(name, args, kwargs)  # TORCH_TPU_LOGS=fallback
 
     originals = {}
 

@@ -33,6 +33,8 @@ from ..eager import fusion, modes
 from ..eager.fusion import LazyBuffer
 from ..storage import buffers, views
 from . import errors
+from .. import logs as _logs
+from ..profiler import record as _prof  # torch.profiler ranges, only while one is active
 
 log = logging.getLogger("torch_tpu.ops")
 
@@ -169,13 +171,15 @@ def set_device_type(name: str) -> None:
 
 
 class _Entry:
-    __slots__ = ("fn", "out_specs", "single", "out_buffers")
+    __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts")
 
     def __init__(self, fn, out_specs, single, out_buffers):
         self.fn = fn
         self.out_specs = out_specs
         self.single = single
         self.out_buffers = out_buffers  # (shape, dtype) of each buffer fn returns
+        # (size, stride) for outputs laid out permuted in their buffer, else None
+        self.out_layouts = [None if _permuted_order(s) is None else (s[0], s[1]) for s in out_specs]
 
 
 class Kernel:
@@ -232,7 +236,7 @@ class Kernel:
         pos = tuple(self._encode(a, names[i], inputs) for i, a in enumerate(args))
         kw = tuple((k, self._encode(v, k, inputs)) for k, v in kwargs.items()
                    if k not in self.out_names)
-        key = (pos, kw)
+        key = (pos, kw, _storage_groups(args[0]) if self.writes_list else None)
         entry = self.cache.get(key)
         if entry is None:
             with self.lock:
@@ -246,7 +250,8 @@ class Kernel:
                 results = results[0]
         else:
             try:
-                results = entry.fn(*inputs)
+                results = (entry.fn(*inputs) if not _prof.torch_profiler._is_profiler_enabled
+                           else _prof.run(self.name, entry.fn, inputs))
             except Exception as e:  # an XLA runtime failure: name the op, not JAX internals
                 raise errors.runtime_failure(self.name, e) from None
             modes.after_op(self.name, results)
@@ -262,7 +267,9 @@ class Kernel:
                 return None
             buffers.set_buffer(self_t.untyped_storage(), results)
             return self_t
-        tensors = [_make_output(arr, spec) for arr, spec in zip(results, entry.out_specs)]
+        wrap = buffers.wrap
+        tensors = [wrap(arr) if lay is None else wrap(arr, *lay)
+                   for arr, lay in zip(results, entry.out_layouts)]
         if self.mode == "out":
             outs = [kwargs[n] for n in self.out_names]
             for dst, src in zip(outs, tensors):
@@ -281,7 +288,8 @@ class Kernel:
         single = not isinstance(meta_out, (tuple, list))
         promote_dtype = self.promote_dtype(args, kwargs)
 
-        pos_t, kw_t = key
+        pos_t, kw_t, groups = key
+        groups = groups or (0,)
         mode = self.mode
         apply = self.apply
         rng = self.opts.rng
@@ -304,8 +312,14 @@ class Kernel:
             key = _make_key(next(it)) if rng else None
             outs = apply(a, k, promote_dtype, [s[2] for s in out_specs] if out_specs else None, key)
             if mode == "inplace":  # write each result back through its destination view
-                new = [views.writer(spec)(inputs[i], jnp.broadcast_to(outs[i], spec[2]))
-                       for i, spec in enumerate(in_place_specs)]
+                # Destinations that share a storage (views of one flat buffer)
+                # are written one after another into the same buffer.
+                current = {}
+                for i, spec in enumerate(in_place_specs):
+                    g = groups[i]
+                    current[g] = views.writer(spec)(current.get(g, inputs[g]),
+                                                    jnp.broadcast_to(outs[i], spec[2]))
+                new = [current[groups[i]] for i in range(len(in_place_specs))]
                 return tuple(new) if len(new) > 1 or self.writes_list else new[0]
             return tuple(_to_storage_layout(o, s) for o, s in zip(outs, out_specs or [None] * len(outs)))
 
@@ -317,6 +331,8 @@ class Kernel:
                          for o in shapes]
             single = len(out_specs) == 1
         log.debug("compile %s for %s", self.name, key)
+        _logs.kernel_compile(self, args, kwargs)  # TORCH_TPU_LOGS=recompiles
+        traced.__name__ = self.name  # names the op in fused-chain logs and XLA traces
         if mode == "inplace":
             out_buffers = [(spec[0], spec[1]) for spec in in_place_specs]
         else:
@@ -361,6 +377,12 @@ class Kernel:
             if "meta" in str(e).lower() and "tensor" in str(e).lower() and "implement" in str(e).lower():
                 return None
             raise errors.rewrite_meta_error(e, self.name) from None
+
+
+def _storage_groups(tensors):
+    """For each tensor, the index of the first tensor sharing its storage."""
+    first = {}
+    return tuple(first.setdefault(t.untyped_storage().data_ptr(), i) for i, t in enumerate(tensors))
 
 
 def _flat(xs):
@@ -413,7 +435,7 @@ def _permuted_order(spec):
     if spec is None:
         return None
     size, stride, _ = spec
-    if len(size) < 2 or stride == buffers.contiguous_strides(size):
+    if stride is None or len(size) < 2 or stride == buffers.contiguous_strides(size):
         return None
     return views._dense_permutation(size, stride)
 

@@ -150,7 +150,8 @@ def _concrete(op_name, size):
 
 
 def _device_of(values):
-    return next(v.device for v in values if isinstance(v, torch.Tensor))
+    flat = [e for v in values for e in (v if isinstance(v, (list, tuple)) else [v])]
+    return next(v.device for v in flat if isinstance(v, torch.Tensor))
 
 
 def _fake_kernel(jf: JaxFunction):
@@ -199,14 +200,24 @@ def _inexact(dtype) -> bool:
     return jnp.issubdtype(dtype, jnp.inexact)
 
 
+def grad_slots(params) -> list:
+    """Parameters that get a gradient slot: single tensors (lists of tensors get none)."""
+    return [i for i, p in enumerate(params) if p.type in ("Tensor", "Tensor?")]
+
+
+def _no_grad(value):
+    # a placeholder the backward op returns where there is no gradient
+    return jnp.zeros((0,), jnp.float32) if value is None else jnp.zeros_like(value)
+
+
 def vjp_backward(jf: JaxFunction):
     """A backward JAX function from ``jax.vjp``: (forward values..., cotangents) ->
     one gradient per tensor parameter (zeros for integer inputs)."""
-    tensor_at = [i for i, p in enumerate(jf.params) if p.is_tensor]
+    tensor_at = grad_slots(jf.params)
 
     def backward(*values):
         values, cts = list(values[:-1]), list(values[-1])
-        diff_at = [i for i in tensor_at if _inexact(values[i].dtype)]
+        diff_at = [i for i in tensor_at if values[i] is not None and _inexact(values[i].dtype)]
 
         def f(*diff):
             full = list(values)
@@ -219,13 +230,13 @@ def vjp_backward(jf: JaxFunction):
             cts = [ct.astype(o.dtype) if _inexact(o.dtype) else np.zeros(o.shape, jax.dtypes.float0)
                    for ct, o in zip(cts, outs)]
             grads = dict(zip(diff_at, pullback(cts)))
-        return [grads[i] if i in grads else jnp.zeros_like(values[i]) for i in tensor_at]
+        return [grads[i] if i in grads else _no_grad(values[i]) for i in tensor_at]
     return backward
 
 
 def user_backward(jf: JaxFunction, bwd):
     """Adapt ``bwd(*forward args, cotangents) -> grads`` to the backward-op convention."""
-    tensor_at = [i for i, p in enumerate(jf.params) if p.is_tensor]
+    tensor_at = grad_slots(jf.params)
 
     def backward(*values):
         values, cts = list(values[:-1]), list(values[-1])
@@ -236,8 +247,9 @@ def user_backward(jf: JaxFunction, bwd):
         if len(grads) != len(tensor_at):
             raise TypeError(f"{jf.op_name}: the backward function returned {len(grads)} gradients; "
                             f"expected one per jax.Array parameter ({len(tensor_at)})")
-        return [jnp.zeros_like(values[i]) if g is None else jnp.asarray(g).astype(values[i].dtype)
-                .reshape(values[i].shape) for g, i in zip(grads, tensor_at)]
+        return [_no_grad(values[i]) if g is None or values[i] is None
+                else jnp.asarray(g).astype(values[i].dtype).reshape(values[i].shape)
+                for g, i in zip(grads, tensor_at)]
     return backward
 
 
@@ -252,10 +264,11 @@ class Autograd:
     def __init__(self, jf: JaxFunction, backward_op):
         self.jf = jf
         self.backward_op = backward_op
-        self.tensor_at = [i for i, p in enumerate(jf.params) if p.is_tensor]
+        self.tensor_at = grad_slots(jf.params)  # saved for backward; Tensor[] stay in statics
 
-    def setup_context(self, ctx, inputs, output):
-        values = list(inputs)
+    def setup_context(self, ctx, inputs, output, keyword_only_inputs=None):
+        values = list(inputs) + [keyword_only_inputs[p.name] for p in self.jf.params
+                                 if p.kwarg_only] if keyword_only_inputs else list(inputs)
         ctx.save_for_backward(*[values[i] for i in self.tensor_at])
         ctx.statics = [None if i in self.tensor_at else v for i, v in enumerate(values)]
         outs = output if isinstance(output, (tuple, list)) else [output]
@@ -271,8 +284,11 @@ class Autograd:
                  for g, (s, d, dev) in zip(grads, ctx.out_meta)]
         result = self.backward_op(*values, list(grads))
         result = list(result) if isinstance(result, (list, tuple)) else [result]
-        out = [None] * len(values)
+        # list inputs want a list of (no) gradients back: custom_op checks the structure
+        out = [[None] * len(v) if isinstance(v, (list, tuple)) else None for v in values]
         for i, g in zip(self.tensor_at, result):
-            if ctx.needs_input_grad[i] and values[i].is_floating_point():
+            if values[i] is not None and ctx.needs_input_grad[i] and values[i].is_floating_point():
                 out[i] = g
-        return tuple(out)
+        # one entry per argument autograd saw: keyword-only ones and trailing
+        # defaults the dispatcher dropped take none
+        return tuple(out[:len(ctx.needs_input_grad)])

@@ -34,7 +34,7 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     if on_tpu() and supported(query, key, value, attn_mask, dropout_p, enable_gqa):
         from .ops import flash_attention
         return flash_attention(query, key, value, attn_mask, is_causal, scale)
-    return _sdpa.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale,
+    return _sdpa.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
                            enable_gqa=enable_gqa)
 
 

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from .. import dtypes
 from ..casting import convert
+from .. import logs
 from ..eager import fusion
 from . import buffers, views
 
@@ -25,6 +26,8 @@ def _jit_writer(spec, value_shape, value_dtype):
 
 def read(t):
     """The value of tpu tensor ``t`` as a jax array of its shape and dtype."""
+    if logs.sync_log.isEnabledFor(20):  # TORCH_TPU_LOGS=sync: name .item()/.cpu() reads
+        logs.host_read(t)
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     buf = fusion.resolve(buf)
     if views.covers_buffer(spec):

@@ -4,7 +4,7 @@
 Every view of a tensor shares its StorageImpl, so every alias sees the same
 buffer.  Nothing ever dereferences the fake addresses.
 """
-import itertools
+import functools
 import math
 import threading
 import weakref
@@ -22,7 +22,6 @@ DEVICE = torch.device("privateuseone", 0)  # renamed to tpu at registration
 
 _ALIGN = 64
 _BASE_ADDRESS = 1 << 44
-_next_offset = itertools.count()  # atomic under the GIL: copies from loader threads are safe
 _lock = threading.Lock()
 _address = [_BASE_ADDRESS]
 _BY_ADDRESS: dict = {}  # address -> weakref(storage); C++ paths make alias StorageImpls
@@ -44,9 +43,15 @@ def new_storage(nbytes: int, buf) -> torch.UntypedStorage:
     addr = _reserve(nbytes)
     st = torch._C._construct_storage_from_data_pointer(addr, DEVICE, nbytes)
     st._tpu_buf = buf
-    _BY_ADDRESS[addr] = weakref.ref(st)
-    memory.track(st, addr, nbytes, _BY_ADDRESS)
+    memory.allocated_bytes(nbytes)
+    # One weakref serves the address registry and the live-bytes accounting.
+    _BY_ADDRESS[addr] = weakref.ref(st, lambda _, a=addr, n=nbytes: _release(a, n))
     return st
+
+
+def _release(addr, nbytes) -> None:
+    _BY_ADDRESS.pop(addr, None)
+    memory.freed_bytes(nbytes)
 
 
 def storage_of(st):
@@ -71,6 +76,7 @@ def set_buffer(st, buf) -> None:
     storage_of(st)._tpu_buf = buf
 
 
+@functools.lru_cache(maxsize=4096)
 def contiguous_strides(shape):
     strides, acc = [], 1
     for s in reversed(shape):

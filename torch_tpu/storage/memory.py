@@ -1,27 +1,24 @@
 """Live device bytes: the sum of the buffers that tpu storages hold."""
 import threading
-import weakref
 
 _lock = threading.Lock()
 _stats = {"allocated": 0, "peak": 0, "count": 0, "num_alloc": 0, "num_free": 0}
 
 
-def _release(addr, nbytes, registry):
-    with _lock:
-        _stats["allocated"] -= nbytes
-        _stats["count"] -= 1
-        _stats["num_free"] += 1
-    registry.pop(addr, None)
-
-
-def track(st, addr, nbytes, registry) -> None:
+def allocated_bytes(nbytes: int) -> None:
     with _lock:
         _stats["allocated"] += nbytes
         _stats["count"] += 1
         _stats["num_alloc"] += 1
         if _stats["allocated"] > _stats["peak"]:
             _stats["peak"] = _stats["allocated"]
-    weakref.finalize(st, _release, addr, nbytes, registry)
+
+
+def freed_bytes(nbytes: int) -> None:
+    with _lock:
+        _stats["allocated"] -= nbytes
+        _stats["count"] -= 1
+        _stats["num_free"] += 1
 
 
 def allocated() -> int:

@@ -23,5 +23,23 @@ def _untyped_storage_new(cls, *args, device=None, **kwargs):
         else _original_new(cls, *args, **kwargs)
 
 
+_original_resize = torch.UntypedStorage.resize_
+
+
+def _untyped_storage_resize(self, nbytes):
+    """FSDP2 frees unsharded parameters with ``storage.resize_(0)`` and brings
+    them back with ``resize_(n)``.  A Python backend cannot change a
+    StorageImpl's size, so on tpu both are accepted and the storage keeps its
+    buffer: FSDP2 runs correctly, without returning that memory in between."""
+    if self.device.type != "tpu":
+        return _original_resize(self, nbytes)
+    if nbytes in (0, self.nbytes()):
+        return self
+    raise RuntimeError(
+        f"tpu storages cannot be resized in place (from {self.nbytes()} to {nbytes} bytes); "
+        "resize the tensor instead (Tensor.resize_)")
+
+
 def install() -> None:
     torch.UntypedStorage.__new__ = _untyped_storage_new
+    torch.UntypedStorage.resize_ = _untyped_storage_resize

@@ -1,0 +1,206 @@
+"""All benchmarks side by side in one run: training-step time of each model
+config on tpu (debug, strict, fused eager and torch.compile) against PyTorch
+CPU eager and inductor, first-step (compile) time, and per-op latency.
+Writes benchmarks/results/report.md and PNG plots; ``--publish`` copies them
+to docs/benchmarks/ (what the README shows).
+
+    python benchmarks/report.py [--quick] [--publish]
+"""
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import sys
+import time
+import warnings
+
+import torch
+from tqdm import tqdm
+
+import torch_tpu  # noqa: F401
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import best_time  # noqa: E402
+from eager_modes import chain_latency  # noqa: E402
+from op_latency import OPS  # noqa: E402
+from training import run  # noqa: E402
+
+VARIANTS = ["cpu-eager", "cpu-inductor", "tpu-debug", "tpu-strict", "tpu-fused", "tpu-compiled"]
+COLORS = {"cpu-eager": "#888888", "cpu-inductor": "#444444", "tpu-debug": "#f4a582",
+          "tpu-strict": "#d6604d", "tpu-fused": "#4393c3", "tpu-compiled": "#2166ac",
+          "torch CPU": "#888888", "jax.jit": "#1b7837", "tpu debug": "#f4a582", "tpu strict": "#d6604d"}
+PLOTS = ["step_time.png", "first_step.png", "op_latency.png"]
+
+
+def op_latencies(number, repeat):
+    """µs per call of small ops: torch CPU, a bare jax.jit call, tpu in each eager mode."""
+    import jax
+    import jax.numpy as jnp
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    ta, tb = a.to("tpu"), b.to("tpu")
+    ja, jb = jnp.asarray(a.numpy()), jnp.asarray(b.numpy())
+    out = {}
+    for name, (torch_fn, jax_fn) in OPS.items():
+        jitted = jax.jit(jax_fn)
+        row = {"torch CPU": best_time(lambda: torch_fn(a, b), repeat=repeat, number=number),
+               "jax.jit": best_time(lambda: jitted(ja, jb), repeat=repeat, number=number,
+                                    sync=lambda: jitted(ja, jb).block_until_ready())}
+        for mode in ("debug", "strict"):
+            with torch.tpu.set_eager_mode(mode):
+                row[f"tpu {mode}"] = best_time(lambda: torch_fn(ta, tb), sync=torch.tpu.synchronize,
+                                               repeat=repeat, number=number)
+        out[name] = {k: v * 1e6 for k, v in row.items()}
+    return out
+
+
+def _bar_chart(path, groups, series, values, ylabel, title, log=False):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups) * max(1, len(series)) / 3), 4))
+    width = 0.8 / len(series)
+    for i, s in enumerate(series):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        ys = [values.get((grp, s), 0) or 0 for grp in groups]
+        ax.bar(xs, ys, width, label=s, color=COLORS.get(s))
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if log:
+        ax.set_yscale("log")
+    ax.legend(fontsize=8, ncol=min(3, len(series)))
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _md_table(rows, headers):
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny GPT and the CNN, fewer steps")
+    parser.add_argument("--configs", nargs="+")
+    parser.add_argument("--variants", nargs="+", default=VARIANTS)
+    parser.add_argument("--steps", type=int)
+    parser.add_argument("--warmup", type=int)
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--publish", action="store_true",
+                        help="also copy report.md and the plots to docs/benchmarks/")
+    args = parser.parse_args()
+    configs = args.configs or (["tiny", "cnn"] if args.quick else ["tiny", "small", "cnn"])
+    steps = args.steps or (5 if args.quick else 10)
+    warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)
+    command = "python benchmarks/report.py" + "".join(f" {a}" for a in sys.argv[1:])
+    os.makedirs(args.out, exist_ok=True)
+    started = time.time()
+
+    tasks = [("train", c, v) for c in configs for v in args.variants] + [("ops", None, None), ("chain", None, None)]
+    train, errors = {}, {}
+    ops = chain = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for kind, config, variant in tqdm(tasks, desc="benchmarks", unit="run"):
+            if kind == "train":
+                try:
+                    train[(config, variant)] = run(config, variant, steps, warmup)
+                except Exception as e:  # keep going: one broken variant should not lose the report
+                    errors[(config, variant)] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+            elif kind == "ops":
+                ops = op_latencies(number=50 if args.quick else 200, repeat=3 if args.quick else 5)
+            else:
+                chain = chain_latency(repeat=5 if args.quick else 20)
+
+    # ---- tables --------------------------------------------------------------
+    rows = []
+    for config in configs:
+        base = train.get((config, "cpu-eager"), (None,))[0]
+        ind = train.get((config, "cpu-inductor"), (None,))[0]
+        for variant in args.variants:
+            if (config, variant) not in train:
+                rows.append([config, variant, "failed", "-", "-", "-"])
+                continue
+            t, first = train[(config, variant)]
+            rows.append([config, variant, f"{t * 1000:.1f}", f"{first:.2f}",
+                         f"{base / t:.2f}x" if base else "-", f"{ind / t:.2f}x" if ind else "-"])
+    step_table = _md_table(rows, ["config", "variant", "ms/step (median)", "first step s (compile)",
+                                  "speed vs CPU eager", "speed vs inductor"])
+    op_cols = ["torch CPU", "jax.jit", "tpu debug", "tpu strict"]
+    op_table = _md_table([[name] + [f"{row[c]:.1f}" for c in op_cols] for name, row in ops.items()],
+                         ["op (µs per call)"] + op_cols)
+    chain_table = _md_table([[k, f"{v * 1e6:.1f}", f"{chain['cpu'] / v:.2f}x"] for k, v in chain.items()],
+                            ["100-op elementwise chain", "µs per op", "speed vs CPU eager"])
+
+    # ---- plots -----------------------------------------------------------------
+    step_ms = {k: v[0] * 1000 for k, v in train.items()}
+    first_s = {k: v[1] for k, v in train.items()}
+    _bar_chart(os.path.join(args.out, "step_time.png"), configs, args.variants, step_ms,
+               "ms per training step (log)", "Training step time (median; lower is better)", log=True)
+    _bar_chart(os.path.join(args.out, "first_step.png"), configs, args.variants, first_s,
+               "seconds (log)", "First step: compilation included (lower is better)", log=True)
+    op_values = {(name, c): row[c] for name, row in ops.items() for c in op_cols}
+    for k, v in chain.items():
+        op_values[("100-op chain (per op)", {"cpu": "torch CPU", "tpu-strict": "tpu strict"}.get(k, k))] = v * 1e6
+    _bar_chart(os.path.join(args.out, "op_latency.png"), list(ops) + ["100-op chain (per op)"],
+               op_cols + ["tpu-fused"], op_values, "µs per op (log)", "Per-op latency (lower is better)", log=True)
+
+    # ---- markdown ----------------------------------------------------------------
+    load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",)
+    md = f"""# torch_tpu benchmark report
+
+Made by `{command}` on {datetime.date.today()} in {time.time() - started:.0f} s.
+
+- platform behind tpu: **{torch.tpu.get_device_name()}**; torch {torch.__version__}, torch_tpu {torch_tpu.__version__}
+- host: {platform.machine()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}, load average {', '.join(f'{x:.1f}' for x in load)}
+- steps per run: {steps} timed after {warmup} warm-up (median reported); one `.item()` per step, as a loop logging its loss
+
+**Noise.** This machine is shared with other jobs while the report runs, so
+absolute numbers and small ratios are noisy (repeat runs differ by tens of
+percent); read the orders of magnitude and the ordering of modes, not the digits.
+On the CPU platform the tpu device and PyTorch share the same cores, so CPU
+results say how much overhead torch_tpu adds, not what a TPU would do.
+Runs share one process in the order of the table, so a variant's first step
+skips kernels an earlier variant already compiled (and the on-disk XLA cache).
+
+## Training step
+
+![step time](step_time.png)
+
+{step_table}
+
+## First step (compilation)
+
+![first step](first_step.png)
+
+## Per-op latency
+
+![op latency](op_latency.png)
+
+{op_table}
+
+{chain_table}
+"""
+    if errors:
+        md += "\n## Failed runs\n\n" + "\n".join(f"- {c} {v}: {e}" for (c, v), e in errors.items()) + "\n"
+    report_path = os.path.join(args.out, "report.md")
+    with open(report_path, "w") as f:
+        f.write(md)
+    print(md)
+    print(f"wrote {report_path} and {', '.join(PLOTS)}")
+    if args.publish:
+        docs = os.path.join(HERE, os.pardir, "docs", "benchmarks")
+        os.makedirs(docs, exist_ok=True)
+        for name in ["report.md"] + PLOTS:
+            shutil.copy(os.path.join(args.out, name), os.path.join(docs, name))
+        print(f"copied to {os.path.normpath(docs)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""``torch.tpu.profiler``: XLA device traces of tpu code, with Google
+torch_tpu's ``TpuProfilerConfig`` keys.
+
+    with torch.tpu.profiler.trace("./tpu_trace"):
+        train_step()
+    # ./tpu_trace/plugins/profile/<run>/*.xplane.pb and *.trace.json.gz:
+    # open with TensorBoard's profile plugin, XProf or Perfetto.
+
+``torch.profiler.profile`` works too and lists the ``tpu::`` op ranges
+(``record.py``).  This module is imported early by ``torch_tpu.ops``, so it
+keeps its own imports light.
+"""
+import sys
+
+from .config import TpuProfilerConfig  # noqa: F401
+from .trace import is_tracing, profile, start, stop, trace  # noqa: F401
+
+
+def install() -> None:
+    """Expose ``torch.tpu.profiler`` and apply ``TORCH_TPU_LOGS`` (from torch_tpu/__init__)."""
+    from .. import logs
+    from ..device import module as tpu_module
+    tpu_module.profiler = sys.modules[__name__]
+    sys.modules["torch.tpu.profiler"] = sys.modules[__name__]
+    logs.install()
