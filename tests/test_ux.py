@@ -27,13 +27,12 @@ def test_env_report_lists_versions_device_cache_and_fallbacks_with_sync_logs():
     proc = _run([], TORCH_TPU_LOGS="sync,fallback")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
-    for needle in ("torch_tpu", f"torch  ", "jax ", "jaxlib", "PJRT platform", "tpu:0",
+    for needle in ("torch_tpu", "torch ", "jax ", "jaxlib", "PJRT platform", "tpu:0",
                    "device memory", "eager mode", "compilation cache", "CPU fallbacks",
                    "ops and a training step : ok"):
         assert needle in out, (needle, out)
     assert torch.__version__ in out
     # The self-test's loss.item() calls are host reads: TORCH_TPU_LOGS=sync names them.
-    assert "[torch_tpu.sync] host read of () float32 tensor via .item() at env_report.py" not in proc.stderr
     assert "[torch_tpu.sync] host read of" in proc.stderr
 
 

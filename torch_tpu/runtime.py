@@ -60,6 +60,17 @@ def platform_name() -> str:
     return "cpu"
 
 
+def platform_installed() -> bool:
+    """Whether the chosen platform's PJRT plugin is installed (nothing is started)."""
+    name = platform_name()
+    if name == "cpu":
+        return True
+    if name == "tpu":
+        return importlib.util.find_spec("libtpu") is not None
+    return any(importlib.util.find_spec(m) is not None
+               for m in ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm60_plugin", "jax_rocm7_plugin"))
+
+
 def jax_device():
     """The jax.Device behind tpu:0, started on first use."""
     global _device

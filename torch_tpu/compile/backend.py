@@ -112,6 +112,8 @@ class CompiledGraph:
         if val.device.type == "cpu":
             from ..ops.core import to_cpu_tensor
             return to_cpu_tensor(buffers.wrap(result))
+        if not all(isinstance(d, int) for d in (*val.shape, *val.stride())):
+            return buffers.wrap(result)  # symbolic shape (dynamic=True): row-major
         spec = (tuple(val.shape), tuple(val.stride()), dtypes.to_np(val.dtype))
         return registry._make_output(registry._to_storage_layout(result, spec), spec)
 

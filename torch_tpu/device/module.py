@@ -34,9 +34,12 @@ def _index(device) -> int:
 # ---- devices -----------------------------------------------------------------
 
 def is_available() -> bool:
-    try:
-        runtime.jax_device()
+    """Whether the backing platform can be used, without starting it (as CUDA's
+    is_available): starting JAX early would forbid a later multi-process init."""
+    if runtime.is_initialized():
         return True
+    try:
+        return runtime.platform_installed()
     except RuntimeError:
         return False
 
