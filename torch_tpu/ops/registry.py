@@ -271,12 +271,17 @@ class Kernel:
         tensors = [wrap(arr) if lay is None else wrap(arr, *lay)
                    for arr, lay in zip(results, entry.out_layouts)]
         if self.mode == "out":
-            outs = [kwargs[n] for n in self.out_names]
+            from .core import copy_into
+            outs = []
+            for n in self.out_names:  # an out= argument may be a list (_foreach_*.out)
+                v = kwargs[n]
+                outs.extend(v) if isinstance(v, (list, tuple)) else outs.append(v)
             for dst, src in zip(outs, tensors):
-                from .core import copy_into
                 if tuple(dst.shape) != tuple(src.shape):
                     dst.resize_(src.shape)
                 copy_into(dst, src)
+            if not self.op._schema.returns:
+                return None
             return outs[0] if len(outs) == 1 else tuple(outs)
         if self.returns_list:
             return tensors
