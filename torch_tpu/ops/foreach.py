@@ -117,3 +117,9 @@ def foreach_norm(self, ord=2, dtype=None):
 @register("_foreach_copy.default")
 def foreach_copy(self, src, non_blocking=False):
     return list(src)
+
+
+@register("_foreach_pow.ScalarAndTensor", allow_cpu=("exponent",))
+def foreach_scalar_pow(self, exponent):
+    # Adam's bias corrections under torch.compile: beta ** step for every step tensor.
+    return [jnp.power(_like(self, _opmath(e)), _opmath(e)) for e in exponent]
