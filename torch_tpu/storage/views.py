@@ -94,6 +94,47 @@ def _dense_permutation(size, stride):
     return order
 
 
+def _strided_block(size, stride):
+    """Express a non-overlapping strided view as a corner of a dense block.
+
+    Returns (order, block_shape, length): the view's dims sorted outermost
+    first, the dense block those strides imply (each dim's extent is the ratio
+    of the neighbouring strides; an innermost stride > 1 adds a trailing dim we
+    index at 0), and how many flat elements the block spans.  None when the
+    strides don't nest (overlap, or not divisible): then a gather is needed.
+    """
+    order = [d for d in sorted(range(len(size)), key=lambda d: (-stride[d], d)) if size[d] != 1]
+    if not order:
+        return None
+    block = []
+    for outer, inner in zip(order, order[1:]):
+        if stride[inner] == 0 or stride[outer] % stride[inner] or stride[outer] // stride[inner] < size[inner]:
+            return None
+        block.append(stride[outer] // stride[inner])
+    innermost = stride[order[-1]]
+    if innermost <= 0:
+        return None
+    shape = [size[order[0]]] + block + ([innermost] if innermost > 1 else [])
+    return order, tuple(shape), math.prod(shape)
+
+
+def _block_of(flat, offset, length):
+    """flat[offset:offset+length], zero-padded past the end of the buffer."""
+    short = offset + length - flat.shape[0]
+    if short > 0:
+        flat = jnp.pad(flat, (0, short))
+    return lax.slice(flat, (offset,), (offset + length,))
+
+
+def _from_block(block, size, order, innermost):
+    """The view's values out of its dense block (see _strided_block)."""
+    corner = tuple(size[d] for d in order) + ((1,) if innermost > 1 else ())
+    picked = lax.slice(block, (0,) * block.ndim, corner)
+    if innermost > 1:
+        picked = picked[..., 0]
+    return jnp.transpose(picked, np.argsort(order)).reshape(size)
+
+
 def _read_flat(flat, size, stride, offset):
     n = math.prod(size)
     if n == 0:
@@ -109,6 +150,11 @@ def _read_flat(flat, size, stride, offset):
     if order is not None:
         block = lax.slice(flat, (offset,), (offset + n,)).reshape([size[d] for d in order])
         return jnp.transpose(block, np.argsort(order))
+    layout = _strided_block(size, stride)
+    if layout is not None:  # slices and steps (x[..., a:b], x[:, ::2]): no gather
+        order, shape, length = layout
+        block = _block_of(flat, offset, length).reshape(shape)
+        return _from_block(block, size, order, stride[order[-1]])
     return flat[_flat_indices(size, stride, offset)]
 
 
@@ -133,8 +179,18 @@ def writer(spec):
 
     def write(buf, value):
         flat = _flat_as(buf, buf_dtype, dtype)
+        layout = _strided_block(size, stride)
         if stride == contiguous_strides(size):
             flat = lax.dynamic_update_slice(flat, value.reshape(-1), (offset,))
+        elif layout is not None and offset + layout[2] <= flat.shape[0]:
+            # Update the view's corner of its dense block, then the block in place.
+            order, shape, length = layout
+            block = lax.slice(flat, (offset,), (offset + length,)).reshape(shape)
+            kept = [size[d] for d in sorted(order)]  # size-1 dims are not in the block
+            part = jnp.transpose(value.reshape(kept), np.argsort(np.argsort(order)))
+            part = part.reshape(part.shape + ((1,) if len(shape) > len(order) else ()))
+            block = lax.dynamic_update_slice(block, part.astype(block.dtype), (0,) * block.ndim)
+            flat = lax.dynamic_update_slice(flat, block.reshape(-1), (offset,))
         else:
             idx = _flat_indices(size, stride, offset)
             flat = flat.at[idx.reshape(-1)].set(value.reshape(-1))
