@@ -197,15 +197,12 @@ def _meta_value(v):
 
 
 def _out_dtypes(node):
+    """PyTorch's dtype for each output (None where an output is not a tensor)."""
     val = node.meta.get("val")
     vals = val if isinstance(val, (list, tuple)) else [val]
-    out = []
-    for v in vals:
-        if isinstance(v, torch.Tensor):
-            out.append(dtypes.to_np(v.dtype))
-        else:
-            return None
-    return out
+    if not any(isinstance(v, torch.Tensor) for v in vals):
+        return None
+    return [dtypes.to_np(v.dtype) if isinstance(v, torch.Tensor) else None for v in vals]
 
 
 def check_lowerable(gm: torch.fx.GraphModule) -> None:
@@ -216,10 +213,18 @@ def check_lowerable(gm: torch.fx.GraphModule) -> None:
         t = node.target
         if t in _PY_OPS or t in VIEW_LOWERINGS or t in FACTORY_LOWERINGS:
             continue
-        kernel = registry.KERNELS.get(t)
-        if isinstance(kernel, registry.Kernel) and kernel.mode == "functional":
+        if _graph_kernel(t) is not None:
             continue
         raise LoweringError(f"no JAX lowering for {t}")
+
+
+def _graph_kernel(op):
+    """The op's implementation usable inside a graph: a functional Kernel, or a
+    raw kernel's ``graph`` form (e.g. registry.MaskedOutputs), else None."""
+    kernel = registry.KERNELS.get(op)
+    if isinstance(kernel, registry.Kernel):
+        return kernel if kernel.mode == "functional" else None
+    return getattr(kernel, "graph", None)
 
 
 def lower(gm: torch.fx.GraphModule):
@@ -247,7 +252,7 @@ def lower(gm: torch.fx.GraphModule):
                 elif t in FACTORY_LOWERINGS:
                     env[node] = FACTORY_LOWERINGS[t](node.meta["val"], *args, **kwargs)
                 else:
-                    kernel = registry.KERNELS[t]
+                    kernel = _graph_kernel(t)
                     key = None
                     if kernel.opts.rng:
                         if base_key is None:

@@ -14,7 +14,7 @@ import numpy as np
 from jax import lax
 
 from ..storage import access
-from .registry import Kernel, Options, register, register_raw, resolve, rng_key
+from .registry import Kernel, MaskedOutputs, Options, register, register_raw, resolve, rng_key
 
 HIGHEST = lax.Precision.HIGHEST
 _HALF = (np.dtype(jnp.bfloat16), np.dtype(np.float16))
@@ -72,6 +72,7 @@ def _masked(name):
             outs = inner(*args, **kwargs)
             outs = iter(outs if isinstance(outs, tuple) else (outs,))
             return tuple(next(outs) if m else None for m in mask)
+        kernel.graph = MaskedOutputs(inner, pos)  # what torch.compile graphs run
         register_raw(name)(kernel)
         return impl
     return decorate

@@ -368,7 +368,7 @@ class Kernel:
         result = self.impl(*args, **kwargs)
         outs = list(result) if isinstance(result, (tuple, list)) else [result]
         if out_dtypes:
-            outs = [convert(jnp.asarray(o), d) for o, d in zip(outs, out_dtypes)]
+            outs = [o if d is None else convert(jnp.asarray(o), d) for o, d in zip(outs, out_dtypes)]
         return outs
 
     def _meta(self, args, kwargs):
@@ -382,6 +382,25 @@ class Kernel:
             if "meta" in str(e).lower() and "tensor" in str(e).lower() and "implement" in str(e).lower():
                 return None
             raise errors.rewrite_meta_error(e, self.name) from None
+
+
+class MaskedOutputs:
+    """How a graph runs a backward op whose ``output_mask`` picks the gradients
+    computed (eager serves it with a raw kernel that returns None for the rest)."""
+
+    def __init__(self, inner: Kernel, mask_position: int):
+        self.inner = inner
+        self.opts = inner.opts
+        self.mask_position = mask_position
+
+    def promote_dtype(self, args, kwargs):
+        return None
+
+    def apply(self, args, kwargs, promote_dtype, out_dtypes, key=None):
+        mask = kwargs["output_mask"] if "output_mask" in kwargs else args[self.mask_position]
+        wanted = [d for d, m in zip(out_dtypes or [None] * len(mask), mask) if m]
+        outs = iter(self.inner.apply(args, kwargs, None, wanted, key))
+        return [next(outs) if m else None for m in mask]
 
 
 def _storage_groups(tensors):
