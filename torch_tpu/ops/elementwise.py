@@ -202,6 +202,7 @@ def _int_pow(a, b):
 
 
 def _pow(a, b):
+    a, b = jnp.broadcast_arrays(a, b)  # lax.pow takes equal shapes only
     return _int_pow(a, b) if _is_exact(a) else lax.pow(a, b)
 
 
