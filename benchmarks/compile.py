@@ -4,20 +4,18 @@ model FLOP rate against this machine's measured fp32 GEMM rate.
 
     python benchmarks/compile.py [--configs tiny small cnn] [--steps 10]
 """
-import argparse
 import os
 import sys
 import time
 
 import torch
-from tqdm import tqdm
 
 import torch_tpu  # noqa: F401
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import table  # noqa: E402
 from models import GPT, GPT_CONFIGS  # noqa: E402
-from training import run  # noqa: E402
+from training import parse_args, run_all  # noqa: E402
 
 VARIANTS = ["cpu-eager", "cpu-inductor", "tpu-compiled"]
 
@@ -35,17 +33,10 @@ def gemm_rate(n=1024, repeat=5):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--configs", nargs="+", default=["tiny", "small", "cnn"])
-    parser.add_argument("--variants", nargs="+", default=VARIANTS)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
-    args = parser.parse_args()
+    args = parse_args(__doc__, VARIANTS)
     peak = gemm_rate()
     print(f"platform: {torch.tpu.get_device_name()}; measured fp32 GEMM: {peak / 1e9:.1f} GFLOP/s")
-    results = {}
-    for config, variant in tqdm([(c, v) for c in args.configs for v in args.variants], desc="benchmarks"):
-        results[(config, variant)] = run(config, variant, args.steps, args.warmup)
+    results = run_all(args)
     rows = []
     for config in args.configs:
         flops = GPT(GPT_CONFIGS[config]).flops_per_step() if config in GPT_CONFIGS else None

@@ -4,19 +4,17 @@ per-op time of a chain of 100 small elementwise ops.
 
     python benchmarks/eager_modes.py [--configs tiny small cnn] [--steps 10]
 """
-import argparse
 import os
 import sys
 import time
 
 import torch
-from tqdm import tqdm
 
 import torch_tpu  # noqa: F401
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import table  # noqa: E402
-from training import run  # noqa: E402
+from training import parse_args, run_all  # noqa: E402
 
 VARIANTS = ["cpu-eager", "cpu-inductor", "tpu-debug", "tpu-strict", "tpu-fused"]
 
@@ -45,16 +43,9 @@ def chain_latency(n_ops=100, repeat=20):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--configs", nargs="+", default=["tiny", "small", "cnn"])
-    parser.add_argument("--variants", nargs="+", default=VARIANTS)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
-    args = parser.parse_args()
+    args = parse_args(__doc__, VARIANTS)
     print(f"platform: {torch.tpu.get_device_name()}, torch threads: {torch.get_num_threads()}")
-    results = {}
-    for config, variant in tqdm([(c, v) for c in args.configs for v in args.variants], desc="benchmarks"):
-        results[(config, variant)] = run(config, variant, args.steps, args.warmup)
+    results = run_all(args)
     rows = []
     for config in args.configs:
         base = results.get((config, "cpu-eager"), (None,))[0]

@@ -1,8 +1,10 @@
 """One training step of each benchmark model, timed the same way for every
 variant: PyTorch CPU eager or inductor, or tpu in an eager mode or compiled."""
+import argparse
 import time
 
 import torch
+from tqdm import tqdm
 
 from models import CNN, GPT, GPT_CONFIGS, cnn_batch, gpt_batch
 
@@ -58,3 +60,18 @@ def run(config, variant, steps, warmup):
     mode = variant.split("-")[1] if variant in ("tpu-debug", "tpu-strict", "tpu-fused") else "strict"
     with torch.tpu.set_eager_mode(mode):
         return time_steps(step, steps, warmup)
+
+
+def parse_args(doc, variants):
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--configs", nargs="+", default=["tiny", "small", "cnn"])
+    parser.add_argument("--variants", nargs="+", default=variants)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    return parser.parse_args()
+
+
+def run_all(args):
+    """{(config, variant): (median step s, first step s)} with a progress bar."""
+    jobs = [(c, v) for c in args.configs for v in args.variants]
+    return {(c, v): run(c, v, args.steps, args.warmup) for c, v in tqdm(jobs, desc="benchmarks")}

@@ -1,5 +1,20 @@
 """Comparing tpu results with PyTorch's CPU results."""
+import pytest
 import torch
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    """Import into a test module to make any CPU fallback an error there."""
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+
+
+def sample(*shape, dtype=torch.float32):
+    """A fixed-seed CPU tensor: normal floats, or integers in [-50, 50)."""
+    g = torch.Generator().manual_seed(0)
+    if dtype.is_floating_point:
+        return torch.randn(*shape, generator=g, dtype=dtype)
+    return torch.randint(-50, 50, shape, generator=g, dtype=dtype)
 
 
 def to_cpu(x):

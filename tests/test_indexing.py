@@ -3,19 +3,10 @@ import pytest
 import torch
 
 import torch_tpu
-from helpers import assert_same, run_both, to_tpu
+from helpers import assert_same, run_both, sample, strict, to_tpu  # noqa: F401  (strict: no CPU fallback)
 
 
-@pytest.fixture(autouse=True)
-def strict(monkeypatch):
-    monkeypatch.setenv("TORCH_TPU_STRICT", "1")  # no silent CPU fallback
-
-
-def _x(*shape, dtype=torch.float32):
-    g = torch.Generator().manual_seed(0)
-    if dtype.is_floating_point:
-        return torch.randn(*shape, generator=g, dtype=dtype)
-    return torch.randint(-50, 50, shape, generator=g, dtype=dtype)
+_x = sample
 
 
 # ---- advanced indexing ---------------------------------------------------------

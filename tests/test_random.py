@@ -6,13 +6,11 @@ import pytest
 import torch
 
 import torch_tpu
+from helpers import strict  # noqa: F401  (no silent CPU fallback)
 
 N = 100_000
 
 
-@pytest.fixture(autouse=True)
-def strict(monkeypatch):
-    monkeypatch.setenv("TORCH_TPU_STRICT", "1")  # no silent CPU fallback
 
 
 def _stats(t):

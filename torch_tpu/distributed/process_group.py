@@ -278,7 +278,6 @@ class ProcessGroupTpu(ProcessGroup):
 
     def _alltoall_uneven(self, chunks, outputs, flat_output=None):
         """All-to-all of unequal flat chunks: pad to the group-wide largest."""
-        w = self.size()
         size = jnp.array([max(int(c.shape[0]) for c in chunks)], jnp.int64)
         fut = self._start("all_reduce", ("max", None), _lead(jax.device_put(size, self._device)))
         sizes = XlaWork(self._what("all_to_all (sizes)"), self._timeout_s, [(fut, None)])

@@ -424,7 +424,7 @@ def _broadcast_count(mask, shape):
 @register_raw("masked_select.default")
 def masked_select(self, mask):
     if mask.dtype != torch.bool:
-        raise RuntimeError(f"masked_select: expected BoolTensor for mask")
+        raise RuntimeError("masked_select: expected BoolTensor for mask")
     for t in (self, mask):
         if t.device.type != "tpu":
             errors.device_mismatch("aten::masked_select", t)
