@@ -89,6 +89,29 @@ def test_compiled_inference_matches_eager(kind):
     torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-4, atol=1e-5)
 
 
+def test_input_mutations_reach_whole_tensors_views_and_cpu_tensors():
+    # Written inside the graph: a whole tpu tensor (its storage takes the new
+    # buffer), a strided view (written through the view) and a CPU counter.
+    def bump(whole, view, counter):
+        whole.mul_(2)
+        view.add_(1)
+        counter.add_(1)
+        return whole.sum() * counter.to(whole.device)
+
+    def run(fn):
+        base = torch.arange(12.0).reshape(3, 4).to("tpu")
+        whole = torch.ones(5).to("tpu")
+        counter = torch.tensor(3.0)
+        outs = [fn(whole, base[:, ::2], counter).cpu() for _ in range(2)]
+        return outs, whole.cpu(), base.cpu(), counter
+
+    with torch.no_grad():
+        expected, got = run(bump), run(torch.compile(bump, backend="tpu"))
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
+    assert got[3].item() == 5.0
+
+
 def test_plain_torch_compile_picks_tpu_for_tpu_inputs():
     f = torch.compile(lambda x: (x * 2).sin().sum())
     before = stats.graphs

@@ -142,11 +142,11 @@ def fused_compile(nodes, external, seconds, reason, cached) -> None:
                         "ops: %s; inputs: %s", len(nodes), seconds, cached, reason, ops, inputs or "none")
 
 
-def graph_compile(name, signature, seconds, first) -> None:
-    """A torch.compile graph was compiled for an input signature."""
+def graph_compile(name, shapes, seconds, first) -> None:
+    """A torch.compile graph was compiled for inputs of these shapes."""
     level = DEBUG if first else INFO
     if recompiles_log.isEnabledFor(level):
-        shapes = [tuple(s) for s, _ in signature[0]]
+        shapes = [tuple(s) for s in shapes]
         recompiles_log.log(level, "torch.compile %s graph %s for input shapes %s (%.2fs)", name,
                            "compiled" if first else "recompiled", shapes, seconds)
 
@@ -157,13 +157,9 @@ def fallback(name, args, kwargs) -> None:
                           name, _describe_args(args, kwargs), _user_site())
 
 
-_READERS = {"to_cpu_tensor": ".cpu() / copy to the host", "_local_scalar_dense": ".item()"}
-
-
-def host_read(t) -> None:
-    """``storage.access.read`` from a device-to-host copy: the host waits."""
-    what = _READERS.get(sys._getframe(2).f_code.co_name)
-    if what is not None and sync_log.isEnabledFor(INFO):
+def host_read(t, what) -> None:
+    """A device-to-host copy (``what``: .item() or .cpu()): the host waits."""
+    if sync_log.isEnabledFor(INFO):
         sync_log.info("host read of %s tensor via %s at %s (waits for the device)",
                       _describe(t), what, _user_site())
 

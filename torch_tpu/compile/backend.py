@@ -22,7 +22,7 @@ from ..profiler import record as _prof
 from ..device import rng
 from ..eager import fusion, modes
 from ..ops import registry
-from ..storage import access, buffers
+from ..storage import access, buffers, views
 from . import lowering, options as compiler_options
 
 log = logging.getLogger("torch_tpu.compile")
@@ -45,77 +45,166 @@ stats = Stats()
 
 
 class CompiledGraph:
-    """Runs one ATen graph as XLA executables, one per input signature."""
+    """Runs one ATen graph as XLA executables, one per input signature.
+
+    Inputs enter as the storages' own buffers; views of them are read inside
+    the executable.  Outputs leave in the layout their tensors' storages use,
+    and new values of mutated inputs go straight into those inputs' storages,
+    so a call costs one executable launch plus tensor bookkeeping.
+    """
 
     def __init__(self, gm, name):
         self.gm = gm
         self.name = name
         self.fn = lowering.lower(gm)
+        self.mutated = lowering.mutated_inputs(gm)
         self.executables = {}
         self.lock = threading.Lock()
         self.xla_options = compiler_options.current()
         outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-        self.out_vals = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n
-                         for n in (outputs if isinstance(outputs, (list, tuple)) else [outputs])]
+        vals = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n
+                for n in (outputs if isinstance(outputs, (list, tuple)) else [outputs])]
+        self.out_plans = [_OutputPlan(v) for v in vals]
         self.uses_rng = any(n.op == "call_function" and isinstance(registry.KERNELS.get(n.target), registry.Kernel)
                             and registry.KERNELS[n.target].opts.rng for n in gm.graph.nodes)
 
     def __call__(self, args):
-        arrays, statics = [], []
+        arrays, signature = [], []
         for a in args:
             if isinstance(a, torch.Tensor):
-                arrays.append(access.read(a) if a.device.type == "tpu"
-                              else jax.device_put(dtypes.numpy_from_cpu_tensor(a)))
-                statics.append(None)
+                arrays.append(_input_buffer(a, signature))
             else:
-                statics.append(a)
-        signature = (tuple((x.shape, x.dtype) for x in arrays), tuple(statics))
+                signature.append(a)
+        signature = tuple(signature)
         exe = self.executables.get(signature)
         if exe is None:
             with self.lock:
-                exe = self.executables.get(signature) or self._compile(signature, args, arrays)
-        material = rng.next_key_material() if self.uses_rng else np.zeros(3, np.uint32)
-        results = (exe(material, *arrays) if not _prof.torch_profiler._is_profiler_enabled
-                   else _prof.run(f"compiled {self.name} graph", exe, [material, *arrays]))
-        modes.after_op(f"compiled graph {self.name}", results)
+                exe = self.executables.get(signature) or self._compile(signature, arrays)
+        material = rng.next_key_material() if self.uses_rng else _NO_RNG
+        try:
+            results = (exe(material, *arrays) if not _prof.torch_profiler._is_profiler_enabled
+                       else _prof.run(f"compiled {self.name} graph", exe, [material, *arrays]))
+        except Exception as e:  # an XLA runtime failure: name the graph, not JAX internals
+            raise RuntimeError(f"tpu: compiled {self.name} graph failed on the device: {e}") from None
+        outputs, new_values = results
+        modes.after_op(f"compiled graph {self.name}", outputs[0] if outputs else new_values)
+        if self.mutated:
+            _write_inputs([args[i] for i in self.mutated], new_values)
         args.clear()  # boxed calling convention: let inputs die early
-        return [self._wrap(r, v) for r, v in zip(results, self.out_vals)]
+        return [plan(r) for r, plan in zip(outputs, self.out_plans)]
 
-    def _compile(self, signature, args, arrays):
-        statics = signature[1]
+    def _compile(self, signature, arrays):
         fn = self.fn
+        readers = [views.reader(e[1]) if _is_tensor_entry(e) and e[0] == _TPU else None
+                   for e in signature]
+        layouts = [plan.layout for plan in self.out_plans]
 
         def with_statics(material, *arrays_):
             it = iter(arrays_)
-            full = [next(it) if s is None else s for s in statics]
-            return fn(material, *full)
+            full = [(readers[i](next(it)) if readers[i] else next(it)) if _is_tensor_entry(e) else e
+                    for i, e in enumerate(signature)]
+            outputs, new_values = fn(material, *full)
+            outputs = [registry._to_storage_layout(o, lay) if lay is not None else o
+                       for o, lay in zip(outputs, layouts)]
+            return outputs, new_values
 
         start = time.perf_counter()
-        lowered = jax.jit(with_statics).lower(np.zeros(3, np.uint32), *arrays)
+        lowered = jax.jit(with_statics).lower(_NO_RNG, *arrays)
         exe = lowered.compile(compiler_options={**self.xla_options, **compiler_options.current()} or None)
         seconds = time.perf_counter() - start
         stats.compiles += 1
         stats.compile_seconds += seconds
-        logs.graph_compile(self.name, signature, seconds, first=not self.executables)  # TORCH_TPU_LOGS
+        shapes = [e[1][2] if e[0] == _TPU else e[1][0] for e in signature if _is_tensor_entry(e)]
+        logs.graph_compile(self.name, shapes, seconds, first=not self.executables)  # TORCH_TPU_LOGS
         if self.executables:
-            log.info("torch_tpu: recompiling %s for new input shapes %s (%.2fs)",
-                     self.name, [s for s, _ in signature[0]], seconds)
+            log.info("torch_tpu: recompiling %s for new input shapes %s (%.2fs)", self.name, shapes, seconds)
         else:
             log.debug("compiled %s in %.2fs", self.name, seconds)
         self.executables[signature] = exe
         return exe
 
-    @staticmethod
-    def _wrap(result, val):
+
+_NO_RNG = np.zeros(3, np.uint32)
+_TPU, _CPU = "tpu-tensor", "cpu-tensor"
+
+
+class _TensorEntry(tuple):
+    """A tensor input's place in a signature (a distinct type, so a static
+    argument that happens to be a tuple can never be mistaken for one)."""
+
+
+def _is_tensor_entry(e):
+    return type(e) is _TensorEntry
+
+
+def _input_buffer(t, signature):
+    """The array passed for graph input ``t``; appends its signature entry."""
+    if t.device.type != "tpu":
+        host = dtypes.numpy_from_cpu_tensor(t)
+        signature.append(_TensorEntry((_CPU, (host.shape, host.dtype))))
+        return host
+    spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
+    buf = fusion.resolve(buf)
+    if views.covers_buffer(spec) and spec[0] != spec[2]:
+        # A whole storage kept in another shape (e.g. flat): give the storage
+        # the tensor's shape once, so later calls share one signature.
+        buf = buf.reshape(spec[2])
+        buffers.set_buffer(t.untyped_storage(), buf)
+        spec = (spec[2],) + spec[1:]
+    signature.append(_TensorEntry((_TPU, spec)))
+    return buf
+
+
+class _OutputPlan:
+    """How one graph output becomes a tensor: its storage layout (a transpose
+    applied inside the executable, or None) and the tensor's geometry."""
+
+    def __init__(self, val):
+        self.val = val
+        self.layout = None
+        self.geometry = None
+        if not isinstance(val, torch.Tensor) or val.device.type != "tpu":
+            return
+        if not all(isinstance(d, int) for d in (*val.shape, *val.stride())):
+            return  # symbolic shape (dynamic=True): row-major
+        spec = (tuple(val.shape), tuple(val.stride()), dtypes.to_np(val.dtype))
+        if registry._permuted_order(spec) is not None:
+            self.layout = spec
+            self.geometry = (spec[0], spec[1])
+
+    def __call__(self, result):
+        val = self.val
         if not isinstance(val, torch.Tensor):
             return result
         if val.device.type == "cpu":
             from ..ops.core import to_cpu_tensor
             return to_cpu_tensor(buffers.wrap(result))
-        if not all(isinstance(d, int) for d in (*val.shape, *val.stride())):
-            return buffers.wrap(result)  # symbolic shape (dynamic=True): row-major
-        spec = (tuple(val.shape), tuple(val.stride()), dtypes.to_np(val.dtype))
-        return registry._make_output(registry._to_storage_layout(result, spec), spec)
+        if self.geometry is None:
+            return buffers.wrap(result)
+        return buffers.wrap(result, *self.geometry)
+
+
+def _write_inputs(tensors, values):
+    """Store a graph's new values into the inputs it mutates: a tpu input whose
+    storage is exactly its value takes the new buffer as it is; CPU inputs
+    (e.g. an optimizer's step counts) are read back in one transfer."""
+    cpu = []
+    for t, value in zip(tensors, values):
+        if t.device.type != "tpu":
+            cpu.append((t, value))
+            continue
+        spec, _ = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
+        if views.covers_buffer(spec):
+            buffers.set_buffer(t.untyped_storage(), value)
+        else:
+            access.write(t, value)
+    if cpu:
+        hosts = jax.device_get([v for _, v in cpu])
+        for (t, _), host in zip(cpu, hosts):
+            if t.dim() == 0:  # a step count: fill_ with the exact value is the cheap path
+                t.fill_(host.item())
+            else:
+                t.copy_(dtypes.cpu_tensor_from_numpy(np.asarray(host)).reshape(t.shape))
 
 
 def make_boxed_func_from(compiled):
@@ -153,7 +242,7 @@ def _decompositions():
 def _aot_backend():
     return aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
                         inference_compiler=_compiler("inference"),
-                        decompositions=_decompositions(), keep_inference_input_mutations=False)
+                        decompositions=_decompositions(), keep_inference_input_mutations=True)
 
 
 def tpu_backend(gm, example_inputs, mode=None, options=None):

@@ -211,7 +211,7 @@ def check_lowerable(gm: torch.fx.GraphModule) -> None:
         if node.op != "call_function":
             continue
         t = node.target
-        if t in _PY_OPS or t in VIEW_LOWERINGS or t in FACTORY_LOWERINGS:
+        if t in _PY_OPS or t in VIEW_LOWERINGS or t in FACTORY_LOWERINGS or t is aten.copy_.default:
             continue
         if _graph_kernel(t) is not None:
             continue
@@ -227,18 +227,48 @@ def _graph_kernel(op):
     return getattr(kernel, "graph", None)
 
 
+def mutated_inputs(gm: torch.fx.GraphModule):
+    """Indices of the graph inputs that ``copy_`` nodes write (AOTAutograd leaves
+    input mutations in inference graphs as ``copy_`` into the placeholder)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    written = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is aten.copy_.default:
+            dst = node.args[0]
+            if dst not in placeholders:
+                raise LoweringError("copy_ into an intermediate value of the graph")
+            index = placeholders.index(dst)
+            if index not in written:
+                written.append(index)
+    return written
+
+
+def _copy_into_input(dst, src, non_blocking=False):
+    dst = jnp.asarray(dst)
+    return jnp.broadcast_to(convert(jnp.asarray(src), dst.dtype), dst.shape)
+
+
 def lower(gm: torch.fx.GraphModule):
-    """A traceable function ``(rng_material, *inputs) -> outputs`` for the graph."""
+    """A traceable function ``(rng_material, *inputs) -> (outputs, new_values)``
+    for the graph; ``new_values`` are the final contents of the inputs listed by
+    ``mutated_inputs(gm)``, in that order."""
     check_lowerable(gm)
     nodes = list(gm.graph.nodes)
+    written = mutated_inputs(gm)
 
     def run(rng_material, *inputs):
         env = {}
         it = iter(inputs)
         base_key = None
+        placeholders = []
         for index, node in enumerate(nodes):
             if node.op == "placeholder":
                 env[node] = next(it)
+                placeholders.append(node)
+            elif node.op == "call_function" and node.target is aten.copy_.default:
+                dst, src = node.args[0], node.args[1]
+                # later reads of the input see the new value, as after an in-place copy
+                env[node] = env[dst] = _copy_into_input(env[dst], env[src] if isinstance(src, torch.fx.Node) else src)
             elif node.op == "get_attr":
                 env[node] = _constant(getattr(gm, node.target))
             elif node.op == "call_function":
@@ -268,7 +298,8 @@ def lower(gm: torch.fx.GraphModule):
                     val = node.meta.get("val")
                     env[node] = tuple(outs) if isinstance(val, (list, tuple)) else outs[0]
             elif node.op == "output":
-                return jax.tree_util.tree_map(lambda v: v, env_lookup(node.args[0], env))
+                outputs = env_lookup(node.args[0], env)
+                return outputs, tuple(env[placeholders[i]] for i in written)
         raise AssertionError("graph has no output")
     return run
 

@@ -163,8 +163,9 @@ def flush(reason="sync") -> None:
 
 
 def _kind(x):
-    if hasattr(x, "shape"):  # jax or numpy array
-        return (type(x).__name__, tuple(x.shape), str(x.dtype))
+    shape = getattr(x, "shape", None)
+    if shape is not None:  # jax or numpy array (dtype objects hash by value)
+        return (type(x), tuple(shape), x.dtype)
     return (type(x),)
 
 

@@ -4,9 +4,9 @@ import numpy as np
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
-from .. import dtypes, runtime
+from .. import dtypes, logs, runtime
 from ..casting import convert
-from ..eager import modes, pending
+from ..eager import fusion, modes
 from ..storage import access, buffers
 from .registry import Kernel, Options, out_dtype, register_raw, resolve
 
@@ -101,9 +101,18 @@ def to_device_array(cpu_tensor):
     return jax.device_put(dtypes.numpy_from_cpu_tensor(cpu_tensor), runtime.jax_device())
 
 
+def _read_for_host(t, what):
+    # The host is about to wait: start every pending fused op now, not only the
+    # ones this value needs, so a training loop's chains cut at the same places
+    # each step (one host read per step gives one cached chain per step).
+    logs.host_read(t, what)  # TORCH_TPU_LOGS=sync
+    fusion.flush("host read")
+    return access.read(t)
+
+
 def to_cpu_tensor(t):
     """A tpu tensor's value as a new CPU tensor (waits for the device)."""
-    arr = access.read(t)
+    arr = _read_for_host(t, ".cpu() / copy to the host")
     try:
         host = np.asarray(arr)
     except Exception as e:
@@ -168,7 +177,7 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
 
 @register_raw("_local_scalar_dense.default")
 def _local_scalar_dense(self):
-    pending_value = access.read(self)
+    pending_value = _read_for_host(self, ".item()")
     return np.asarray(pending_value).reshape(()).item()
 
 

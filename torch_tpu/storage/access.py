@@ -7,7 +7,6 @@ import jax.numpy as jnp
 
 from .. import dtypes
 from ..casting import convert
-from .. import logs
 from ..eager import fusion
 from . import buffers, views
 
@@ -26,11 +25,9 @@ def _jit_writer(spec, value_shape, value_dtype):
 
 def read(t):
     """The value of tpu tensor ``t`` as a jax array of its shape and dtype."""
-    if logs.sync_log.isEnabledFor(20):  # TORCH_TPU_LOGS=sync: name .item()/.cpu() reads
-        logs.host_read(t)
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     buf = fusion.resolve(buf)
-    if views.covers_buffer(spec):
+    if views.covers_buffer(spec) and spec[0] == spec[2]:
         return buf
     return _jit_reader(spec)(buf)
 

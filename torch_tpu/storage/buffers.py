@@ -100,16 +100,26 @@ def wrap(arr, shape=None, strides=None) -> torch.Tensor:
     return new_tensor(st, dtype, arr.shape if shape is None else shape, strides)
 
 
-_zeros_cache: dict = {}
+_SHARED_ZEROS_BYTES = 1 << 22
 
 
 def _zeros(n, npdtype):
-    key = (n, npdtype)
-    fn = _zeros_cache.get(key)
-    if fn is None:
-        runtime.jax_device()  # starts the platform and makes it JAX's default device
-        fn = _zeros_cache[key] = jax.jit(lambda: jnp.zeros((n,), npdtype))
-    return fn()
+    # jax arrays are immutable and every write gives a storage a new buffer,
+    # so one zero-filled array can back any number of fresh small storages.
+    if n * npdtype.itemsize <= _SHARED_ZEROS_BYTES:
+        return _shared_zeros(n, npdtype)
+    return _zeros_fn(n, npdtype)()
+
+
+@functools.lru_cache(maxsize=256)
+def _shared_zeros(n, npdtype):
+    return _zeros_fn(n, npdtype)()
+
+
+@functools.lru_cache(maxsize=None)
+def _zeros_fn(n, npdtype):
+    runtime.jax_device()  # starts the platform and makes it JAX's default device
+    return jax.jit(lambda: jnp.zeros((n,), npdtype))
 
 
 def storage_numel(shape, strides) -> int:

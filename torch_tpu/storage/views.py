@@ -22,9 +22,12 @@ def spec_of(t, np_dtype):
 
 
 def covers_buffer(spec) -> bool:
+    """Whether the view is its whole buffer in row-major order (the buffer may
+    have another shape with the same elements, e.g. flat)."""
     buf_shape, buf_dtype, size, stride, offset, dtype = spec
-    return (offset == 0 and dtype == buf_dtype and size == buf_shape
-            and stride == contiguous_strides(size))
+    if offset or dtype != buf_dtype or stride != contiguous_strides(size):
+        return False
+    return size == buf_shape or math.prod(size) == math.prod(buf_shape)
 
 
 # ---- bytes <-> typed flat arrays -------------------------------------------
@@ -163,7 +166,7 @@ def reader(spec):
     """A traceable ``buf -> array`` for the view spec."""
     buf_shape, buf_dtype, size, stride, offset, dtype = spec
     if covers_buffer(spec):
-        return lambda buf: buf
+        return (lambda buf: buf) if size == buf_shape else (lambda buf: buf.reshape(size))
     return lambda buf: _read_flat(_flat_as(buf, buf_dtype, dtype), size, stride, offset)
 
 
