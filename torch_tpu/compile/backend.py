@@ -57,7 +57,7 @@ class CompiledGraph:
         self.gm = gm
         self.name = name
         self.fn = lowering.lower(gm)
-        self.mutated = lowering.mutated_inputs(gm)
+        self.mutated = self.fn.mutated_inputs
         self.executables = {}
         self.lock = threading.Lock()
         self.xla_options = compiler_options.current()
@@ -161,8 +161,7 @@ class _OutputPlan:
 
     def __init__(self, val):
         self.val = val
-        self.layout = None
-        self.geometry = None
+        self.layout = None  # (size, stride, dtype) of a permuted-stride output
         if not isinstance(val, torch.Tensor) or val.device.type != "tpu":
             return
         if not all(isinstance(d, int) for d in (*val.shape, *val.stride())):
@@ -170,7 +169,6 @@ class _OutputPlan:
         spec = (tuple(val.shape), tuple(val.stride()), dtypes.to_np(val.dtype))
         if registry._permuted_order(spec) is not None:
             self.layout = spec
-            self.geometry = (spec[0], spec[1])
 
     def __call__(self, result):
         val = self.val
@@ -179,23 +177,19 @@ class _OutputPlan:
         if val.device.type == "cpu":
             from ..ops.core import to_cpu_tensor
             return to_cpu_tensor(buffers.wrap(result))
-        if self.geometry is None:
+        if self.layout is None:
             return buffers.wrap(result)
-        return buffers.wrap(result, *self.geometry)
+        return buffers.wrap(result, *self.layout[:2])
 
 
 def _write_inputs(tensors, values):
-    """Store a graph's new values into the inputs it mutates: a tpu input whose
-    storage is exactly its value takes the new buffer as it is; CPU inputs
-    (e.g. an optimizer's step counts) are read back in one transfer."""
+    """Store a graph's new values into the inputs it mutates (``access.write``
+    hands a whole-storage input the new buffer as it is); CPU inputs (e.g. an
+    optimizer's step counts) are read back in one transfer."""
     cpu = []
     for t, value in zip(tensors, values):
         if t.device.type != "tpu":
             cpu.append((t, value))
-            continue
-        spec, _ = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
-        if views.covers_buffer(spec):
-            buffers.set_buffer(t.untyped_storage(), value)
         else:
             access.write(t, value)
     if cpu:

@@ -243,15 +243,15 @@ def mutated_inputs(gm: torch.fx.GraphModule):
     return written
 
 
-def _copy_into_input(dst, src, non_blocking=False):
+def _copy_into_input(dst, src):
     dst = jnp.asarray(dst)
     return jnp.broadcast_to(convert(jnp.asarray(src), dst.dtype), dst.shape)
 
 
 def lower(gm: torch.fx.GraphModule):
     """A traceable function ``(rng_material, *inputs) -> (outputs, new_values)``
-    for the graph; ``new_values`` are the final contents of the inputs listed by
-    ``mutated_inputs(gm)``, in that order."""
+    for the graph; ``new_values`` are the final contents of the inputs listed in
+    its ``mutated_inputs`` attribute (see ``mutated_inputs(gm)``), in that order."""
     check_lowerable(gm)
     nodes = list(gm.graph.nodes)
     written = mutated_inputs(gm)
@@ -301,6 +301,7 @@ def lower(gm: torch.fx.GraphModule):
                 outputs = env_lookup(node.args[0], env)
                 return outputs, tuple(env[placeholders[i]] for i in written)
         raise AssertionError("graph has no output")
+    run.mutated_inputs = written
     return run
 
 
