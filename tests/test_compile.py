@@ -89,6 +89,21 @@ def test_compiled_inference_matches_eager(kind):
     torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-4, atol=1e-5)
 
 
+def test_attention_reaches_the_graphs_as_one_fused_op(monkeypatch):
+    from torch_tpu.compile import backend
+    seen = {}
+    real_init = backend.CompiledGraph.__init__
+
+    def spy(self, gm, name):
+        seen[name] = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+        real_init(self, gm, name)
+    monkeypatch.setattr(backend.CompiledGraph, "__init__", spy)
+    losses, _ = _train("gpt", compiled=True, steps=1)
+    assert "aten._scaled_dot_product_fused_attention_overrideable.default" in seen["forward"]
+    assert "aten._scaled_dot_product_fused_attention_overrideable_backward.default" in seen["backward"]
+    assert "aten._softmax.default" not in seen["forward"] and "aten.bmm.default" not in seen["forward"]
+
+
 def test_input_mutations_reach_whole_tensors_views_and_cpu_tensors():
     # Written inside the graph: a whole tpu tensor (its storage takes the new
     # buffer), a strided view (written through the view) and a CPU counter.

@@ -403,8 +403,7 @@ def test_pixel_shuffle():
 
 # ---- attention -----------------------------------------------------------------
 
-@pytest.mark.parametrize("kind", ["plain", "causal", "bool_mask", "float_mask", "gqa", "scale"])
-def test_scaled_dot_product_attention(kind):
+def _attention_case(kind):
     q, k, v = r(2, 4, 5, 8), r(2, 4, 6, 8, seed=1), r(2, 4, 6, 8, seed=2)
     kw = {}
     if kind == "causal":
@@ -413,6 +412,10 @@ def test_scaled_dot_product_attention(kind):
         mask = torch.rand(5, 6, generator=torch.Generator().manual_seed(0)) > 0.3
         mask[:, 0] = True  # every query sees at least one key
         kw = dict(attn_mask=mask)
+    elif kind == "masked_row":  # a query that sees no key: zeros, as PyTorch's math path
+        mask = torch.ones(5, 6, dtype=torch.bool)
+        mask[2] = False
+        kw = dict(attn_mask=mask)
     elif kind == "float_mask":
         kw = dict(attn_mask=torch.randn(1, 4, 5, 6))
     elif kind == "gqa":
@@ -420,11 +423,68 @@ def test_scaled_dot_product_attention(kind):
         kw = dict(enable_gqa=True)
     elif kind == "scale":
         kw = dict(scale=0.2)
+    elif kind == "three_d_value_dim":
+        q, k, v = r(4, 5, 8), r(4, 6, 8, seed=1), r(4, 6, 3, seed=2)
+    elif kind == "dropout_zero_composite":  # outside the fused op's cover: the composite
+        q, k, v = r(2, 3, 4, 5, 8), r(2, 3, 4, 6, 8, seed=1), r(2, 3, 4, 6, 8, seed=2)
+    return q, k, v, kw
+
+
+ATTENTION_KINDS = ["plain", "causal", "bool_mask", "masked_row", "float_mask", "gqa", "scale",
+                   "three_d_value_dim", "dropout_zero_composite"]
+
+
+@pytest.mark.parametrize("kind", ATTENTION_KINDS)
+def test_scaled_dot_product_attention(kind):
+    q, k, v, kw = _attention_case(kind)
 
     def fn(q, k, v):
         extra = {n: (m.to(q.device) if isinstance(m, torch.Tensor) else m) for n, m in kw.items()}
         return F.scaled_dot_product_attention(q, k, v, **extra)
     check(fn, q, k, v, atol=1e-5, rtol=1e-5)
+
+
+def _dispatched_ops(fn):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+    with Record() as mode:
+        fn()
+    return mode.ops
+
+
+@pytest.mark.parametrize("kind", ATTENTION_KINDS)
+def test_attention_runs_as_one_fused_op_where_it_can(kind):
+    q, k, v, kw = _attention_case(kind)
+    q, k, v = (_tpu(x) for x in (q, k, v))
+    kw = {n: (m.to("tpu") if isinstance(m, torch.Tensor) else m) for n, m in kw.items()}
+    ops = _dispatched_ops(lambda: F.scaled_dot_product_attention(q, k, v, **kw))
+    fused = "_scaled_dot_product_fused_attention_overrideable.default"
+    if kind == "dropout_zero_composite":  # 5-D inputs: PyTorch's matmul + softmax composite
+        assert fused not in ops and "bmm.default" in ops
+    else:
+        assert ops.count(fused) == 1 and "bmm.default" not in ops
+
+
+def test_attention_mask_gradient():
+    mask = torch.randn(2, 1, 5, 6, requires_grad=True)
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+          r(2, 4, 5, 8), r(2, 4, 6, 8, seed=1), r(2, 4, 6, 8, seed=2), mask, atol=1e-5, rtol=1e-5)
+
+
+def test_attention_errors_match_pytorch():
+    q, k = torch.randn(2, 4, 5, 8), torch.randn(2, 3, 6, 8)
+    for gqa in (False, True):  # 4 query heads over 3 key heads: wrong either way
+        with pytest.raises(RuntimeError) as cpu_error:
+            F.scaled_dot_product_attention(q, k, k, enable_gqa=gqa)
+        with pytest.raises(RuntimeError) as tpu_error:
+            F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), k.to("tpu"), enable_gqa=gqa)
+        assert type(tpu_error.value) is type(cpu_error.value)
 
 
 def test_attention_bf16():

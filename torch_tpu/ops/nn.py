@@ -14,7 +14,7 @@ import numpy as np
 from jax import lax
 
 from ..storage import access
-from .registry import Kernel, MaskedOutputs, Options, register, register_raw, resolve, rng_key
+from .registry import Kernel, Options, register, register_masked, register_raw, resolve, rng_key
 
 HIGHEST = lax.Precision.HIGHEST
 _HALF = (np.dtype(jnp.bfloat16), np.dtype(np.float16))
@@ -51,31 +51,6 @@ def _grad_scale(grad, loss_shape, reduction):
     if reduction == MEAN:
         return jnp.broadcast_to(grad / int(np.prod(loss_shape)), loss_shape)
     return jnp.broadcast_to(grad, loss_shape)
-
-
-def _masked(name):
-    """Register a backward op whose ``output_mask`` selects the gradients wanted.
-
-    The implementation returns only the requested gradients (already in their
-    final dtypes); the others come back as undefined tensors (None), as on CPU.
-    """
-    op = resolve(name)
-    pos = [a.name for a in op._schema.arguments].index("output_mask")
-
-    def decorate(impl):
-        inner = Kernel(op, impl, "functional", Options(meta=False))
-
-        def kernel(*args, **kwargs):
-            mask = kwargs["output_mask"] if "output_mask" in kwargs else args[pos]
-            if not any(mask):
-                return (None,) * len(mask)
-            outs = inner(*args, **kwargs)
-            outs = iter(outs if isinstance(outs, tuple) else (outs,))
-            return tuple(next(outs) if m else None for m in mask)
-        kernel.graph = MaskedOutputs(inner, pos)  # what torch.compile graphs run
-        register_raw(name)(kernel)
-        return impl
-    return decorate
 
 
 # ---- convolution ---------------------------------------------------------------
@@ -122,7 +97,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     return y
 
 
-@_masked("convolution_backward.default")
+@register_masked("convolution_backward.default")
 def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
                          transposed, output_padding, groups, output_mask):
     stride, padding, dilation, output_padding = _conv_args(input, stride, padding, dilation, output_padding)
@@ -503,7 +478,7 @@ def _native_batch_norm_legit_no_training(input, weight, bias, running_mean, runn
     return _bn_forward(input, weight, bias, running_mean, running_var, False, momentum, eps)
 
 
-@_masked("native_batch_norm_backward.default")
+@register_masked("native_batch_norm_backward.default")
 def native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean,
                                save_invstd, train, eps, output_mask):
     x, dy = _up(input), _up(grad_out)
@@ -552,7 +527,7 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     return y, mean, rstd
 
 
-@_masked("native_layer_norm_backward.default")
+@register_masked("native_layer_norm_backward.default")
 def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
     x, dy = _up(input), _up(grad_out)
     axes = _norm_axes(x, normalized_shape)
@@ -589,7 +564,7 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
     return y.reshape(input.shape), mean, rstd
 
 
-@_masked("native_group_norm_backward.default")
+@register_masked("native_group_norm_backward.default")
 def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
     x = _up(input).reshape(N, C, HxW)
     dy = _up(grad_out).reshape(N, C, HxW)

@@ -155,6 +155,30 @@ def register_raw(*names: str):
     return decorate
 
 
+def register_masked(name: str, mask_arg: str = "output_mask"):
+    """Register a backward op whose ``mask_arg`` (a bool list) selects the
+    gradients wanted.  The implementation returns only the requested gradients
+    (already in their final dtypes); the others come back as undefined tensors
+    (None), as on CPU."""
+    op = resolve(name)
+    pos = [a.name for a in op._schema.arguments].index(mask_arg)
+
+    def decorate(impl):
+        inner = Kernel(op, impl, "functional", Options(meta=False))
+
+        def kernel(*args, **kwargs):
+            mask = kwargs[mask_arg] if mask_arg in kwargs else args[pos]
+            if not any(mask):
+                return (None,) * len(mask)
+            outs = inner(*args, **kwargs)
+            outs = iter(outs if isinstance(outs, tuple) else (outs,))
+            return tuple(next(outs) if m else None for m in mask)
+        kernel.graph = MaskedOutputs(inner, pos, mask_arg)  # what torch.compile graphs run
+        register_raw(name)(kernel)
+        return impl
+    return decorate
+
+
 def _install(op, kernel) -> None:
     KERNELS[op] = kernel
     _LIB.impl(op, kernel, "PrivateUse1")
@@ -388,16 +412,17 @@ class MaskedOutputs:
     """How a graph runs a backward op whose ``output_mask`` picks the gradients
     computed (eager serves it with a raw kernel that returns None for the rest)."""
 
-    def __init__(self, inner: Kernel, mask_position: int):
+    def __init__(self, inner: Kernel, mask_position: int, mask_arg: str = "output_mask"):
         self.inner = inner
         self.opts = inner.opts
         self.mask_position = mask_position
+        self.mask_arg = mask_arg
 
     def promote_dtype(self, args, kwargs):
         return None
 
     def apply(self, args, kwargs, promote_dtype, out_dtypes, key=None):
-        mask = kwargs["output_mask"] if "output_mask" in kwargs else args[self.mask_position]
+        mask = kwargs[self.mask_arg] if self.mask_arg in kwargs else args[self.mask_position]
         wanted = [d for d, m in zip(out_dtypes or [None] * len(mask), mask) if m]
         outs = iter(self.inner.apply(args, kwargs, None, wanted, key))
         return [next(outs) if m else None for m in mask]

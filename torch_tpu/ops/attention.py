@@ -1,0 +1,191 @@
+"""``F.scaled_dot_product_attention`` as one op forward and one op backward.
+
+PyTorch leaves the choice of an SDPA backend for PrivateUse1 to a C++ stub a
+Python backend cannot fill, so without help SDPA decomposes into about ten
+ops each way (matmuls, a "safe" softmax with its mask checks, ...).  Instead
+an AutogradPrivateUse1 kernel for ``scaled_dot_product_attention`` sends the
+cases it covers to ``_scaled_dot_product_fused_attention_overrideable``, the
+overload PyTorch reserves for out-of-tree backends: autograd, AOTAutograd and
+the meta kernels already know it and its backward.  The kernels below compute
+it in float32 (half types included, as PyTorch's CPU kernels accumulate),
+keep the log-sum-exp for the backward, and give fully masked rows zeros, as
+PyTorch's math path does.  Dropout and other shapes keep the composite.
+"""
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from .registry import _LIB as registry_lib
+from .registry import Kernel, Options, register_masked, register_raw, resolve
+
+_SDPA = torch.ops.aten.scaled_dot_product_attention.default
+_FUSED = resolve("_scaled_dot_product_fused_attention_overrideable.default")
+_F32 = np.dtype(np.float32)
+_HIGHEST = lax.Precision.HIGHEST
+
+
+# ---- the math --------------------------------------------------------------
+
+def _expand_heads(x, heads):
+    """Grouped-query attention: repeat each key/value head for its query heads."""
+    return x if x.shape[-3] == heads else jnp.repeat(x, heads // x.shape[-3], axis=-3)
+
+
+def _reduce_heads(g, heads):
+    """The gradient of ``_expand_heads``: sum each group back onto its head."""
+    if g.shape[-3] == heads:
+        return g
+    return g.reshape(g.shape[:-3] + (heads, g.shape[-3] // heads) + g.shape[-2:]).sum(axis=-3)
+
+
+def _scores(q, k, bias, is_causal, root_scale):
+    """Scaled, masked attention scores in float32.  Like PyTorch's math path,
+    both operands are scaled by the square root of the scale (``root_scale``)."""
+    s = jnp.einsum("...qe,...ke->...qk", q.astype(_F32) * root_scale, k.astype(_F32) * root_scale,
+                   precision=_HIGHEST)
+    if is_causal:  # top-left aligned, as PyTorch's tril mask
+        allowed = jnp.tril(jnp.ones(s.shape[-2:], bool))
+        s = jnp.where(allowed, s, -jnp.inf)
+    if bias is not None:
+        s = jnp.where(bias, s, -jnp.inf) if bias.dtype == bool else s + bias.astype(_F32)
+    return s
+
+
+def _root_scale(q, scale):
+    return math.sqrt(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+
+
+def _unbroadcast(g, shape):
+    """Sum ``g`` down to ``shape`` (the gradient of a broadcast)."""
+    lead = g.ndim - len(shape)
+    g = g.sum(axis=tuple(range(lead))) if lead else g
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    return g.sum(axis=axes, keepdims=True) if axes else g
+
+
+def _fused_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
+                   return_debug_mask=False, scale=None):
+    heads = query.shape[-3]
+    k, v = _expand_heads(key, heads), _expand_heads(value, heads)
+    s = _scores(query, k, attn_bias, is_causal, _root_scale(query, scale))
+    m = jnp.max(s, axis=-1, keepdims=True)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)  # fully masked row: no shift, sum 0
+    e = jnp.exp(s - m)
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    p = jnp.where(total > 0, e / jnp.where(total > 0, total, 1.0), 0.0)
+    out = jnp.einsum("...qk,...kd->...qd", p, v.astype(_F32), precision=_HIGHEST)
+    lse = (m + jnp.log(total))[..., 0]
+    if query.ndim == 3:  # the meta kernel's shape: (1, heads, L) for 3-D inputs
+        lse = lse[None]
+    return out.astype(query.dtype), lse
+
+
+def _fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp,
+                    cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed,
+                    philox_offset, scale=None):
+    heads, kv_heads = query.shape[-3], key.shape[-3]
+    root_scale = _root_scale(query, scale)
+    q, k, v = (x.astype(_F32) for x in (query, _expand_heads(key, heads), _expand_heads(value, heads)))
+    dout = grad_out.astype(_F32)
+    lse = logsumexp.reshape(query.shape[:-1])[..., None]
+    s = _scores(query, k, attn_bias, is_causal, root_scale)
+    p = jnp.where(jnp.isfinite(lse), jnp.exp(s - jnp.where(jnp.isfinite(lse), lse, 0.0)), 0.0)
+    dp = jnp.einsum("...qd,...kd->...qk", dout, v, precision=_HIGHEST)
+    ds = p * (dp - jnp.sum(p * dp, axis=-1, keepdims=True))
+    grads = []
+    if grad_input_mask[0]:
+        dq = jnp.einsum("...qk,...ke->...qe", ds, k * root_scale, precision=_HIGHEST) * root_scale
+        grads.append(dq.astype(query.dtype))
+    if grad_input_mask[1]:
+        dk = jnp.einsum("...qk,...qe->...ke", ds, q * root_scale, precision=_HIGHEST) * root_scale
+        grads.append(_reduce_heads(dk, kv_heads).astype(key.dtype))
+    if grad_input_mask[2]:
+        dv = jnp.einsum("...qk,...qd->...kd", p, dout, precision=_HIGHEST)
+        grads.append(_reduce_heads(dv, kv_heads).astype(value.dtype))
+    if grad_input_mask[3]:
+        grads.append(_unbroadcast(ds, attn_bias.shape).astype(attn_bias.dtype))
+    return tuple(grads)
+
+
+# ---- kernels ----------------------------------------------------------------
+
+_forward = Kernel(_FUSED, _fused_forward, "functional", Options(meta=False))
+
+
+class _ForwardInGraph:
+    """The forward as a torch.compile graph runs it: the op's nine results."""
+    opts = _forward.opts
+
+    def promote_dtype(self, args, kwargs):
+        return None
+
+    def apply(self, args, kwargs, promote_dtype, out_dtypes, key=None):
+        out, lse = _fused_forward(*args, **kwargs)
+        no_seed = jnp.zeros((), jnp.int64)
+        return [out, lse, None, None, args[0].shape[-2], args[1].shape[-2], no_seed, no_seed, None]
+
+
+@register_raw("_scaled_dot_product_fused_attention_overrideable.default")
+def fused_attention(query, key, value, *args, **kwargs):
+    out, lse = _forward(query, key, value, *args, **kwargs)
+    # No dropout here, so no RNG state to hand the backward (PyTorch's CUDA
+    # kernels return empty seed/offset tensors in that case too).
+    seed = torch.empty((), dtype=torch.long, device=query.device)
+    offset = torch.empty((), dtype=torch.long, device=query.device)
+    return out, lse, None, None, query.shape[-2], key.shape[-2], seed, offset, None
+
+
+fused_attention.graph = _ForwardInGraph()
+register_masked("_scaled_dot_product_fused_attention_overrideable_backward.default",
+                mask_arg="grad_input_mask")(_fused_backward)
+
+
+# ---- routing F.scaled_dot_product_attention -----------------------------------
+
+def fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa) -> bool:
+    """Whether the fused kernels cover this call (else PyTorch's composite,
+    which also raises PyTorch's errors for invalid ones)."""
+    if dropout_p or query.dim() not in (3, 4) or key.dim() != query.dim() or value.dim() != query.dim():
+        return False
+    if not query.is_floating_point() or not (query.dtype == key.dtype == value.dtype):
+        return False
+    if query.is_nested or key.is_nested or value.is_nested:
+        return False
+    if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
+        return False
+    if query.shape[:-3] != key.shape[:-3] or key.shape[:-2] != value.shape[:-2]:
+        return False
+    heads, kv_heads = query.shape[-3], key.shape[-3]
+    if heads != kv_heads and not (enable_gqa and heads % kv_heads == 0):
+        return False
+    if attn_mask is None:
+        return True
+    if is_causal or attn_mask.dim() > query.dim():
+        return False
+    if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
+        return False
+    scores = tuple(query.shape[:-1]) + (key.shape[-2],)
+    try:
+        return torch.broadcast_shapes(attn_mask.shape, scores) == scores
+    except RuntimeError:
+        return False
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                                 scale=None, enable_gqa=False):
+    """The AutogradPrivateUse1 kernel (above it the composite would already have
+    decomposed SDPA): the Pallas flash kernel on a real TPU, else the fused
+    overload, else PyTorch's composite."""
+    from ..pallas import sdpa as flash
+    if flash.on_tpu() and flash.supported(query, key, value, attn_mask, dropout_p, enable_gqa):
+        return flash.run(query, key, value, attn_mask, is_causal, scale)
+    if fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
+        return _FUSED(query, key, value, attn_mask, 0.0, is_causal, False, scale=scale)[0]
+    return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+                           enable_gqa=enable_gqa)
+
+
+registry_lib.impl(_SDPA, scaled_dot_product_attention, "AutogradPrivateUse1")
