@@ -2,6 +2,8 @@
 
 JAX dispatch is asynchronous and XLA may run independent ops concurrently,
 so a device-wide sync waits on every recent result, not just the last one.
+Past a limit the oldest results are dropped once finished, or waited for
+(a bounded launch queue, as CUDA's).
 """
 import collections
 import threading
@@ -10,11 +12,15 @@ import jax
 
 _LIMIT = 256
 _lock = threading.Lock()
-_pending = collections.deque()
+_pending = collections.deque()  # result arrays (leaves), oldest first
 
 
 def note(results) -> None:
-    _pending.append(results)  # deque.append is atomic; pruning takes the lock
+    """Remember an op's results: one array, or a tuple/list of them."""
+    if type(results) is tuple or type(results) is list:
+        _pending.extend(results)  # deque.extend/append are atomic; pruning takes the lock
+    else:
+        _pending.append(results)
     if len(_pending) > _LIMIT:
         with _lock:
             _prune()
@@ -27,9 +33,9 @@ def _prune() -> None:
         jax.block_until_ready(_pending.popleft())
 
 
-def _ready(results) -> bool:
-    leaves = jax.tree_util.tree_leaves(results)
-    return all(getattr(x, "is_ready", lambda: True)() for x in leaves)
+def _ready(x) -> bool:
+    is_ready = getattr(x, "is_ready", None)  # None (an unrequested gradient) and numbers are done
+    return is_ready is None or is_ready()
 
 
 def wait_all() -> None:
