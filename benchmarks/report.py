@@ -16,7 +16,6 @@ import time
 import warnings
 
 import torch
-from tqdm import tqdm
 
 import torch_tpu  # noqa: F401
 
@@ -25,7 +24,7 @@ sys.path.insert(0, HERE)
 from common import best_time  # noqa: E402
 from eager_modes import chain_latency  # noqa: E402
 from op_latency import OPS  # noqa: E402
-from training import run  # noqa: E402
+from training import run_rounds  # noqa: E402
 
 VARIANTS = ["cpu-eager", "cpu-inductor", "tpu-debug", "tpu-strict", "tpu-fused", "tpu-compiled"]
 COLORS = {"cpu-eager": "#888888", "cpu-inductor": "#444444", "tpu-debug": "#f4a582",
@@ -91,6 +90,7 @@ def main():
     parser.add_argument("--variants", nargs="+", default=VARIANTS)
     parser.add_argument("--steps", type=int)
     parser.add_argument("--warmup", type=int)
+    parser.add_argument("--rounds", type=int, help="interleaved repeats of each training run (median)")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--publish", action="store_true",
                         help="also copy report.md and the plots to docs/benchmarks/")
@@ -98,25 +98,17 @@ def main():
     configs = args.configs or (["tiny", "cnn"] if args.quick else ["tiny", "small", "cnn"])
     steps = args.steps or (5 if args.quick else 10)
     warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)
+    rounds = args.rounds or (1 if args.quick else 3)
     command = "python benchmarks/report.py" + "".join(f" {a}" for a in sys.argv[1:])
     os.makedirs(args.out, exist_ok=True)
     started = time.time()
 
-    tasks = [("train", c, v) for c in configs for v in args.variants] + [("ops", None, None), ("chain", None, None)]
-    train, errors = {}, {}
-    ops = chain = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for kind, config, variant in tqdm(tasks, desc="benchmarks", unit="run"):
-            if kind == "train":
-                try:
-                    train[(config, variant)] = run(config, variant, steps, warmup)
-                except Exception as e:  # keep going: one broken variant should not lose the report
-                    errors[(config, variant)] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-            elif kind == "ops":
-                ops = op_latencies(number=50 if args.quick else 200, repeat=3 if args.quick else 5)
-            else:
-                chain = chain_latency(repeat=5 if args.quick else 20)
+        jobs = [(c, v) for c in configs for v in args.variants]
+        train, errors = run_rounds(jobs, steps, warmup, rounds, keep_going=True)
+        ops = op_latencies(number=50 if args.quick else 200, repeat=3 if args.quick else 5)
+        chain = chain_latency(repeat=5 if args.quick else 20)
 
     # ---- tables --------------------------------------------------------------
     rows = []
@@ -160,14 +152,16 @@ Made by `{command}` on {datetime.date.today()} in {time.time() - started:.0f} s.
 - platform behind tpu: **{torch.tpu.get_device_name()}**; torch {torch.__version__}, torch_tpu {torch_tpu.__version__}
 - host: {platform.machine()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}, load average {', '.join(f'{x:.1f}' for x in load)}
 - steps per run: {steps} timed after {warmup} warm-up (median reported); one `.item()` per step, as a loop logging its loss
+- rounds: {rounds}, every run repeated round-robin; the table gives the median of the rounds' medians
 
 **Noise.** This machine is shared with other jobs while the report runs, so
 absolute numbers and small ratios are noisy (repeat runs differ by tens of
 percent); read the orders of magnitude and the ordering of modes, not the digits.
 On the CPU platform the tpu device and PyTorch share the same cores, so CPU
 results say how much overhead torch_tpu adds, not what a TPU would do.
-Runs share one process in the order of the table, so a variant's first step
-skips kernels an earlier variant already compiled (and the on-disk XLA cache).
+Runs share one process in the order of the table, round after round; first-step
+times come from round 1, where a variant skips kernels an earlier variant
+already compiled (and the on-disk XLA cache).
 
 ## Training step
 

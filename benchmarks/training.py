@@ -1,6 +1,7 @@
 """One training step of each benchmark model, timed the same way for every
 variant: PyTorch CPU eager or inductor, or tpu in an eager mode or compiled."""
 import argparse
+import statistics
 import time
 
 import torch
@@ -68,10 +69,35 @@ def parse_args(doc, variants):
     parser.add_argument("--variants", nargs="+", default=variants)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="repeat every run this many times, interleaved (median of the rounds)")
     return parser.parse_args()
+
+
+def run_rounds(jobs, steps, warmup, rounds, keep_going=False):
+    """Run every (config, variant) job ``rounds`` times, round-robin, so a
+    burst of load on a shared machine hits one round of every variant rather
+    than all rounds of one.  Returns ({job: (median step s, first step s of
+    round 1)}, {job: error text}); with ``keep_going`` a failing job is
+    recorded instead of raised."""
+    times, first, errors = {}, {}, {}
+    with tqdm(total=len(jobs) * rounds, desc="benchmarks", unit="run") as bar:
+        for _ in range(rounds):
+            for job in jobs:
+                if job not in errors:
+                    try:
+                        t, f = run(*job, steps, warmup)
+                        times.setdefault(job, []).append(t)
+                        first.setdefault(job, f)
+                    except Exception as e:
+                        if not keep_going:
+                            raise
+                        errors[job] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                bar.update()
+    return {job: (statistics.median(ts), first[job]) for job, ts in times.items()}, errors
 
 
 def run_all(args):
     """{(config, variant): (median step s, first step s)} with a progress bar."""
     jobs = [(c, v) for c in args.configs for v in args.variants]
-    return {(c, v): run(c, v, args.steps, args.warmup) for c, v in tqdm(jobs, desc="benchmarks")}
+    return run_rounds(jobs, args.steps, args.warmup, args.rounds)[0]
