@@ -104,6 +104,35 @@ def test_attention_reaches_the_graphs_as_one_fused_op(monkeypatch):
     assert "aten._softmax.default" not in seen["forward"] and "aten.bmm.default" not in seen["forward"]
 
 
+def test_outputs_that_are_views_alias_like_eager(monkeypatch):
+    from torch_tpu.compile import backend
+    graphs = []
+    real_init = backend.CompiledGraph.__init__
+
+    def spy(self, gm, name):
+        real_init(self, gm, name)
+        graphs.append(self)
+    monkeypatch.setattr(backend.CompiledGraph, "__init__", spy)
+
+    def f(x):
+        y = x + 1
+        return y, y.t(), x.view(-1)
+    x = torch.randn(3, 4, device="tpu")
+    y, yt, xv = torch.compile(f, backend="tpu")(x)
+    assert yt.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()  # one buffer, as in eager
+    assert xv.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    torch.testing.assert_close(yt.cpu(), (x.cpu() + 1).t())
+    torch.testing.assert_close(xv.cpu(), x.cpu().view(-1))
+    # training: the transposed weights a Linear saves for backward are views of
+    # the parameters, made on the host rather than copied out of the executable
+    graphs.clear()
+    lin = nn.Linear(4, 5).to("tpu")
+    torch.compile(lin, backend="tpu")(torch.randn(2, 4, device="tpu", requires_grad=True)).sum().backward()
+    forward = next(g for g in graphs if g.name == "forward")
+    assert forward.host_views
+    assert lin.weight.grad is not None
+
+
 def test_input_mutations_reach_whole_tensors_views_and_cpu_tensors():
     # Written inside the graph: a whole tpu tensor (its storage takes the new
     # buffer), a strided view (written through the view) and a CPU counter.

@@ -48,22 +48,25 @@ class CompiledGraph:
     """Runs one ATen graph as XLA executables, one per input signature.
 
     Inputs enter as the storages' own buffers; views of them are read inside
-    the executable.  Outputs leave in the layout their tensors' storages use,
-    and new values of mutated inputs go straight into those inputs' storages,
-    so a call costs one executable launch plus tensor bookkeeping.
+    the executable.  Outputs leave in the layout their tensors' storages use;
+    outputs that are inputs or views of inputs or of other outputs (weights a
+    Linear saves for backward, say) are made on the host as aliases, as eager
+    would; new values of mutated inputs go straight into those inputs'
+    storages.  So a call costs one executable launch plus tensor bookkeeping.
     """
 
     def __init__(self, gm, name):
         self.gm = gm
         self.name = name
-        self.fn = lowering.lower(gm)
+        outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        self.host_views = _host_views(gm, outputs)
+        self.fn = lowering.lower(gm, skip_outputs=set(self.host_views))
         self.mutated = self.fn.mutated_inputs
         self.executables = {}
         self.lock = threading.Lock()
         self.xla_options = compiler_options.current()
-        outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-        vals = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n
-                for n in (outputs if isinstance(outputs, (list, tuple)) else [outputs])]
+        vals = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n for n in outputs]
         self.out_plans = [_OutputPlan(v) for v in vals]
         self.uses_rng = any(n.op == "call_function" and isinstance(registry.KERNELS.get(n.target), registry.Kernel)
                             and registry.KERNELS[n.target].opts.rng for n in gm.graph.nodes)
@@ -90,8 +93,13 @@ class CompiledGraph:
         modes.after_op(f"compiled graph {self.name}", outputs[0] if outputs else new_values)
         if self.mutated:
             _write_inputs([args[i] for i in self.mutated], new_values)
+        view_bases = {i: args[v.input] for i, v in self.host_views.items() if v.input is not None}
         args.clear()  # boxed calling convention: let inputs die early
-        return [plan(r) for r, plan in zip(outputs, self.out_plans)]
+        tensors = [None if i in self.host_views else plan(r)
+                   for i, (r, plan) in enumerate(zip(outputs, self.out_plans))]
+        for i, view in self.host_views.items():
+            tensors[i] = view(view_bases[i] if view.input is not None else tensors[view.output])
+        return tensors
 
     def _compile(self, signature, arrays):
         fn = self.fn
@@ -104,7 +112,7 @@ class CompiledGraph:
             full = [(readers[i](next(it)) if readers[i] else next(it)) if _is_tensor_entry(e) else e
                     for i, e in enumerate(signature)]
             outputs, new_values = fn(material, *full)
-            outputs = [registry._to_storage_layout(o, lay) if lay is not None else o
+            outputs = [registry._to_storage_layout(o, lay) if lay is not None and o is not None else o
                        for o, lay in zip(outputs, layouts)]
             return outputs, new_values
 
@@ -126,6 +134,47 @@ class CompiledGraph:
 
 _NO_RNG = np.zeros(3, np.uint32)
 _TPU, _CPU = "tpu-tensor", "cpu-tensor"
+
+
+class _HostView:
+    """A graph output that is a chain of view ops over a graph input or over
+    another output: made on the host from that tensor, as eager (and inductor)
+    would alias it, instead of copied out of the executable."""
+
+    def __init__(self, ops, input=None, output=None):
+        self.ops = ops        # [(OpOverload, args after the viewed tensor, kwargs)], innermost first
+        self.input = input    # index of the graph input it views, or None
+        self.output = output  # else the index of the output it views
+
+    def __call__(self, base):
+        for op, args, kwargs in self.ops:
+            base = op(base, *args, **kwargs)
+        return base
+
+
+def _host_views(gm, outputs):
+    """{output index: _HostView} for the outputs that are tpu graph inputs, or
+    views of them or of other (computed) outputs, with static view arguments."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    chains = {}
+    for i, node in enumerate(outputs):
+        ops = []
+        while (isinstance(node, torch.fx.Node) and node.op == "call_function"
+               and isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+               and not any(isinstance(a, torch.fx.Node) for a in (*node.args[1:], *node.kwargs.values()))):
+            ops.append((node.target, tuple(node.args[1:]), dict(node.kwargs)))
+            node = node.args[0]
+        val = outputs[i].meta.get("val") if isinstance(outputs[i], torch.fx.Node) else None
+        if isinstance(val, torch.Tensor) and val.device.type == "tpu" and (ops or node.op == "placeholder"):
+            chains[i] = (node, ops[::-1])
+    views = {}
+    computed = {n: i for i, n in enumerate(outputs) if i not in chains and isinstance(n, torch.fx.Node)}
+    for i, (root, ops) in chains.items():
+        if root in placeholders:
+            views[i] = _HostView(ops, input=placeholders.index(root))
+        elif root in computed:
+            views[i] = _HostView(ops, output=computed[root])
+    return views
 
 
 class _TensorEntry(tuple):

@@ -248,10 +248,12 @@ def _copy_into_input(dst, src):
     return jnp.broadcast_to(convert(jnp.asarray(src), dst.dtype), dst.shape)
 
 
-def lower(gm: torch.fx.GraphModule):
+def lower(gm: torch.fx.GraphModule, skip_outputs=frozenset()):
     """A traceable function ``(rng_material, *inputs) -> (outputs, new_values)``
     for the graph; ``new_values`` are the final contents of the inputs listed in
-    its ``mutated_inputs`` attribute (see ``mutated_inputs(gm)``), in that order."""
+    its ``mutated_inputs`` attribute (see ``mutated_inputs(gm)``), in that order.
+    Outputs at the indices in ``skip_outputs`` come back as None (the caller
+    makes them itself, e.g. as views of its inputs)."""
     check_lowerable(gm)
     nodes = list(gm.graph.nodes)
     written = mutated_inputs(gm)
@@ -299,6 +301,8 @@ def lower(gm: torch.fx.GraphModule):
                     env[node] = tuple(outs) if isinstance(val, (list, tuple)) else outs[0]
             elif node.op == "output":
                 outputs = env_lookup(node.args[0], env)
+                if skip_outputs:
+                    outputs = type(outputs)(None if i in skip_outputs else o for i, o in enumerate(outputs))
                 return outputs, tuple(env[placeholders[i]] for i in written)
         raise AssertionError("graph has no output")
     run.mutated_inputs = written
