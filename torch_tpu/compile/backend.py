@@ -90,7 +90,7 @@ class CompiledGraph:
         except Exception as e:  # an XLA runtime failure: name the graph, not JAX internals
             raise RuntimeError(f"tpu: compiled {self.name} graph failed on the device: {e}") from None
         outputs, new_values = results
-        modes.after_op(f"compiled graph {self.name}", outputs[0] if outputs else new_values)
+        modes.after_op(f"compiled graph {self.name}", [*outputs, *new_values])
         if self.mutated:
             _write_inputs([args[i] for i in self.mutated], new_values)
         view_bases = {i: args[v.input] for i, v in self.host_views.items() if v.input is not None}

@@ -12,15 +12,17 @@ import jax
 
 _LIMIT = 256
 _lock = threading.Lock()
-_pending = collections.deque()  # result arrays (leaves), oldest first
+_pending = collections.deque()  # one result array per launch, oldest first
 
 
 def note(results) -> None:
-    """Remember an op's results: one array, or a tuple/list of them."""
+    """Remember a launch by one of its results (one array, or a tuple/list of
+    them): all outputs of one XLA execution become ready together."""
     if type(results) is tuple or type(results) is list:
-        _pending.extend(results)  # deque.extend/append are atomic; pruning takes the lock
-    else:
-        _pending.append(results)
+        results = next((r for r in results if r is not None), None)
+        if results is None:
+            return
+    _pending.append(results)  # deque.append is atomic; pruning takes the lock
     if len(_pending) > _LIMIT:
         with _lock:
             _prune()
