@@ -47,6 +47,8 @@ def to_torch(dtype) -> torch.dtype:
 
 def numpy_from_cpu_tensor(t: torch.Tensor) -> np.ndarray:
     """A fresh, contiguous NumPy copy of a CPU tensor, any dtype (bf16 too)."""
+    if t.dim() == 0:  # scalars (step counts, CPU scalar operands): .item() is exact in every dtype
+        return np.array(t.item(), dtype=TORCH_TO_NP[t.dtype])
     t = t.detach().resolve_conj().resolve_neg().contiguous()
     carrier = _BITS_CARRIER.get(t.dtype)
     src = t.view(carrier) if carrier is not None else t
