@@ -117,6 +117,20 @@ def test_fused_defers_until_a_host_read():
         assert fusion.pending_ops() == 0
 
 
+def test_fused_host_read_runs_the_ops_it_needs_first_then_the_rest():
+    with torch.tpu.set_eager_mode("fused"):
+        x = torch.arange(4.0, device="tpu")
+        h = x * 2
+        loss = h.sum()
+        later = h.exp() + (x - 1)  # needs h, which only the first chain computes
+        del h                       # ... and which nothing holds any more
+        before = fusion.stats.flushes
+        assert loss.item() == 12.0
+        assert fusion.stats.flushes - before == 2  # loss's chain, then the rest
+        assert fusion.pending_ops() == 0
+        torch.testing.assert_close(later.cpu(), torch.arange(4.0).mul(2).exp() + torch.arange(4.0) - 1)
+
+
 def test_fused_flushes_on_synchronize_and_size_limit(monkeypatch):
     with torch.tpu.set_eager_mode("fused"):
         x = torch.ones(4, device="tpu") + 1

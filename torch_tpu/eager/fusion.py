@@ -111,13 +111,19 @@ def resolve(buf):
     if type(buf) is not LazyBuffer:
         return buf
     if buf.value is None:
-        flush("host read")
+        flush("host read", first=buf)
     if buf.value is None:
         raise RuntimeError("tpu: a fused result was lost before it was computed")
     return buf.value
 
 
-def flush(reason="sync") -> None:
+def flush(reason="sync", first=None) -> None:
+    """Run every pending op.  With ``first`` (a pending buffer the host is
+    about to wait for), the ops it depends on run as one chain and the rest as
+    a second chain launched right after it: the host gets the value when the
+    first chain ends while the second (after a training step's loss read, the
+    backward and the optimizer) runs on as the host records what comes next.
+    Both cuts depend only on the recorded program, so each is cached."""
     with _lock:
         if not _nodes:
             return
@@ -127,39 +133,91 @@ def flush(reason="sync") -> None:
         _nodes.clear()
         _external.clear()
         _external_index.clear()
-        live = []
-        for i, node in enumerate(nodes):
-            for slot, ref in enumerate(node.outputs):
-                lazy = ref()
-                if lazy is not None:
-                    live.append((i, slot, lazy))
-        key = (tuple((id(n.fn), n.refs) for n in nodes), tuple((i, s) for i, s, _ in live),
-               tuple(_kind(x) for x in external))
-        compiled = _cache.get(key)
-        if compiled is None:
-            stats.misses += 1
-            start = time.perf_counter()
-            compiled = jax.jit(_chain([(n.fn, n.refs) for n in nodes],
-                                      [(i, s) for i, s, _ in live])).lower(*external).compile()
-            _cache[key] = compiled
-            seconds = time.perf_counter() - start
-            stats.compile_seconds += seconds
-            log.debug("fused chain of %d ops compiled in %.3fs (%s)", len(nodes), seconds, reason)
-            logs.fused_compile(nodes, external, seconds, reason, stats.misses)  # TORCH_TPU_LOGS=recompiles
-        else:
-            stats.hits += 1
-        stats.flushes += 1
-        stats.ops_fused += len(nodes)
-        try:
-            results = (compiled(*external) if not _prof.torch_profiler._is_profiler_enabled
-                       else _prof.run(f"fused chain ({len(nodes)} ops)", compiled, external))
-        except Exception as e:
-            raise RuntimeError(f"tpu: a fused chain of {len(nodes)} ops failed on the device: "
-                               f"{str(e).strip().splitlines()[0] if str(e).strip() else e}") from None
-        for (_, _, lazy), value in zip(live, results):
+        groups = [range(len(nodes))]
+        if SPLIT_AT_HOST_READS and type(first) is LazyBuffer and first.value is None:
+            needed = _ancestors(nodes, first.node)
+            if len(needed) < len(nodes):
+                groups = [sorted(needed), [i for i in range(len(nodes)) if i not in needed]]
+        computed = {}  # (node, slot) -> array: results an earlier group hands a later one
+        for g, group in enumerate(groups):
+            handed = {(r[1], r[2]) for later in groups[g + 1:] for i in later
+                      for r in nodes[i].refs if r[0] == "n"}
+            _launch(nodes, group, external, computed, handed, reason)
+
+
+# Split a host read's chain from the rest (TORCH_TPU_FUSED_SPLIT=0 turns it off).
+SPLIT_AT_HOST_READS = os.environ.get("TORCH_TPU_FUSED_SPLIT", "1") != "0"
+
+
+def _ancestors(nodes, index):
+    """Indices of the nodes that node ``index`` depends on, itself included."""
+    seen, stack = {index}, [index]
+    while stack:
+        for r in nodes[stack.pop()].refs:
+            if r[0] == "n" and r[1] not in seen:
+                seen.add(r[1])
+                stack.append(r[1])
+    return seen
+
+
+def _launch(nodes, group, external, computed, handed, reason):
+    """Trace (or reuse) and run the chain of ``nodes[i] for i in group``."""
+    local = {i: k for k, i in enumerate(group)}
+    inputs, input_index = [], {}
+
+    def input_ref(x):
+        key = id(x) if isinstance(x, jax.Array) else None
+        if key is not None and key in input_index:
+            return ("x", input_index[key])
+        if key is not None:
+            input_index[key] = len(inputs)
+        inputs.append(x)
+        return ("x", len(inputs) - 1)
+
+    def local_ref(r):
+        if r[0] == "x":
+            return input_ref(external[r[1]])
+        if r[1] in local:
+            return ("n", local[r[1]], r[2])
+        return input_ref(computed[(r[1], r[2])])  # made by an earlier group
+
+    chain = [(nodes[i].fn, tuple(local_ref(r) for r in nodes[i].refs)) for i in group]
+    live, lazies = [], []
+    for i in group:
+        for slot, ref in enumerate(nodes[i].outputs):
+            lazy = ref()
+            if lazy is not None or (i, slot) in handed:
+                live.append((i, slot))
+                lazies.append(lazy)
+    key = (tuple((id(fn), refs) for fn, refs in chain), tuple((local[i], s) for i, s in live),
+           tuple(_kind(x) for x in inputs))
+    compiled = _cache.get(key)
+    if compiled is None:
+        stats.misses += 1
+        start = time.perf_counter()
+        compiled = jax.jit(_chain(chain, [(local[i], s) for i, s in live])).lower(*inputs).compile()
+        _cache[key] = compiled
+        seconds = time.perf_counter() - start
+        stats.compile_seconds += seconds
+        log.debug("fused chain of %d ops compiled in %.3fs (%s)", len(chain), seconds, reason)
+        logs.fused_compile([nodes[i] for i in group], inputs, seconds, reason, stats.misses)  # TORCH_TPU_LOGS=recompiles
+    else:
+        stats.hits += 1
+    stats.flushes += 1
+    stats.ops_fused += len(chain)
+    try:
+        results = (compiled(*inputs) if not _prof.torch_profiler._is_profiler_enabled
+                   else _prof.run(f"fused chain ({len(chain)} ops)", compiled, inputs))
+    except Exception as e:
+        raise RuntimeError(f"tpu: a fused chain of {len(chain)} ops failed on the device: "
+                           f"{str(e).strip().splitlines()[0] if str(e).strip() else e}") from None
+    for (i, slot), lazy, value in zip(live, lazies, results):
+        if lazy is not None:
             lazy.value = value
-        from . import pending
-        pending.note(results)
+        if (i, slot) in handed:
+            computed[(i, slot)] = value
+    from . import pending
+    pending.note(results)
 
 
 def _kind(x):

@@ -104,9 +104,9 @@ def to_device_array(cpu_tensor):
 def _read_for_host(t, what):
     # The host is about to wait: start every pending fused op now, not only the
     # ones this value needs, so a training loop's chains cut at the same places
-    # each step (one host read per step gives one cached chain per step).
+    # each step; the ops this value needs go first, as their own chain.
     logs.host_read(t, what)  # TORCH_TPU_LOGS=sync
-    fusion.flush("host read")
+    fusion.flush("host read", first=buffers.get_buffer(t.untyped_storage()))
     return access.read(t)
 
 
