@@ -12,7 +12,7 @@ The number of passing entries can only go up.  Reasons starting "crash:" or
 Counts at generation: forward 527 pass of 688 run; gradient 410 pass of 526 run; bfloat16 39 pass of 40 run
 """
 
-# forward: 161 expected failures
+# forward: 160 expected failures
 FORWARD = {
     "_batch_norm_with_update": "no kernel: aten::_batch_norm_with_update (falls back to CPU)",
     "_segment_reduce.lengths": "no kernel: aten::segment_reduce (falls back to CPU)",
@@ -107,7 +107,6 @@ FORWARD = {
     "matrix_exp": "no kernel: aten::linalg_matrix_exp (falls back to CPU)",
     "nn.functional.channel_shuffle": "no kernel: aten::channel_shuffle (falls back to CPU)",
     "nn.functional.ctc_loss": "no kernel: aten::_ctc_loss (falls back to CPU)",
-    "nn.functional.embedding": "no kernel: aten::embedding_renorm_ (falls back to CPU)",
     "nn.functional.embedding_bag": "no kernel: aten::_embedding_bag_forward_only (falls back to CPU)",
     "nn.functional.fractional_max_pool2d": "no kernel: aten::fractional_max_pool2d.output (falls back to CPU)",
     "nn.functional.fractional_max_pool3d": "no kernel: aten::fractional_max_pool3d.output (falls back to CPU)",
@@ -297,8 +296,7 @@ GRADIENT = {
     "unfold_copy": "no kernel: aten::unfold_backward (falls back to CPU)",
 }
 
-# bfloat16: 1 expected failures
+# bfloat16: 0 expected failures
 BFLOAT16 = {
-    "nn.functional.embedding": "no kernel: aten::embedding_renorm_ (falls back to CPU)",
 }
 

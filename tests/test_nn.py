@@ -269,6 +269,17 @@ def test_embedding(kw):
     check(lambda w, i: F.embedding(i, w, **kw), r(6, 3), idx)
 
 
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.5])
+def test_embedding_max_norm_renormalizes_used_rows_in_place(norm_type):
+    w = torch.randn(10, 4, generator=torch.Generator().manual_seed(0)) * 3
+    idx = torch.tensor([[1, 3, 3], [7, 0, 1]])
+    wt = w.to("tpu")
+    want = F.embedding(idx, w, max_norm=1.5, norm_type=norm_type)
+    got = F.embedding(idx.to("tpu"), wt, max_norm=1.5, norm_type=norm_type)
+    torch.testing.assert_close(got.cpu(), want)
+    torch.testing.assert_close(wt.cpu(), w)  # the weight's used rows were rescaled, the rest kept
+
+
 # ---- losses --------------------------------------------------------------------
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])

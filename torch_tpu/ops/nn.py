@@ -593,6 +593,17 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     return jnp.take(weight, indices, axis=0)
 
 
+@register("embedding_renorm.default")
+def embedding_renorm(weight, indices, max_norm, norm_type):
+    """Rows that ``indices`` use, scaled down to norm ``max_norm`` where larger
+    (``F.embedding(..., max_norm=)``), as the CPU kernel: scale max_norm / (norm + 1e-7)."""
+    used = jnp.zeros((weight.shape[0],), bool).at[indices.reshape(-1)].set(True)
+    w = _up(weight)
+    norms = jnp.sum(jnp.abs(w) ** norm_type, axis=1) ** (1.0 / norm_type)
+    scale = jnp.where(used & (norms > max_norm), max_norm / (norms + 1e-7), 1.0)
+    return (w * scale[:, None]).astype(weight.dtype)
+
+
 @register("embedding_dense_backward.default")
 def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
     idx = indices.reshape(-1)

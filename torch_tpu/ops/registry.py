@@ -223,7 +223,11 @@ class Kernel:
         # _foreach_*_ ops write a list of tensors in place.
         self.writes_list = mode == "inplace" and str(schema.arguments[0].type) == "List[Tensor]"
         self.returns_list = len(schema.returns) == 1 and str(schema.returns[0].type) == "List[Tensor]"
-        self.dynamic = set() if opts.static_scalars else self.scalar_args
+        # A Python number in a Tensor position is an unwrapped "wrapped number"
+        # (``t / 3.5``): traced too, so a value that changes every step (an
+        # optimizer's bias correction) does not build a new executable each time.
+        tensor_args = {a.name for a in schema.arguments if str(a.type) in ("Tensor", "Tensor?")}
+        self.dynamic = set() if opts.static_scalars else self.scalar_args | tensor_args
         self.out_names = [a.name for a in schema.arguments
                           if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
         self.cache = {}
