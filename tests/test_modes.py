@@ -173,3 +173,16 @@ def test_fused_autograd_matches_strict():
             loss.backward()
             return w.grad.cpu()
     torch.testing.assert_close(grads("fused"), grads("strict"))
+
+
+def test_changing_python_numbers_reuse_executables():
+    # t / 3.5 passes 3.5 in a Tensor position (a "wrapped number"); an
+    # optimizer's bias correction changes it every step.
+    from torch_tpu.ops import registry
+    div = registry.KERNELS[torch.ops.aten.div.Tensor]
+    x = torch.arange(1.0, 4.0, device="tpu")
+    (x / 2.0).cpu()
+    entries = len(div.cache)
+    for v in (3.0, 4.5, 1e-3, 7):
+        torch.testing.assert_close((x / v).cpu(), torch.arange(1.0, 4.0) / v, rtol=0, atol=0)
+    assert len(div.cache) == entries + 1  # the int 7: one more signature (int), not one per value
