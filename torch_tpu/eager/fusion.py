@@ -181,7 +181,10 @@ def _launch(nodes, group, external, computed, handed, reason):
             return ("n", local[r[1]], r[2])
         return input_ref(computed[(r[1], r[2])])  # made by an earlier group
 
-    chain = [(nodes[i].fn, tuple(local_ref(r) for r in nodes[i].refs)) for i in group]
+    if len(group) == len(nodes):  # the whole pending program: its refs are already local
+        chain, inputs = [(n.fn, n.refs) for n in nodes], external
+    else:
+        chain = [(nodes[i].fn, tuple(local_ref(r) for r in nodes[i].refs)) for i in group]
     live, lazies = [], []
     for i in group:
         for slot, ref in enumerate(nodes[i].outputs):
