@@ -12,7 +12,7 @@ The number of passing entries can only go up.  Reasons starting "crash:" or
 Counts at generation: forward 527 pass of 688 run; gradient 410 pass of 526 run; bfloat16 39 pass of 40 run
 """
 
-# forward: 160 expected failures
+# forward: 141 expected failures
 FORWARD = {
     "_batch_norm_with_update": "no kernel: aten::_batch_norm_with_update (falls back to CPU)",
     "_segment_reduce.lengths": "no kernel: aten::segment_reduce (falls back to CPU)",
@@ -29,24 +29,6 @@ FORWARD = {
     "cov": "no kernel: aten::equal (falls back to CPU)",
     "cross": "no kernel: aten::linalg_cross.out (falls back to CPU)",
     "equal": "no kernel: aten::equal (falls back to CPU)",
-    "fft.fft": "no kernel: aten::_fft_r2c (falls back to CPU)",
-    "fft.fft2": "no kernel: aten::_fft_c2c (falls back to CPU)",
-    "fft.fftn": "no kernel: aten::_fft_c2c (falls back to CPU)",
-    "fft.hfft": "no kernel: aten::_fft_c2r (falls back to CPU)",
-    "fft.hfft2": "no kernel: aten::_fft_c2c, aten::_fft_c2r (falls back to CPU)",
-    "fft.hfftn": "no kernel: aten::_fft_c2c, aten::_fft_c2r (falls back to CPU)",
-    "fft.ifft": "no kernel: aten::_fft_r2c (falls back to CPU)",
-    "fft.ifft2": "no kernel: aten::_fft_c2c (falls back to CPU)",
-    "fft.ifftn": "no kernel: aten::_fft_c2c (falls back to CPU)",
-    "fft.ihfft": "no kernel: aten::_fft_r2c (falls back to CPU)",
-    "fft.ihfft2": "no kernel: aten::_fft_c2c, aten::_fft_r2c, aten::conj_physical.out (falls back to CPU)",
-    "fft.ihfftn": "no kernel: aten::_fft_c2c, aten::_fft_r2c, aten::conj_physical.out (falls back to CPU)",
-    "fft.irfft": "no kernel: aten::_fft_c2r (falls back to CPU)",
-    "fft.irfft2": "no kernel: aten::_fft_c2r (falls back to CPU)",
-    "fft.irfftn": "no kernel: aten::_fft_c2r (falls back to CPU)",
-    "fft.rfft": "no kernel: aten::_fft_r2c (falls back to CPU)",
-    "fft.rfft2": "no kernel: aten::_fft_r2c (falls back to CPU)",
-    "fft.rfftn": "no kernel: aten::_fft_r2c (falls back to CPU)",
     "frexp": "no kernel: aten::frexp.Tensor_out (falls back to CPU)",
     "gather": "RuntimeError: tpu: aten.gather.default failed on the device: indices and arr must have the same number of dimensions; 2 vs. 1 [sample 4: float32[5], 0, uint8[2, 0]]",
     "gcd": "no kernel: aten::gcd.out (falls back to CPU)",
@@ -167,7 +149,6 @@ FORWARD = {
     "special.shifted_chebyshev_polynomial_w": "no kernel: aten::special_shifted_chebyshev_polynomial_w.out (falls back to CPU)",
     "special.spherical_bessel_j0": "no kernel: aten::special_spherical_bessel_j0.out (falls back to CPU)",
     "special.zeta": "no kernel: aten::special_zeta.out (falls back to CPU)",
-    "stft": "no kernel: aten::_fft_r2c (falls back to CPU)",
     "svd": "no kernel: aten::_linalg_svd.U (falls back to CPU)",
     "svd_lowrank": "no kernel: aten::_linalg_svd.U, aten::linalg_qr.out (falls back to CPU)",
     "to_sparse": "no kernel: aten::_to_sparse (falls back to CPU)",
@@ -176,7 +157,7 @@ FORWARD = {
     "unique_consecutive": "no kernel: aten::unique_consecutive (falls back to CPU)",
 }
 
-# gradient: 116 expected failures
+# gradient: 97 expected failures
 GRADIENT = {
     "_batch_norm_with_update": "no kernel: aten::_batch_norm_with_update, aten::batch_norm_backward (falls back to CPU)",
     "_segment_reduce.lengths": "no kernel: aten::_segment_reduce_backward, aten::segment_reduce (falls back to CPU)",
@@ -192,24 +173,6 @@ GRADIENT = {
     "cov": "no kernel: aten::equal (falls back to CPU)",
     "cross": "no kernel: aten::linalg_cross.out (falls back to CPU)",
     "digamma": "sample 0 (float32[20]): grad[0]: Mismatched elements: 3 / 20 (15.0%); Greatest absolute difference: 0.23059970140457153 (up to 1e-05 allowed); Greatest relative difference: 0.21053697168827057 (up to 1e-05 allowed)",
-    "fft.fft": "no kernel: aten::_fft_c2c, aten::_fft_r2c (falls back to CPU)",
-    "fft.fft2": "no kernel: aten::_fft_c2c (falls back to CPU)",
-    "fft.fftn": "no kernel: aten::_fft_c2c (falls back to CPU)",
-    "fft.hfft": "no kernel: aten::_fft_c2r, aten::_fft_r2c (falls back to CPU)",
-    "fft.hfft2": "no kernel: aten::_fft_c2c, aten::_fft_c2r, aten::_fft_r2c (falls back to CPU)",
-    "fft.hfftn": "no kernel: aten::_fft_c2c, aten::_fft_c2r, aten::_fft_r2c (falls back to CPU)",
-    "fft.ifft": "no kernel: aten::_fft_c2c, aten::_fft_r2c (falls back to CPU)",
-    "fft.ifft2": "no kernel: aten::_fft_c2c (falls back to CPU)",
-    "fft.ifftn": "no kernel: aten::_fft_c2c (falls back to CPU)",
-    "fft.ihfft": "no kernel: aten::_fft_c2c, aten::_fft_r2c (falls back to CPU)",
-    "fft.ihfft2": "no kernel: aten::_fft_c2c, aten::_fft_r2c, aten::conj_physical.out (falls back to CPU)",
-    "fft.ihfftn": "no kernel: aten::_fft_c2c, aten::_fft_r2c, aten::conj_physical.out (falls back to CPU)",
-    "fft.irfft": "no kernel: aten::_fft_c2r, aten::_fft_r2c (falls back to CPU)",
-    "fft.irfft2": "no kernel: aten::_fft_c2r, aten::_fft_r2c (falls back to CPU)",
-    "fft.irfftn": "no kernel: aten::_fft_c2r, aten::_fft_r2c (falls back to CPU)",
-    "fft.rfft": "no kernel: aten::_fft_c2c, aten::_fft_r2c (falls back to CPU)",
-    "fft.rfft2": "no kernel: aten::_fft_c2c, aten::_fft_r2c (falls back to CPU)",
-    "fft.rfftn": "no kernel: aten::_fft_c2c, aten::_fft_r2c (falls back to CPU)",
     "frexp": "no kernel: aten::frexp.Tensor_out (falls back to CPU)",
     "grid_sampler_2d": "no kernel: aten::grid_sampler_2d, aten::grid_sampler_2d_backward (falls back to CPU)",
     "grid_sampler_3d": "no kernel: aten::grid_sampler_3d, aten::grid_sampler_3d_backward (falls back to CPU)",
@@ -287,7 +250,6 @@ GRADIENT = {
     "sparse.sampled_addmm": "NotImplementedError: Could not run 'aten::sparse_sampled_addmm' with arguments from the 'SparseCsrtpu' backend. This could be because the operator doesn't exist for this backend, or was omitted during the selective/custom build process (if  [sample 0: float32[0, 0], float32[0, 0], float32[0, 0], ...",
     "special.erfcx": "no kernel: aten::special_erfcx.out (falls back to CPU)",
     "special.polygamma.special_polygamma_n_0": "sample 0 (float32[5, 5], 1): grad[0]: Mismatched elements: 2 / 25 (8.0%); Greatest absolute difference: 3.8299736976623535 (up to 1e-05 allowed); Greatest relative difference: 8.110523223876953 (up to 1e-05 allowed)",
-    "stft": "no kernel: aten::_fft_c2c, aten::_fft_r2c (falls back to CPU)",
     "svd": "no kernel: aten::_linalg_svd.U (falls back to CPU)",
     "to_sparse": "no kernel: aten::_to_sparse (falls back to CPU)",
     "trace": "no kernel: aten::trace (falls back to CPU)",

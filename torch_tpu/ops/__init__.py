@@ -7,6 +7,6 @@ from . import core  # noqa: F401
 from . import elementwise, reduction, linalg, nn, indexing, factory, random, shape  # noqa: F401
 from . import foreach  # noqa: F401,E402
 from . import optim  # noqa: F401,E402
-from . import attention  # noqa: F401,E402
+from . import attention, fft  # noqa: F401,E402
 
 fallback.install()

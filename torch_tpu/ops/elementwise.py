@@ -174,6 +174,17 @@ def neg(self):
     return -self
 
 
+# conj_physical itself is a composite (real: the input as is); these are the
+# overloads it and conj_physical_ reach.
+@register("_conj_physical.default")
+def conj_physical(self):
+    return jnp.conj(self) if jnp.iscomplexobj(self) else self
+
+
+register_raw("conj_physical.out")(Kernel(resolve("conj_physical.out"), conj_physical, "out", Options()))
+register_raw("conj_physical_.default")(Kernel(resolve("conj_physical_.default"), conj_physical, "inplace", Options()))
+
+
 @register("reciprocal.default", promote=INT_TO_FLOAT)
 def reciprocal(self):
     return 1 / self

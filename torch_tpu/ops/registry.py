@@ -244,7 +244,8 @@ class Kernel:
                 if type(buf) is LazyBuffer and not modes.is_fused():
                     buf = fusion.resolve(buf)
                 inputs.append(buf)
-                return (TENSOR, spec)
+                bits = views.lazy_bits(x)
+                return (TENSOR, spec, bits) if bits else (TENSOR, spec)
             if (x.dim() == 0 or name in self.opts.allow_cpu) and not self._writes(name):
                 inputs.append(dtypes.numpy_from_cpu_tensor(x))
                 return (CPU_SCALAR, x.dtype, tuple(x.shape))
@@ -329,6 +330,7 @@ class Kernel:
         in_place_specs = None
         if mode == "inplace":
             in_place_specs = [t[1] for t in pos_t[0]] if self.writes_list else [pos_t[0][1]]
+            in_place_bits = [t[2] if len(t) > 2 else () for t in (pos_t[0] if self.writes_list else [pos_t[0]])]
         out_specs = None
         if mode == "inplace":
             out_specs = [(spec[2], None, spec[5]) for spec in in_place_specs]
@@ -350,8 +352,8 @@ class Kernel:
                 current = {}
                 for i, spec in enumerate(in_place_specs):
                     g = groups[i]
-                    current[g] = views.writer(spec)(current.get(g, inputs[g]),
-                                                    jnp.broadcast_to(outs[i], spec[2]))
+                    value = views.apply_bits(jnp.broadcast_to(outs[i], spec[2]), in_place_bits[i])
+                    current[g] = views.writer(spec)(current.get(g, inputs[g]), value)
                 new = [current[groups[i]] for i in range(len(in_place_specs))]
                 return tuple(new) if len(new) > 1 or self.writes_list else new[0]
             return tuple(_to_storage_layout(o, s) for o, s in zip(outs, out_specs or [None] * len(outs)))
@@ -462,7 +464,8 @@ def _decode(t, it):
     if type(t) is tuple and t:
         tag = t[0]
         if tag is TENSOR:
-            return views.reader(t[1])(next(it))
+            value = views.reader(t[1])(next(it))
+            return views.apply_bits(value, t[2]) if len(t) > 2 else value
         if tag is CPU_SCALAR:
             return jnp.asarray(next(it))
         if tag is NUMBER:

@@ -17,16 +17,26 @@ def _jit_reader(spec):
 
 
 @functools.lru_cache(maxsize=None)
-def _jit_writer(spec, value_shape, value_dtype):
+def _jit_lazy_reader(spec, bits):
+    read = views.reader(spec)
+    return jax.jit(lambda buf: views.apply_bits(read(buf), bits))
+
+
+@functools.lru_cache(maxsize=None)
+def _jit_writer(spec, value_shape, value_dtype, bits=()):
     write = views.writer(spec)
     size, dtype = spec[2], spec[5]
-    return jax.jit(lambda buf, value: write(buf, jnp.broadcast_to(convert(value, dtype), size)))
+    return jax.jit(lambda buf, value: write(buf, views.apply_bits(
+        jnp.broadcast_to(convert(value, dtype), size), bits)))
 
 
 def read(t):
     """The value of tpu tensor ``t`` as a jax array of its shape and dtype."""
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     buf = fusion.resolve(buf)
+    bits = views.lazy_bits(t)
+    if bits:
+        return _jit_lazy_reader(spec, bits)(buf)
     if views.covers_buffer(spec) and spec[0] == spec[2]:
         return buf
     return _jit_reader(spec)(buf)
@@ -35,8 +45,9 @@ def read(t):
 def write(t, value) -> None:
     """Store ``value`` (broadcast and cast as needed) through tpu tensor ``t``."""
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
-    if views.covers_buffer(spec) and tuple(value.shape) == spec[2] and value.dtype == spec[5]:
+    bits = views.lazy_bits(t)
+    if not bits and views.covers_buffer(spec) and tuple(value.shape) == spec[2] and value.dtype == spec[5]:
         new = value  # the old contents do not matter: no need to wait for them
     else:
-        new = _jit_writer(spec, tuple(value.shape), value.dtype)(fusion.resolve(buf), value)
+        new = _jit_writer(spec, tuple(value.shape), value.dtype, bits)(fusion.resolve(buf), value)
     buffers.set_buffer(t.untyped_storage(), new)

@@ -21,6 +21,25 @@ def spec_of(t, np_dtype):
     return (buf.shape, buf.dtype, tuple(t.shape), t.stride(), t.storage_offset(), np_dtype), buf
 
 
+def lazy_bits(t):
+    """``()`` for a plain tensor; ``(conj, neg)`` for a lazy conjugate or
+    negative view (``x.conj()`` of a complex tensor), whose buffer holds the
+    unconjugated / unnegated values."""
+    conj, neg = t.is_conj(), t.is_neg()
+    return (conj, neg) if conj or neg else ()
+
+
+def apply_bits(value, bits):
+    """A lazy view's value from its buffer's, or the buffer's from a value
+    written through the view (each bit is its own inverse)."""
+    if bits:
+        if bits[0]:
+            value = jnp.conj(value)
+        if bits[1]:
+            value = -value
+    return value
+
+
 def covers_buffer(spec) -> bool:
     """Whether the view is its whole buffer in row-major order (the buffer may
     have another shape with the same elements, e.g. flat)."""

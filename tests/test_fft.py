@@ -1,0 +1,63 @@
+"""torch.fft on tpu against PyTorch's CPU kernels: values and gradients."""
+import pytest
+import torch
+
+import torch_tpu
+
+NORMS = [None, "ortho", "forward"]
+
+
+def _check(fn, x, atol=1e-5, rtol=1e-5, grad=True):
+    cpu = x.clone().requires_grad_(grad)
+    tpu = x.to("tpu").requires_grad_(grad)
+    want, got = fn(cpu), fn(tpu)
+    torch.testing.assert_close(got.cpu(), want.detach(), atol=atol, rtol=rtol)
+    if grad:
+        up = torch.randn(want.shape, dtype=want.dtype, generator=torch.Generator().manual_seed(1))
+        want.backward(up)
+        got.backward(up.to("tpu"))
+        torch.testing.assert_close(tpu.grad.cpu(), cpu.grad, atol=atol, rtol=rtol)
+
+
+def _real(*shape):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+
+
+def _complex(*shape):
+    return torch.randn(*shape, dtype=torch.complex64, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("name, make, kwargs", [
+    ("fft", _real, {}), ("ifft", _complex, {}), ("rfft", _real, {}), ("irfft", _complex, {"n": 9}),
+    ("hfft", _complex, {}), ("ihfft", _real, {}), ("fftn", _complex, {"dim": (0, 2)}),
+    ("rfft2", _real, {}), ("irfftn", _complex, {"s": (5, 7)}), ("ihfft2", _real, {}),
+])
+def test_fft_matches_cpu(name, make, kwargs, norm):
+    fn = getattr(torch.fft, name)
+    _check(lambda t: fn(t, norm=norm, **kwargs), make(4, 6, 8), atol=1e-4)
+    assert torch_tpu.fallback_ops() == {} or not any("fft" in k for k in torch_tpu.fallback_ops())
+
+
+def test_stft_matches_cpu():
+    window = torch.hann_window(16)
+    _check(lambda t: torch.stft(t, 16, hop_length=4, window=window.to(t.device), return_complex=True),
+           _real(2, 128), atol=1e-4)
+
+
+def test_lazy_conjugate_and_negative_views_read_and_write_through():
+    x = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64)
+    t = x.to("tpu")
+    assert t.conj().is_conj()
+    assert torch.equal(t.conj().cpu().resolve_conj(), x.conj().resolve_conj())
+    assert torch.equal((t.conj() * 2).cpu(), x.conj() * 2)
+    assert torch.equal(t.conj().imag.cpu(), x.conj().imag)
+    assert torch.equal(torch._neg_view(t).cpu().resolve_neg(), -x)
+    assert torch.equal(torch.conj_physical(t.conj()).cpu(), x)
+    written, want = x.clone().to("tpu"), x.clone()
+    written.conj().add_(1)
+    want.conj().add_(1)
+    assert torch.equal(written.cpu(), want)
+    written.conj().copy_(torch.tensor([5 + 5j, 6 - 6j]))
+    want.conj().copy_(torch.tensor([5 + 5j, 6 - 6j]))
+    assert torch.equal(written.cpu(), want)
