@@ -263,3 +263,13 @@ def test_disk_cache_makes_a_second_process_faster(tmp_path):
         times.append(float(r.stdout.strip().splitlines()[-1]))
     assert any(tmp_path.iterdir())
     assert times[1] < times[0], times
+
+
+def test_conjugate_view_inputs_enter_graphs_with_their_values():
+    x = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64)
+    got = torch.compile(lambda t: t * 2 + 1, backend="tpu")(x.to("tpu").conj())
+    assert torch.equal(got.cpu(), x.conj() * 2 + 1)
+    written, want = x.clone().to("tpu"), x.clone()
+    torch.compile(lambda t: t.mul_(2), backend="tpu")(written.conj())
+    want.conj().mul_(2)
+    assert torch.equal(written.cpu(), want)

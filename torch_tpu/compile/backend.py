@@ -192,6 +192,12 @@ def _input_buffer(t, signature):
         host = dtypes.numpy_from_cpu_tensor(t)
         signature.append(_TensorEntry((_CPU, (host.shape, host.dtype))))
         return host
+    if views.lazy_bits(t):  # a lazy conjugate/negative view: the graph expects its values
+        value = access.read(t)
+        shape = tuple(value.shape)
+        signature.append(_TensorEntry((_TPU, (shape, value.dtype, shape, buffers.contiguous_strides(shape),
+                                               0, value.dtype))))
+        return value
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     buf = fusion.resolve(buf)
     if views.covers_buffer(spec) and spec[0] != spec[2]:
