@@ -246,23 +246,27 @@ def test_unknown_op_falls_back_to_eager_with_a_warning(monkeypatch):
     assert any("aten.sin.default" in str(w.message) for w in caught)
 
 
-def test_disk_cache_makes_a_second_process_faster(tmp_path):
+def test_disk_cache_serves_a_second_process(tmp_path):
+    # Counted through JAX's own cache-hit events, not timed: on a shared machine
+    # the compile time of a small graph is too noisy to compare.
     code = (
-        "import time, torch, torch_tpu\n"
-        "from torch_tpu.compile import stats\n"
+        "import jax, torch, torch_tpu\n"
+        "hits = []\n"
+        "jax.monitoring.register_event_listener(\n"
+        "    lambda name, **kw: hits.append(name) if name == '/jax/compilation_cache/cache_hits' else None)\n"
         "m = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(6)]).to('tpu')\n"
         "f = torch.compile(m, backend='tpu')\n"
         "f(torch.randn(4, 64, device='tpu')).sum().item()\n"
-        "print(stats.compile_seconds)\n")
+        "print(len(hits))\n")
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path), TORCH_TPU_CACHE_MIN_COMPILE_SECS="0")
-    times = []
+    hits = []
     for _ in range(2):
         r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                            timeout=600)
         assert r.returncode == 0, r.stderr[-2000:]
-        times.append(float(r.stdout.strip().splitlines()[-1]))
+        hits.append(int(r.stdout.strip().splitlines()[-1]))
     assert any(tmp_path.iterdir())
-    assert times[1] < times[0], times
+    assert hits[0] == 0 and hits[1] >= 2, hits  # the second process loads forward and backward
 
 
 def test_conjugate_view_inputs_enter_graphs_with_their_values():
