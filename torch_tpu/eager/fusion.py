@@ -82,11 +82,11 @@ def record(fn, inputs, out_buffers):
         for x in inputs:
             if type(x) is LazyBuffer:
                 if x.value is not None:
-                    refs.append(_external_ref(x.value))
+                    refs.append(_intern(x.value, _external, _external_index))
                 else:
                     refs.append(("n", x.node, x.slot))
             else:
-                refs.append(_external_ref(x))
+                refs.append(_intern(x, _external, _external_index))
         index = len(_nodes)
         outs = [LazyBuffer(shape, dtype, index, slot) for slot, (shape, dtype) in enumerate(out_buffers)]
         _nodes.append(_Node(fn, tuple(refs), [weakref.ref(o) for o in outs]))
@@ -96,14 +96,16 @@ def record(fn, inputs, out_buffers):
     return outs
 
 
-def _external_ref(x):
+def _intern(x, items, index):
+    """``("x", position of x in items)``, appending x unless it is a jax.Array
+    already there (``index``: id -> position, for arrays only)."""
     if isinstance(x, jax.Array):
-        i = _external_index.get(id(x))
-        if i is not None and _external[i] is x:
+        i = index.get(id(x))
+        if i is not None and items[i] is x:
             return ("x", i)
-        _external_index[id(x)] = len(_external)
-    _external.append(x)
-    return ("x", len(_external) - 1)
+        index[id(x)] = len(items)
+    items.append(x)
+    return ("x", len(items) - 1)
 
 
 def resolve(buf):
@@ -165,21 +167,12 @@ def _launch(nodes, group, external, computed, handed, reason):
     local = {i: k for k, i in enumerate(group)}
     inputs, input_index = [], {}
 
-    def input_ref(x):
-        key = id(x) if isinstance(x, jax.Array) else None
-        if key is not None and key in input_index:
-            return ("x", input_index[key])
-        if key is not None:
-            input_index[key] = len(inputs)
-        inputs.append(x)
-        return ("x", len(inputs) - 1)
-
     def local_ref(r):
         if r[0] == "x":
-            return input_ref(external[r[1]])
+            return _intern(external[r[1]], inputs, input_index)
         if r[1] in local:
             return ("n", local[r[1]], r[2])
-        return input_ref(computed[(r[1], r[2])])  # made by an earlier group
+        return _intern(computed[(r[1], r[2])], inputs, input_index)  # made by an earlier group
 
     if len(group) == len(nodes):  # the whole pending program: its refs are already local
         chain, inputs = [(n.fn, n.refs) for n in nodes], external

@@ -36,7 +36,7 @@ def _prune() -> None:
 
 
 def _ready(x) -> bool:
-    is_ready = getattr(x, "is_ready", None)  # None (an unrequested gradient) and numbers are done
+    is_ready = getattr(x, "is_ready", None)  # anything but a jax.Array (a number) is done
     return is_ready is None or is_ready()
 
 

@@ -329,8 +329,9 @@ class Kernel:
         rng = self.opts.rng
         in_place_specs = None
         if mode == "inplace":
-            in_place_specs = [t[1] for t in pos_t[0]] if self.writes_list else [pos_t[0][1]]
-            in_place_bits = [t[2] if len(t) > 2 else () for t in (pos_t[0] if self.writes_list else [pos_t[0]])]
+            destinations = pos_t[0] if self.writes_list else [pos_t[0]]
+            in_place_specs = [t[1] for t in destinations]
+            in_place_bits = [t[2] if len(t) > 2 else () for t in destinations]
         out_specs = None
         if mode == "inplace":
             out_specs = [(spec[2], None, spec[5]) for spec in in_place_specs]

@@ -12,12 +12,7 @@ from . import buffers, views
 
 
 @functools.lru_cache(maxsize=None)
-def _jit_reader(spec):
-    return jax.jit(views.reader(spec))
-
-
-@functools.lru_cache(maxsize=None)
-def _jit_lazy_reader(spec, bits):
+def _jit_reader(spec, bits=()):
     read = views.reader(spec)
     return jax.jit(lambda buf: views.apply_bits(read(buf), bits))
 
@@ -35,11 +30,9 @@ def read(t):
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     buf = fusion.resolve(buf)
     bits = views.lazy_bits(t)
-    if bits:
-        return _jit_lazy_reader(spec, bits)(buf)
-    if views.covers_buffer(spec) and spec[0] == spec[2]:
+    if not bits and views.covers_buffer(spec) and spec[0] == spec[2]:
         return buf
-    return _jit_reader(spec)(buf)
+    return _jit_reader(spec, bits)(buf)
 
 
 def write(t, value) -> None:
