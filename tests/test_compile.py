@@ -156,6 +156,44 @@ def test_input_mutations_reach_whole_tensors_views_and_cpu_tensors():
     assert got[3].item() == 5.0
 
 
+def test_cpu_only_part_of_a_graph_runs_on_the_host(monkeypatch):
+    """AdamW keeps its step counts in CPU tensors: the graph's CPU-only part
+    (bumping them, the bias corrections) runs with PyTorch's CPU kernels on
+    the host, so a compiled optimizer step never waits to read a device value
+    back, and the counts are exactly eager's."""
+    from torch_tpu.compile import backend
+    written_back = []
+    write_inputs = backend._write_inputs
+
+    def spy(tensors, values):
+        written_back.extend(t.device.type for t in tensors)
+        write_inputs(tensors, values)
+    monkeypatch.setattr(backend, "_write_inputs", spy)
+
+    def run(compiled):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3)).to("tpu")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        x = torch.randn(5, 6).to("tpu")
+
+        def step():
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+        step = torch.compile(step, backend="tpu") if compiled else step
+        losses = [step().item() for _ in range(4)]
+        return losses, [p.detach().cpu() for p in model.parameters()], [s["step"] for s in opt.state.values()]
+
+    want, got = run(False), run(True)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6)
+    for p, q in zip(got[1], want[1]):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    assert [s.device.type for s in got[2]] == ["cpu"] * 4 and [s.item() for s in got[2]] == [4.0] * 4
+    assert "tpu" in written_back and "cpu" not in written_back  # parameters went in place, counts on the host
+
+
 def test_plain_torch_compile_picks_tpu_for_tpu_inputs():
     f = torch.compile(lambda x: (x * 2).sin().sum())
     before = stats.graphs

@@ -24,6 +24,7 @@ from ..eager import fusion, modes
 from ..ops import registry
 from ..storage import access, buffers, views
 from . import lowering, options as compiler_options
+from .host import HostPart
 
 log = logging.getLogger("torch_tpu.compile")
 
@@ -61,7 +62,13 @@ class CompiledGraph:
         outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
         outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
         self.host_views = _host_views(gm, outputs)
-        self.fn = lowering.lower(gm, skip_outputs=set(self.host_views))
+        self.host = HostPart(gm)
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        # CPU inputs only host nodes read never cross to the device
+        self.host_inputs = {i for i, n in enumerate(placeholders) if n in self.host.nodes}
+        self.host_outputs = {i: n for i, n in enumerate(outputs) if n in self.host.nodes}
+        self.fn = lowering.lower(gm, skip_outputs={*self.host_views, *self.host_outputs},
+                                 host=self.host if self.host else None)
         self.mutated = self.fn.mutated_inputs
         self.executables = {}
         self.lock = threading.Lock()
@@ -73,12 +80,18 @@ class CompiledGraph:
 
     def __call__(self, args):
         arrays, signature = [], []
-        for a in args:
-            if isinstance(a, torch.Tensor):
+        for i, a in enumerate(args):
+            if i in self.host_inputs:
+                signature.append(_ON_HOST)
+            elif isinstance(a, torch.Tensor):
                 arrays.append(_input_buffer(a, signature))
             else:
                 signature.append(a)
         signature = tuple(signature)
+        host_values = None
+        if self.host:  # after the inputs are read: it updates host-only inputs in place
+            host_values, packs = self.host.run(args)
+            arrays.extend(packs)
         exe = self.executables.get(signature)
         if exe is None:
             with self.lock:
@@ -95,7 +108,8 @@ class CompiledGraph:
             _write_inputs([args[i] for i in self.mutated], new_values)
         view_bases = {i: args[v.input] for i, v in self.host_views.items() if v.input is not None}
         args.clear()  # boxed calling convention: let inputs die early
-        tensors = [None if i in self.host_views else plan(r)
+        tensors = [None if i in self.host_views else
+                   host_values[self.host_outputs[i]] if i in self.host_outputs else plan(r)
                    for i, (r, plan) in enumerate(zip(outputs, self.out_plans))]
         for i, view in self.host_views.items():
             tensors[i] = view(view_bases[i] if view.input is not None else tensors[view.output])
@@ -111,7 +125,7 @@ class CompiledGraph:
             it = iter(arrays_)
             full = [(readers[i](next(it)) if readers[i] else next(it)) if _is_tensor_entry(e) else e
                     for i, e in enumerate(signature)]
-            outputs, new_values = fn(material, *full)
+            outputs, new_values = fn(material, *full, *it)  # the rest: host values
             outputs = [registry._to_storage_layout(o, lay) if lay is not None and o is not None else o
                        for o, lay in zip(outputs, layouts)]
             return outputs, new_values
@@ -134,6 +148,7 @@ class CompiledGraph:
 
 _NO_RNG = np.zeros(3, np.uint32)
 _TPU, _CPU = "tpu-tensor", "cpu-tensor"
+_ON_HOST = "read on the host"  # signature entry of a CPU input only host nodes read
 
 
 class _HostView:
@@ -200,9 +215,10 @@ def _input_buffer(t, signature):
         return value
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     buf = fusion.resolve(buf)
-    if views.covers_buffer(spec) and spec[0] != spec[2]:
-        # A whole storage kept in another shape (e.g. flat): give the storage
-        # the tensor's shape once, so later calls share one signature.
+    if len(spec[0]) == 1 and spec[0] != spec[2] and views.covers_buffer(spec):
+        # A whole storage kept flat: give the storage the tensor's shape once,
+        # so later calls share one signature.  (Only flat ones: a storage two
+        # graphs read in two shapes would otherwise be reshaped every call.)
         buf = buf.reshape(spec[2])
         buffers.set_buffer(t.untyped_storage(), buf)
         spec = (spec[2],) + spec[1:]

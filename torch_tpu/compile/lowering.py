@@ -135,6 +135,8 @@ VIEW_LOWERINGS = {
     aten._to_copy.default: _to_copy,
     aten.view_as_real.default: lambda x: jnp.stack([jnp.real(x), jnp.imag(x)], -1),
     aten.view_as_complex.default: lambda x: lax.complex(x[..., 0], x[..., 1]),
+    # not a view, but like one it only moves data: functional copy_ (x.copy_(y) on a graph input)
+    aten.copy.default: lambda x, src, non_blocking=False: _copy_into_input(x, src),
 }
 
 # ---- factory ops (eager serves them through raw kernels writing out=) -------
@@ -227,13 +229,14 @@ def _graph_kernel(op):
     return getattr(kernel, "graph", None)
 
 
-def mutated_inputs(gm: torch.fx.GraphModule):
+def mutated_inputs(gm: torch.fx.GraphModule, host_nodes=frozenset()):
     """Indices of the graph inputs that ``copy_`` nodes write (AOTAutograd leaves
-    input mutations in inference graphs as ``copy_`` into the placeholder)."""
+    input mutations in inference graphs as ``copy_`` into the placeholder),
+    except the copies done on the host."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     written = []
     for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is aten.copy_.default:
+        if node.op == "call_function" and node.target is aten.copy_.default and node not in host_nodes:
             dst = node.args[0]
             if dst not in placeholders:
                 raise LoweringError("copy_ into an intermediate value of the graph")
@@ -248,25 +251,31 @@ def _copy_into_input(dst, src):
     return jnp.broadcast_to(convert(jnp.asarray(src), dst.dtype), dst.shape)
 
 
-def lower(gm: torch.fx.GraphModule, skip_outputs=frozenset()):
-    """A traceable function ``(rng_material, *inputs) -> (outputs, new_values)``
-    for the graph; ``new_values`` are the final contents of the inputs listed in
-    its ``mutated_inputs`` attribute (see ``mutated_inputs(gm)``), in that order.
-    Outputs at the indices in ``skip_outputs`` come back as None (the caller
-    makes them itself, e.g. as views of its inputs)."""
+def lower(gm: torch.fx.GraphModule, skip_outputs=frozenset(), host=None):
+    """A traceable function ``(rng_material, *inputs, *host_packs) -> (outputs,
+    new_values)`` for the graph; ``new_values`` are the final contents of the
+    inputs listed in its ``mutated_inputs`` attribute (see ``mutated_inputs``),
+    in that order.  Outputs at the indices in ``skip_outputs`` come back as None
+    (the caller makes them itself, e.g. as views of its inputs).  ``host`` (a
+    ``host.HostPart``) names the nodes computed on the host: their values that
+    device nodes read arrive as ``host_packs``; the rest are not traced."""
     check_lowerable(gm)
     nodes = list(gm.graph.nodes)
-    written = mutated_inputs(gm)
+    host_nodes = host.nodes if host else frozenset()
+    written = mutated_inputs(gm, host_nodes)
+    n_inputs = sum(1 for n in nodes if n.op == "placeholder")
 
     def run(rng_material, *inputs):
-        env = {}
-        it = iter(inputs)
+        env = host.unpack(inputs[n_inputs:]) if host else {}
+        it = iter(inputs[:n_inputs])
         base_key = None
         placeholders = []
         for index, node in enumerate(nodes):
             if node.op == "placeholder":
                 env[node] = next(it)
                 placeholders.append(node)
+            elif node in host_nodes:
+                continue
             elif node.op == "call_function" and node.target is aten.copy_.default:
                 dst, src = node.args[0], node.args[1]
                 # later reads of the input see the new value, as after an in-place copy
@@ -300,10 +309,10 @@ def lower(gm: torch.fx.GraphModule, skip_outputs=frozenset()):
                     val = node.meta.get("val")
                     env[node] = tuple(outs) if isinstance(val, (list, tuple)) else outs[0]
             elif node.op == "output":
-                outputs = env_lookup(node.args[0], env)
+                outputs = node.args[0]
                 if skip_outputs:
                     outputs = type(outputs)(None if i in skip_outputs else o for i, o in enumerate(outputs))
-                return outputs, tuple(env[placeholders[i]] for i in written)
+                return env_lookup(outputs, env), tuple(env[placeholders[i]] for i in written)
         raise AssertionError("graph has no output")
     run.mutated_inputs = written
     return run

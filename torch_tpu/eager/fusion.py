@@ -7,6 +7,12 @@ A flush traces the chain (nested jits inline) into one ``jax.jit`` function,
 cached by the chain's structure: which per-op executables, wired how, and
 which results are still referenced.  A training loop with one host read per
 step therefore compiles on its first steps and then reuses executables.
+
+A host read also teaches where the program will be read next time: the
+structure of the pending program up to the read op (a rolling hash of each
+op's executable and wiring).  When recording reaches that same point again,
+the ops the read needs are launched there, before the host asks, so a training
+step's forward runs while Python records its backward and optimizer.
 """
 import logging
 import os
@@ -26,7 +32,7 @@ MAX_PENDING_OPS = int(os.environ.get("TORCH_TPU_FUSED_MAX_OPS", "4096"))
 
 class LazyBuffer:
     """A buffer that a pending op will produce; ``value`` once flushed."""
-    __slots__ = ("shape", "dtype", "size", "value", "node", "slot", "__weakref__")
+    __slots__ = ("shape", "dtype", "size", "value", "node", "slot", "early", "__weakref__")
 
     def __init__(self, shape, dtype, node, slot):
         self.shape = tuple(shape)
@@ -38,15 +44,17 @@ class LazyBuffer:
         self.value = None
         self.node = node
         self.slot = slot
+        self.early = False  # computed ahead of a predicted host read
 
 
 class _Node:
-    __slots__ = ("fn", "refs", "outputs")
+    __slots__ = ("fn", "refs", "outputs", "prefix")
 
-    def __init__(self, fn, refs, outputs):
+    def __init__(self, fn, refs, outputs, prefix):
         self.fn = fn
         self.refs = refs          # per input: ("x", external index) or ("n", node, slot)
         self.outputs = outputs    # weakrefs to the LazyBuffers it produces
+        self.prefix = prefix      # structural hash of the pending program up to this node
 
 
 class Stats:
@@ -56,11 +64,13 @@ class Stats:
         self.compile_seconds = 0.0
         self.flushes = 0
         self.ops_fused = 0
+        self.early_launches = 0
 
     def as_dict(self):
         return {"hits": self.hits, "misses": self.misses,
                 "compile_seconds": round(self.compile_seconds, 4),
-                "flushes": self.flushes, "ops_fused": self.ops_fused}
+                "flushes": self.flushes, "ops_fused": self.ops_fused,
+                "early_launches": self.early_launches}
 
 
 stats = Stats()
@@ -69,6 +79,7 @@ _nodes: list = []
 _external: list = []
 _external_index: dict = {}   # id(array) -> index, for arrays only
 _cache: dict = {}
+_read_points: set = set()    # prefix hashes of nodes whose result the host read
 
 
 def pending_ops() -> int:
@@ -89,8 +100,12 @@ def record(fn, inputs, out_buffers):
                 refs.append(_intern(x, _external, _external_index))
         index = len(_nodes)
         outs = [LazyBuffer(shape, dtype, index, slot) for slot, (shape, dtype) in enumerate(out_buffers)]
-        _nodes.append(_Node(fn, tuple(refs), [weakref.ref(o) for o in outs]))
+        refs = tuple(refs)
+        prefix = hash((_nodes[-1].prefix if _nodes else 0, id(fn), refs))
+        _nodes.append(_Node(fn, refs, [weakref.ref(o) for o in outs], prefix))
         full = len(_nodes) >= MAX_PENDING_OPS
+        if prefix in _read_points and not full:
+            _launch_early(index)
     if full:
         flush("size limit")
     return outs
@@ -112,6 +127,9 @@ def resolve(buf):
     """The concrete array for ``buf`` (flushing the pending chain if needed)."""
     if type(buf) is not LazyBuffer:
         return buf
+    if buf.early:  # read as predicted: start the ops recorded since, as a read would have
+        buf.early = False
+        flush("host read")
     if buf.value is None:
         flush("host read", first=buf)
     if buf.value is None:
@@ -137,6 +155,7 @@ def flush(reason="sync", first=None) -> None:
         _external_index.clear()
         groups = [range(len(nodes))]
         if SPLIT_AT_HOST_READS and type(first) is LazyBuffer and first.value is None:
+            _read_points.add(nodes[first.node].prefix)
             needed = _ancestors(nodes, first.node)
             if len(needed) < len(nodes):
                 groups = [sorted(needed), [i for i in range(len(nodes)) if i not in needed]]
@@ -147,8 +166,43 @@ def flush(reason="sync", first=None) -> None:
             _launch(nodes, group, external, computed, handed, reason)
 
 
-# Split a host read's chain from the rest (TORCH_TPU_FUSED_SPLIT=0 turns it off).
+# Split a host read's chain from the rest, and launch it ahead of a repeated
+# read (TORCH_TPU_FUSED_SPLIT=0 turns both off: one chain, run at the read).
 SPLIT_AT_HOST_READS = os.environ.get("TORCH_TPU_FUSED_SPLIT", "1") != "0"
+
+
+def _launch_early(index):
+    """Launch the ops node ``index`` needs (a predicted host read) and keep the
+    other pending ops pending, rewired to the values just launched."""
+    nodes, external = _nodes[:], _external[:]
+    needed = _ancestors(nodes, index)
+    rest = [i for i in range(len(nodes)) if i not in needed]
+    renumbered = {i: k for k, i in enumerate(rest)}
+    group = sorted(needed)
+    handed = {(r[1], r[2]) for i in rest for r in nodes[i].refs if r[0] == "n" and r[1] in needed}
+    computed = {}
+    logs.fused_flush(len(group), "predicted host read")  # TORCH_TPU_LOGS=sync
+    stats.early_launches += 1
+    _launch(nodes, group, external, computed, handed, "predicted host read")
+    for ref in nodes[index].outputs:
+        lazy = ref()
+        if lazy is not None:
+            lazy.early = True
+    _nodes.clear()
+    _external.clear()
+    _external_index.clear()
+    for i in rest:  # re-record the rest against the new values
+        node = nodes[i]
+        refs = tuple(_intern(external[r[1]], _external, _external_index) if r[0] == "x"
+                     else _intern(computed[(r[1], r[2])], _external, _external_index)
+                     if r[1] in needed else ("n", renumbered[r[1]], r[2]) for r in node.refs)
+        node.refs = refs
+        node.prefix = hash((_nodes[-1].prefix if _nodes else 0, id(node.fn), refs))
+        for ref in node.outputs:
+            lazy = ref()
+            if lazy is not None:
+                lazy.node = len(_nodes)
+        _nodes.append(node)
 
 
 def _ancestors(nodes, index):
@@ -240,3 +294,4 @@ def _chain(nodes, live):
 def clear_cache() -> None:
     with _lock:
         _cache.clear()
+        _read_points.clear()

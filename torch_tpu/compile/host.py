@@ -1,0 +1,122 @@
+"""The part of a graph that only touches CPU tensors runs on the host, with
+PyTorch's own CPU kernels, before the graph's executable is launched.
+
+An optimizer compiled with capturable=False keeps its step counts in CPU
+tensors: the graph bumps them and computes the bias corrections from them.
+Lowered into the XLA executable, those counts had to cross to the device and
+their new values back, so every optimizer step waited for the whole graph to
+finish.  On the host they are a few scalar ops, written in place as eager
+writes them, and the executable receives the values it needs packed into one
+array per dtype.
+"""
+import operator
+
+import torch
+
+from .. import dtypes
+
+aten = torch.ops.aten
+
+
+def _vals(node):
+    val = node.meta.get("val")
+    return list(val) if isinstance(val, (list, tuple)) else [val]
+
+
+def _on_cpu(node):
+    """Whether the node's recorded value is a CPU tensor or a list of them."""
+    vals = _vals(node)
+    return bool(vals) and all(isinstance(v, torch.Tensor) and v.device.type == "cpu" for v in vals)
+
+
+class HostPart:
+    """The host nodes of ``gm`` (``nodes``) and one generated function that
+    computes them.
+
+    Host nodes: CPU inputs that only host nodes read; call_function nodes whose
+    inputs are host nodes or CPU inputs and whose values are CPU tensors; and
+    ``copy_`` of such a value into a host-only input (an in-place update, done
+    on the host as eager does it; an input the device also reads keeps the
+    old route, so it cannot see the update too early).
+    ``exports``: host values that device nodes read, in ``unpack`` order.
+    """
+
+    def __init__(self, gm):
+        graph_nodes = list(gm.graph.nodes)
+        placeholders = [n for n in graph_nodes if n.op == "placeholder"]
+        cpu_inputs = [n for n in placeholders if _on_cpu(n)]
+        computed = []
+        known = set(cpu_inputs)
+        for node in graph_nodes:
+            if node.op != "call_function" or node.target is aten.copy_.default:
+                continue
+            if all(i in known for i in node.all_input_nodes) and _on_cpu(node):
+                computed.append(node)
+                known.add(node)
+        host_only = {p for p in cpu_inputs
+                     if all(u in known or (u.target is aten.copy_.default and u.args[0] is p)
+                            for u in p.users)}
+        copies = [n for n in graph_nodes
+                  if n.op == "call_function" and n.target is aten.copy_.default
+                  and n.args[0] in host_only and n.args[1] in known]
+        self.nodes = set(computed) | host_only | set(copies)
+        self.exports = [n for n in computed if any(u not in self.nodes and u.op != "output"
+                                                   for u in n.users)]
+        self.input_positions = [placeholders.index(p) for p in cpu_inputs]
+        self._scalar_dtypes = []  # dtypes of the packed 0-d exports, in pack order
+        for node in self.exports:
+            for v in _vals(node):
+                if v.dim() == 0 and v.dtype not in self._scalar_dtypes:
+                    self._scalar_dtypes.append(v.dtype)
+        self._outputs = [n for n in (computed + list(host_only)) if any(u.op == "output" for u in n.users)]
+        self._fn = self._generate(gm, cpu_inputs, computed, copies) if computed or copies else None
+
+    def __bool__(self):
+        return self._fn is not None
+
+    def _generate(self, gm, cpu_inputs, computed, copies):
+        """One straight-line function (FX codegen) for the host nodes, returning
+        the packed exports, then the other exports, then the host outputs."""
+        graph = torch.fx.Graph()
+        env = {}
+        for p in cpu_inputs:
+            env[p] = graph.placeholder(p.name)
+        for node in computed + copies:
+            env[node] = graph.node_copy(node, lambda n: env[n])
+        scalars = {d: [] for d in self._scalar_dtypes}
+        others = []
+        for node in self.exports:
+            vals = _vals(node)
+            items = ([graph.call_function(operator.getitem, (env[node], i)) for i in range(len(vals))]
+                     if isinstance(node.meta.get("val"), (list, tuple)) else [env[node]])
+            for v, item in zip(vals, items):
+                (scalars[v.dtype] if v.dim() == 0 else others).append(item)
+        packs = [graph.call_function(aten.stack.default, (scalars[d],)) for d in self._scalar_dtypes]
+        graph.output((tuple(packs), tuple(others), tuple(env[n] for n in self._outputs)))
+        return torch.fx.GraphModule(gm, graph)
+
+    def run(self, args):
+        """Compute the host nodes from the call's arguments (and apply their
+        in-place updates): ``(host outputs {node: tensor}, arrays for the
+        executable)``."""
+        packs, others, outputs = self._fn(*[args[i] for i in self.input_positions])
+        arrays = [dtypes.numpy_from_cpu_tensor(t) for t in (*packs, *others)]
+        return dict(zip(self._outputs, outputs)), arrays
+
+    def unpack(self, arrays):
+        """``{node: traced value}`` for the exports inside the executable, from
+        the arrays ``run`` made (the layout is fixed per graph)."""
+        packs = dict(zip(self._scalar_dtypes, arrays))
+        others = iter(arrays[len(self._scalar_dtypes):])
+        taken = {d: 0 for d in self._scalar_dtypes}
+        found = {}
+        for node in self.exports:
+            items = []
+            for v in _vals(node):
+                if v.dim() == 0:
+                    items.append(packs[v.dtype][taken[v.dtype]])
+                    taken[v.dtype] += 1
+                else:
+                    items.append(next(others))
+            found[node] = tuple(items) if isinstance(node.meta.get("val"), (list, tuple)) else items[0]
+        return found
