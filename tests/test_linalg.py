@@ -160,3 +160,151 @@ def test_shape_errors_match():
 def test_empty_inner_dimension():
     check(torch.mm, r(3, 0, grad=False), r(0, 2, grad=False))
     check(lambda s, a, b: torch.addmm(s, a, b, beta=2), r(3, 2, grad=False), r(3, 0, grad=False), r(0, 2, grad=False))
+
+
+# ---- decompositions and solvers (torch_tpu/ops/decompositions.py) ------------------
+
+def _spd(*shape, dtype=torch.float32):
+    a = r(*shape, dtype=dtype, grad=False)
+    return (a @ a.mH + shape[-1] * torch.eye(shape[-1], dtype=dtype)).requires_grad_()
+
+
+def _close(tpu, cpu, atol=1e-4, rtol=1e-4):
+    assert_same(tpu, cpu, atol=atol, rtol=rtol)
+
+
+@pytest.fixture
+def strict(monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")  # any CPU fallback is an error
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64])
+def test_decompositions_match_cpu(strict, dtype):
+    A, B = r(3, 4, 4, dtype=dtype, grad=False), r(3, 4, 2, dtype=dtype, grad=False)
+    S = _spd(2, 4, 4, dtype=dtype).detach()
+    tA, tB, tS = A.to("tpu"), B.to("tpu"), S.to("tpu")
+    _close(torch.linalg.inv(tA), torch.linalg.inv(A))
+    _close(torch.linalg.det(tA), torch.linalg.det(A))
+    _close(torch.linalg.slogdet(tA), torch.linalg.slogdet(A))
+    _close(torch.linalg.solve(tA, tB), torch.linalg.solve(A, B))
+    _close(torch.linalg.solve(tA, tB[..., 0]), torch.linalg.solve(A, B[..., 0]))       # vector rhs
+    _close(torch.linalg.solve(tA, tB.mT, left=False), torch.linalg.solve(A, B.mT, left=False))
+    _close(torch.linalg.cholesky(tS), torch.linalg.cholesky(S))
+    _close(torch.linalg.cholesky(tS, upper=True), torch.linalg.cholesky(S, upper=True))
+    _close(torch.linalg.qr(tA), torch.linalg.qr(A))                                    # LAPACK signs
+    _close(torch.linalg.eigvalsh(tS), torch.linalg.eigvalsh(S))
+    _close(torch.linalg.svdvals(tA), torch.linalg.svdvals(A))
+    _close(torch.linalg.lu_factor(tA), torch.linalg.lu_factor(A))                      # 1-based int32 pivots
+    _close(torch.linalg.lu(tA), torch.linalg.lu(A))
+    LU, piv = torch.linalg.lu_factor(A)
+    for left, adjoint in [(True, False), (True, True), (False, False), (False, True)]:
+        rhs = B if left else B.mT
+        _close(torch.linalg.lu_solve(LU.to("tpu"), piv.to("tpu"), rhs.to("tpu"), left=left, adjoint=adjoint),
+               torch.linalg.lu_solve(LU, piv, rhs, left=left, adjoint=adjoint))
+    _close(torch.linalg.solve_triangular(tA, tB, upper=True), torch.linalg.solve_triangular(A, B, upper=True))
+    L = torch.linalg.cholesky(S)
+    _close(torch.cholesky_solve(tB[:2], L.to("tpu")), torch.cholesky_solve(B[:2], L))
+    _close(torch.cholesky_inverse(L.to("tpu")), torch.cholesky_inverse(L))
+    _close(torch.linalg.eigvals(tA[:1]).abs().sort().values, torch.linalg.eigvals(A[:1]).abs().sort().values)
+    _close(torch.linalg.matrix_exp(tA / 4), torch.linalg.matrix_exp(A / 4))
+
+
+def test_svd_eigh_reconstruct_and_broadcast(strict):
+    A = r(2, 5, 3, grad=False)
+    U, S, Vh = torch.linalg.svd(A.to("tpu"), full_matrices=False)
+    _close(U @ torch.diag_embed(S) @ Vh, A)
+    assert torch.linalg.svd(A.to("tpu")).U.shape == (2, 5, 5)
+    H = _spd(3, 3).detach()
+    w, V = torch.linalg.eigh(H.to("tpu"))
+    _close(V @ torch.diag_embed(w) @ V.mT, H)
+    # batch broadcasting: one matrix, a batch of right-hand sides
+    A1, B = r(4, 4, grad=False), r(3, 4, 2, grad=False)
+    _close(torch.linalg.solve(A1.to("tpu"), B.to("tpu")), torch.linalg.solve(A1, B))
+
+
+def test_empty_matrices(strict):
+    for shape in [(0, 0), (2, 0, 0), (0, 3, 3)]:
+        A = torch.zeros(shape)
+        _close(torch.linalg.inv(A.to("tpu")), torch.linalg.inv(A))
+        _close(torch.linalg.det(A.to("tpu")), torch.linalg.det(A))
+        _close(torch.linalg.svd(A.to("tpu")), torch.linalg.svd(A))
+    _close(torch.linalg.svd(torch.zeros(3, 0, device="tpu")), torch.linalg.svd(torch.zeros(3, 0)))
+
+
+def test_ex_variants_report_info(strict):
+    A = r(3, 3, grad=False)
+    A[1] = 0  # singular: U[2, 2] is exactly zero
+    inv, info = torch.linalg.inv_ex(A.to("tpu"))
+    assert info.dtype == torch.int32 and info.device.type == "tpu"
+    assert info.item() == torch.linalg.inv_ex(A).info.item() == 3
+    lu, piv, info = torch.linalg.lu_factor_ex(A.to("tpu"))
+    assert_same((lu, piv, info), torch.linalg.lu_factor_ex(A), atol=1e-6, rtol=1e-6)
+    # not positive-definite: info and the partial factor potrf leaves behind
+    M = torch.tensor([[[4.0, 2.0, 0.0], [2.0, 1.0, 1.0], [0.0, 1.0, 3.0]], [[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [0.0, 0.0, 1.0]]])
+    assert_same(torch.linalg.cholesky_ex(M.to("tpu")), torch.linalg.cholesky_ex(M), atol=1e-6, rtol=1e-6)
+    assert_same(torch.linalg.cholesky_ex(M.to("tpu"), upper=True), torch.linalg.cholesky_ex(M, upper=True),
+                atol=1e-6, rtol=1e-6)
+
+
+def test_errors_match_cpu(strict):
+    sing = torch.zeros(2, 2)
+    with pytest.raises(torch.linalg.LinAlgError, match="singular"):
+        torch.linalg.inv(sing.to("tpu"))
+    with pytest.raises(torch.linalg.LinAlgError, match="singular"):
+        torch.linalg.inv_ex(sing.to("tpu"), check_errors=True)
+    with pytest.raises(torch.linalg.LinAlgError, match="leading minor of order 1"):
+        torch.linalg.cholesky(-torch.eye(2, device="tpu"))
+    with pytest.raises(torch.linalg.LinAlgError, match="positive-definite"):
+        torch.cholesky(-torch.eye(2, device="tpu"))
+    with pytest.raises(RuntimeError, match="same dtype"):
+        torch.linalg.solve(torch.eye(2, device="tpu"), torch.ones(2, 1, dtype=torch.float64, device="tpu"))
+    with pytest.raises(RuntimeError, match="should match"):
+        torch.linalg.lstsq(torch.randn(5, 3, device="tpu"), torch.randn(4, 2, device="tpu"))
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_det_gradient_follows_lu_layout(strict, transposed):
+    # CPU det/slogdet factor A^T when A is contiguous and real; the backward reads that LU
+    A = r(4, 4, grad=False)
+    A = (A.mT if transposed else A).requires_grad_()
+    check(torch.linalg.det, A, atol=1e-4, rtol=1e-4)
+    check(lambda a: torch.linalg.slogdet(a).logabsdet, A, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_compiled_det_gradient_follows_the_traced_layout(transposed):
+    # In a graph the layout choice comes from the traced tensor, as the traced backward's does
+    A0 = torch.randn(4, 4, dtype=torch.float64)
+
+    def f(a):
+        a = a.mT if transposed else a
+        return torch.linalg.det(a) + torch.linalg.slogdet(a).logabsdet
+    want = A0.clone().requires_grad_()
+    f(want).backward()
+    got = A0.to("tpu").requires_grad_()
+    torch.compile(f, backend="tpu")(got).backward()
+    torch.testing.assert_close(got.grad.cpu(), want.grad)
+
+
+def test_solver_gradients(strict):
+    check(lambda a, b: torch.linalg.solve(a, b), r(3, 3), r(3, 2), atol=1e-4, rtol=1e-4)
+    check(torch.linalg.inv, r(2, 3, 3), atol=1e-4, rtol=1e-4)
+    check(torch.linalg.cholesky, _spd(3, 3), atol=1e-4, rtol=1e-4)
+    check(lambda a: torch.linalg.svdvals(a), r(4, 3), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("driver", ["gels", "gelsy", "gelsd", "gelss"])
+def test_lstsq_drivers(strict, driver):
+    A, B = r(2, 5, 3, grad=False), r(2, 5, 2, grad=False)
+    got = torch.linalg.lstsq(A.to("tpu"), B.to("tpu"), driver=driver)
+    assert_same(tuple(got), tuple(torch.linalg.lstsq(A, B, driver=driver)), atol=1e-4, rtol=1e-4)
+
+
+def test_geqrf_householder_ormqr(strict):
+    A, C = r(5, 3, grad=False), r(5, 2, grad=False)
+    a, tau = torch.geqrf(A)
+    _close(torch.geqrf(A.to("tpu")), (a, tau))
+    _close(torch.linalg.householder_product(a.to("tpu"), tau.to("tpu")), torch.linalg.householder_product(a, tau))
+    for transpose in (False, True):
+        _close(torch.ormqr(a.to("tpu"), tau.to("tpu"), C.to("tpu"), transpose=transpose),
+               torch.ormqr(a, tau, C, transpose=transpose))

@@ -8,5 +8,7 @@ from . import elementwise, reduction, linalg, nn, indexing, factory, random, sha
 from . import foreach  # noqa: F401,E402
 from . import optim  # noqa: F401,E402
 from . import attention, fft  # noqa: F401,E402
+from . import decompositions  # noqa: F401,E402
+from . import special  # noqa: F401,E402
 
 fallback.install()

@@ -15,8 +15,10 @@ import jax.numpy as jnp
 import jax.scipy.special as jsp
 import ml_dtypes
 import numpy as np
+import torch
 from jax import lax
 
+from .indexing import guard
 from .registry import PROMOTE, Kernel, Options, compute_dtype, out_dtype, register, register_raw, resolve
 
 DEFAULT, INT_TO_FLOAT, ALWAYS_BOOL = PROMOTE.DEFAULT, PROMOTE.INT_TO_FLOAT, PROMOTE.ALWAYS_BOOL
@@ -321,14 +323,6 @@ _INT_TO_FLOAT_UNARY = {
 }
 for _name, _f in _INT_TO_FLOAT_UNARY.items():
     register(f"{_name}.default", promote=INT_TO_FLOAT)(_lift(_f))
-
-
-@register("polygamma.default")
-def polygamma(n, self):
-    x = self.astype(_ct())
-    if n == 0:
-        return _digamma(x)
-    return jsp.polygamma(jnp.full(x.shape, n, jnp.int32), x)
 
 
 @register("abs.default", promote=COMPLEX_TO_FLOAT)
@@ -852,3 +846,93 @@ def _isin(elements, test_elements, assume_unique, invert):
 @register("isin.Tensor_Tensor", "isin.Tensor_Scalar", "isin.Scalar_Tensor")
 def isin(elements, test_elements, *, assume_unique=False, invert=False):
     return _isin(elements, test_elements, assume_unique, invert)
+
+
+# ---- integer and float decomposition -----------------------------------------------------
+
+def _gcd(a, b):
+    """Math.h's calc_gcd: Euclid on |a|, |b| with C remainders (abs(INT_MIN) wraps, as on the CPU)."""
+    a, b = jnp.abs(a), jnp.abs(b)
+
+    def body(state):
+        a, b = state
+        live = a != 0
+        safe = jnp.where(live, a, jnp.ones_like(a))
+        return jnp.where(live, lax.rem(b, safe), a), jnp.where(live, a, b)
+
+    return lax.while_loop(lambda s: jnp.any(s[0] != 0), body, (a, b))[1]
+
+
+@register("gcd.default", promote=DEFAULT)
+def gcd(self, other):
+    return _gcd(*_operands(self, other))
+
+
+@register("lcm.default", promote=DEFAULT)
+def lcm(self, other):
+    a, b = _operands(self, other)
+    g = _gcd(a, b)
+    return jnp.where(g == 0, jnp.zeros_like(a), jnp.abs(lax.div(a, jnp.where(g == 0, 1, g).astype(a.dtype)) * b))
+
+
+def _integers_only(name):
+    """PyTorch's CPU kernel dispatches on integer types only: the same error, before tracing."""
+    def check(bound):
+        dtype = torch.result_type(bound["self"], bound["other"])
+        if dtype.is_floating_point or dtype.is_complex:
+            raise NotImplementedError(f'"{name}_tpu" not implemented for \'{_TORCH_TYPE_NAMES[dtype]}\'')
+    return check
+
+
+_TORCH_TYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+                     torch.bfloat16: "BFloat16", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
+guard("gcd.default", prepare=_integers_only("gcd"))
+guard("lcm.default", prepare=_integers_only("lcm"))
+
+
+@register("frexp.Tensor")
+def frexp(self):
+    if not _is_float(self):
+        raise RuntimeError("torch.frexp() only supports floating-point dtypes")
+    x = self.astype(_opmath(self.dtype))
+    mantissa, exponent = _frexp_bits(x)
+    return mantissa.astype(self.dtype), exponent
+
+
+def _frexp_bits(x):
+    """std::frexp from the bit pattern: XLA's arithmetic flushes subnormals to
+    zero, so the exponent field is read directly (and subnormals normalised by
+    counting leading zeros)."""
+    if x.dtype == np.float64:
+        uint, sint, mant_bits, bias = np.uint64, np.int64, 52, 1022
+    else:
+        uint, sint, mant_bits, bias = np.uint32, np.int32, 23, 126
+    total = 8 * np.dtype(uint).itemsize
+    bits = lax.bitcast_convert_type(x, uint)
+    sign = bits & uint(1 << (total - 1))
+    field = ((bits >> uint(mant_bits)) & uint((1 << (total - 1 - mant_bits)) - 1)).astype(sint)
+    frac = bits & uint((1 << mant_bits) - 1)
+    # subnormal: frac's top bit h sets the exponent; shift it up to a normal fraction
+    h = (total - 1) - lax.clz(frac).astype(sint)
+    sub_frac = (frac << (mant_bits - h).astype(uint)) & uint((1 << mant_bits) - 1)
+    subnormal = (field == 0) & (frac != 0)
+    exponent = jnp.where(subnormal, h - (mant_bits + bias) + 1, field - bias)
+    frac = jnp.where(subnormal, sub_frac, frac)
+    mantissa = lax.bitcast_convert_type(sign | (uint(bias) << uint(mant_bits)) | frac, x.dtype)
+    # std::frexp: zeros, infinities and NaN come back as they are, with exponent 0
+    plain = (x == 0) & ~subnormal | ~jnp.isfinite(x)
+    return jnp.where(plain, x, mantissa), jnp.where(plain, 0, exponent).astype(np.int32)
+
+
+# ---- complex construction --------------------------------------------------------------------
+
+@register("complex.default")
+def complex_(real, imag):
+    dt = out_dtype()
+    return lax.complex(*jnp.broadcast_arrays(real, imag)).astype(dt)
+
+
+@register("polar.default")
+def polar(abs, angle):
+    dt = out_dtype()
+    return lax.complex(*jnp.broadcast_arrays(abs * jnp.cos(angle), abs * jnp.sin(angle))).astype(dt)

@@ -5,11 +5,17 @@ argument error (bad dim, int mean, empty max); the kernels here compute in
 ``_acc`` precision (float16/bfloat16 in float32, ints in the result dtype,
 which is int64 for sums) and the wrapper casts to ``out_dtype``.
 """
+import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 from jax import lax
 
-from .registry import out_dtype, register
+from .. import dtypes
+from ..eager import modes
+from ..storage import access
+from . import errors
+from .registry import out_dtype, register, register_raw
 
 _HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
 
@@ -306,6 +312,48 @@ def norm_all(self, p=2):
 @register("norm.ScalarOpt_dtype", static_scalars=True)
 def norm_all_dtype(self, p, dtype=None):
     return _vector_norm(_norm_input(self), 2 if p is None else p, _dims(None, self.ndim), False)
+
+
+@register("trace.default")
+def trace(self):
+    return jnp.trace(_cast_acc(self))
+
+
+@register("renorm.default", static_scalars=True)
+def renorm(self, p, dim, maxnorm):
+    # each slice along dim whose p-norm exceeds maxnorm is scaled down to it
+    # (PyTorch's factor maxnorm / (norm + 1e-7)); the norm in float32 for halves
+    x = self.astype(_acc(self.dtype))
+    dims = tuple(d for d in range(self.ndim) if d != dim % max(self.ndim, 1))
+    norm = _vector_norm(x, p, dims, True)
+    factor = jnp.where(norm > maxnorm, jnp.asarray(maxnorm, norm.dtype) / (norm + 1e-7), 1.0).astype(norm.dtype)
+    return self * factor.astype(self.dtype)
+
+
+@register("linalg_cross.default")
+def linalg_cross(self, other, dim=-1):
+    a, b = jnp.broadcast_arrays(self.astype(out_dtype()), other.astype(out_dtype()))
+    return jnp.cross(a, b, axis=dim)
+
+
+@jax.jit
+def _all_equal(a, b):
+    return jnp.all(a == b)
+
+
+@register_raw("equal.default")
+def equal(self, other):
+    """torch.equal: a Python bool, so the answer is read to the host."""
+    for t in (self, other):
+        if t.device.type != "tpu":
+            errors.device_mismatch("aten::equal", t)
+    if self.shape != other.shape:
+        return False
+    common = dtypes.to_np(torch.result_type(self, other))  # mixed dtypes compare promoted, as on the CPU
+    a, b = access.read(self).astype(common), access.read(other).astype(common)
+    result = _all_equal(a, b)
+    modes.after_op("aten::equal", result)
+    return bool(result)
 
 
 # ---- scans ---------------------------------------------------------------------------

@@ -178,3 +178,122 @@ def _unique2(self, sorted=True, return_inverse=False, return_counts=False):
     return (buffers.wrap(values),
             buffers.wrap(inverse.astype(np.int64) if return_inverse else empty),
             buffers.wrap(counts.astype(np.int64) if return_counts else empty))
+
+
+@register_raw("_unique.default")
+def _unique(self, sorted=True, return_inverse=False):
+    # the older overload (index_fill's backward uses it): _unique2 without counts
+    values, inverse, _ = _unique2(self, sorted, return_inverse, False)
+    return values, inverse
+
+
+# ---- more data-dependent sizes: repeat_interleave, unique_consecutive, bincount ---------
+# As for unique: one small jitted reduction gives the size, read to the host,
+# then a jitted kernel runs with that static size.
+
+def _tpu_value(t, op):
+    if t.device.type != "tpu":
+        from . import errors
+        errors.device_mismatch(op, t)
+    return access.read(t)
+
+
+@jax.jit
+def _repeats_stats(r):
+    return jnp.stack([jnp.sum(r.astype(np.int64)), jnp.min(r, initial=0).astype(np.int64)])
+
+
+@functools.partial(jax.jit, static_argnames=("total",))
+def _repeat_interleave_kernel(r, total):
+    return jnp.repeat(jnp.arange(r.shape[0], dtype=r.dtype), r, total_repeat_length=total)
+
+
+@register_raw("repeat_interleave.Tensor")
+def repeat_interleave(repeats, *, output_size=None):
+    if repeats.dim() != 1:
+        raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
+    if repeats.dtype not in (torch.int32, torch.int64):
+        raise RuntimeError("repeats has to be Long or Int tensor")
+    r = _tpu_value(repeats, "aten::repeat_interleave")
+    total, low = (int(v) for v in np.asarray(_repeats_stats(r)))
+    if low < 0:
+        raise RuntimeError("repeats can not be negative")
+    if output_size is not None and output_size != total:
+        raise RuntimeError("allocated size does not match required size")
+    value = _repeat_interleave_kernel(r, total)
+    modes.after_op("aten::repeat_interleave", value)
+    return buffers.wrap(value)
+
+
+def _run_starts(x, axis):
+    """True where a new run begins along ``axis`` (whole slices compared when x has other dims)."""
+    moved = jnp.moveaxis(x, axis, 0).reshape(x.shape[axis], -1)
+    differs = jnp.any(moved[1:] != moved[:-1], axis=1)  # NaN != NaN: every NaN starts a run
+    return jnp.concatenate([jnp.ones((min(x.shape[axis], 1),), bool), differs])
+
+
+@functools.partial(jax.jit, static_argnames=("axis",))
+def _run_count(x, axis):
+    return jnp.sum(_run_starts(x, axis))
+
+
+@functools.partial(jax.jit, static_argnames=("axis", "n"))
+def _unique_consecutive_kernel(x, axis, n):
+    starts = _run_starts(x, axis)
+    first = jnp.nonzero(starts, size=n)[0]
+    values = jnp.take(x, first, axis=axis)
+    inverse = jnp.cumsum(starts.astype(np.int64)) - 1
+    counts = jnp.diff(jnp.append(first, x.shape[axis])).astype(np.int64)
+    return values, inverse, counts
+
+
+@register_raw("unique_consecutive.default")
+def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+    x = _tpu_value(self, "aten::unique_consecutive")
+    if dim is not None:
+        ndim = max(self.dim(), 1)
+        if not -ndim <= dim < ndim:
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], "
+                             f"but got {dim})")
+        axis = dim % ndim
+    else:
+        x, axis = x.reshape(-1), 0
+    n = int(_run_count(x, axis)) if x.shape[axis] else 0
+    values, inverse, counts = _unique_consecutive_kernel(x, axis, n)
+    modes.after_op("aten::unique_consecutive", values)
+    empty = jnp.zeros((0,), np.int64)
+    if dim is None:  # the flat form returns empty tensors for what was not asked
+        inverse = inverse.reshape(self.shape) if return_inverse else empty
+        counts = counts if return_counts else empty
+    return buffers.wrap(values), buffers.wrap(inverse), buffers.wrap(counts)
+
+
+@jax.jit
+def _bincount_stats(x):
+    return jnp.stack([jnp.min(x, initial=0).astype(np.int64), jnp.max(x, initial=-1).astype(np.int64)])
+
+
+@functools.partial(jax.jit, static_argnames=("length", "dtype"))
+def _bincount_kernel(x, weights, length, dtype):
+    w = jnp.ones(x.shape, dtype) if weights is None else weights.astype(dtype)
+    return jnp.zeros((length,), dtype).at[x].add(w)
+
+
+@register_raw("bincount.default")
+def bincount(self, weights=None, minlength=0):
+    if self.dim() != 1 or self.is_floating_point() or self.is_complex() or self.dtype == torch.bool:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    if weights is not None and (weights.dim() != 1 or weights.shape[0] != self.shape[0]):
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    x = _tpu_value(self, "aten::bincount")
+    w = None if weights is None else _tpu_value(weights, "aten::bincount")
+    low, high = (int(v) for v in np.asarray(_bincount_stats(x)))
+    if low < 0:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    # CPU: counts are int64; float32 weights sum in float32, any other weights in float64
+    dtype = np.dtype(np.int64) if w is None else np.dtype(np.float32 if weights.dtype == torch.float32 else np.float64)
+    value = _bincount_kernel(x, w, max(high + 1, minlength), dtype)
+    modes.after_op("aten::bincount", value)
+    return buffers.wrap(value)
