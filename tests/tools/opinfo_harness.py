@@ -83,7 +83,10 @@ DEFAULT_ENTRIES = [
     "sum", "mean", "amax", "argmax", "var", "std", "prod", "all", "any", "cumsum", "logsumexp",
     "norm",
     # linear algebra
-    "matmul", "mm", "bmm", "addmm", "einsum", "linalg.vector_norm",
+    "matmul", "mm", "bmm", "addmm", "einsum", "linalg.vector_norm", "linalg.solve", "linalg.svd",
+    "linalg.eigh", "linalg.cholesky", "linalg.qr", "linalg.det",
+    # special functions
+    "special.zeta", "special.modified_bessel_i0", "polygamma.polygamma_n_1", "lgamma",
     # nn
     "softmax", "log_softmax", "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu",
     "nn.functional.layer_norm", "nn.functional.linear", "nn.functional.conv2d",
