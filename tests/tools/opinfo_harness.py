@@ -78,7 +78,7 @@ DEFAULT_ENTRIES = [
     # pointwise
     "add", "sub", "mul", "div.no_rounding_mode", "div.floor_rounding", "neg", "abs", "exp", "log",
     "sqrt", "rsqrt", "sin", "tanh", "sigmoid", "pow", "clamp", "where", "maximum", "eq", "lt",
-    "erf", "floor", "nan_to_num", "lerp",
+    "erf", "floor", "nan_to_num", "lerp", "sgn",
     # reductions / scans
     "sum", "mean", "amax", "argmax", "var", "std", "prod", "all", "any", "cumsum", "logsumexp",
     "norm",

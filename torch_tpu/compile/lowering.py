@@ -177,6 +177,7 @@ FACTORY_LOWERINGS = {
     aten.ones_like.default: _filled(lambda a: 1),
     aten.empty.memory_format: _filled(lambda a: 0),
     aten.empty_like.default: _filled(lambda a: 0),
+    aten._efficientzerotensor.default: _filled(lambda a: 0),
 }
 
 _PY_OPS = {operator.getitem: operator.getitem, operator.mul: operator.mul, operator.add: operator.add,

@@ -58,6 +58,14 @@ def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_fo
     return buffers.allocate_like(size, strides, dtype)
 
 
+@register_raw("_efficientzerotensor.default")
+def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory=None):
+    """Backward formulas' zero gradient (sgn's, say).  CUDA marks it a
+    read-only ZeroTensor that later ops skip; a plain zero-filled tensor has
+    the same values."""
+    return empty(size, dtype=dtype, device=device)
+
+
 @register_raw("empty_strided.default")
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     check_device(device)
