@@ -12,16 +12,15 @@ The number of passing entries can only go up.  Reasons starting "crash:" or
 Counts at generation: forward 527 pass of 688 run; gradient 410 pass of 526 run; bfloat16 39 pass of 40 run
 Since then entries were deleted as kernels landed (2026-12-03: the linalg
 decompositions and the special functions); the --runslow run of
-tests/test_opinfo.py then gave forward 645 of 688, gradient 490 of 526, bfloat16 40 of 40.
+tests/test_opinfo.py then gave forward 647 of 688, gradient 492 of 526, bfloat16 40 of 40.
 """
 
-# forward: 43 expected failures
+# forward: 41 expected failures
 FORWARD = {
     "_batch_norm_with_update": "no kernel: aten::_batch_norm_with_update (falls back to CPU)",
     "_segment_reduce.lengths": "no kernel: aten::segment_reduce (falls back to CPU)",
     "_segment_reduce.offsets": "no kernel: aten::segment_reduce (falls back to CPU)",
     "_upsample_bilinear2d_aa": "no kernel: aten::_upsample_bilinear2d_aa.out (falls back to CPU)",
-    "cdist": "no kernel: aten::_cdist_forward (falls back to CPU)",
     "chalf": "TypeError: the tpu device does not support dtype torch.complex32 [sample 0: float32[]]",
     "gather": "RuntimeError: tpu: aten.gather.default failed on the device: indices and arr must have the same number of dimensions; 2 vs. 1 [sample 4: float32[5], 0, uint8[2, 0]]",
     "grid_sampler_2d": "no kernel: aten::grid_sampler_2d (falls back to CPU)",
@@ -55,20 +54,18 @@ FORWARD = {
     "nn.functional.multi_margin_loss": "no kernel: aten::multi_margin_loss (falls back to CPU)",
     "nn.functional.multilabel_margin_loss": "no kernel: aten::multilabel_margin_loss_forward (falls back to CPU)",
     "nn.functional.pad.replicate_negative": "RuntimeError: tpu: aten.replication_pad2d.default failed on the device: index can't contain negative values [sample 0: float32[5, 3, 4, 4], [-4, 5, 0, 0], 'replicate']",
-    "nn.functional.pdist": "no kernel: aten::_pdist_forward (falls back to CPU)",
     "nn.functional.rrelu": "no kernel: aten::rrelu_with_noise (falls back to CPU)",
     "sparse.mm.reduce": "NotImplementedError: Could not run 'aten::_sparse_mm_reduce_impl' with arguments from the 'SparseCsrtpu' backend. This could be because the operator doesn't exist for this backend, or was omitted during the selective/custom build process (i [sample 0: float32[5, 5], float32[5, 3], 'sum']",
     "sparse.sampled_addmm": "NotImplementedError: Could not run 'aten::sparse_sampled_addmm' with arguments from the 'SparseCsrtpu' backend. This could be because the operator doesn't exist for this backend, or was omitted during the selective/custom build process (if  [sample 0: float32[0, 0], float32[0, 0], float32[0, 0], ...",
     "to_sparse": "no kernel: aten::_to_sparse (falls back to CPU)",
 }
 
-# gradient: 36 expected failures
+# gradient: 34 expected failures
 GRADIENT = {
     "_batch_norm_with_update": "no kernel: aten::_batch_norm_with_update, aten::batch_norm_backward (falls back to CPU)",
     "_segment_reduce.lengths": "no kernel: aten::_segment_reduce_backward, aten::segment_reduce (falls back to CPU)",
     "_segment_reduce.offsets": "no kernel: aten::_segment_reduce_backward, aten::segment_reduce (falls back to CPU)",
     "_upsample_bilinear2d_aa": "no kernel: aten::_upsample_bilinear2d_aa.out, aten::_upsample_bilinear2d_aa_backward.grad_input (falls back to CPU)",
-    "cdist": "no kernel: aten::_cdist_backward, aten::_cdist_forward (falls back to CPU)",
     "chalf": "TypeError: the tpu device does not support dtype torch.complex32 [sample 0: float32[]]",
     "grid_sampler_2d": "no kernel: aten::grid_sampler_2d, aten::grid_sampler_2d_backward (falls back to CPU)",
     "grid_sampler_3d": "no kernel: aten::grid_sampler_3d, aten::grid_sampler_3d_backward (falls back to CPU)",
@@ -94,7 +91,6 @@ GRADIENT = {
     "nn.functional.multi_margin_loss": "no kernel: aten::multi_margin_loss, aten::multi_margin_loss_backward (falls back to CPU)",
     "nn.functional.multilabel_margin_loss": "no kernel: aten::multilabel_margin_loss_backward, aten::multilabel_margin_loss_forward (falls back to CPU)",
     "nn.functional.pad.replicate_negative": "RuntimeError: tpu: aten.replication_pad2d.default failed on the device: index can't contain negative values [sample 0: float32[5, 3, 4, 4], [-4, 5, 0, 0], 'replicate']",
-    "nn.functional.pdist": "no kernel: aten::_pdist_backward, aten::_pdist_forward (falls back to CPU)",
     "sparse.mm.reduce": "NotImplementedError: Could not run 'aten::_sparse_mm_reduce_impl' with arguments from the 'SparseCsrtpu' backend. This could be because the operator doesn't exist for this backend, or was omitted during the selective/custom build process (i [sample 0: float32[5, 5], float32[5, 3], 'sum']",
     "sparse.sampled_addmm": "NotImplementedError: Could not run 'aten::sparse_sampled_addmm' with arguments from the 'SparseCsrtpu' backend. This could be because the operator doesn't exist for this backend, or was omitted during the selective/custom build process (if  [sample 0: float32[0, 0], float32[0, 0], float32[0, 0], ...",
     "to_sparse": "no kernel: aten::_to_sparse (falls back to CPU)",

@@ -308,3 +308,25 @@ def test_geqrf_householder_ormqr(strict):
     for transpose in (False, True):
         _close(torch.ormqr(a.to("tpu"), tau.to("tpu"), C.to("tpu"), transpose=transpose),
                torch.ormqr(a, tau, C, transpose=transpose))
+
+
+# ---- pairwise distances (torch_tpu/ops/distance.py) -----------------------------------
+
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, float("inf")])
+def test_cdist_and_pdist_match_cpu(strict, p):
+    a = r(2, 1, 4, 5, dtype=torch.float64)
+    b = r(3, 6, 5, dtype=torch.float64, seed=1)
+    check(lambda x, y: torch.cdist(x, y, p=p), a, b, atol=1e-10, rtol=1e-10)  # batch dims broadcast
+    check(lambda x: F.pdist(x, p=p), r(6, 5, dtype=torch.float64, seed=2), atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("mode", ["use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist",
+                                  "use_mm_for_euclid_dist_if_necessary"])
+def test_cdist_euclidean_compute_modes(strict, mode):
+    # more than 25 rows: the "if necessary" mode takes the matrix-product form, as on the CPU
+    check(lambda x, y: torch.cdist(x, y, compute_mode=mode), r(30, 4), r(27, 4, seed=1), atol=1e-4, rtol=1e-4)
+
+
+def test_cdist_shape_errors_match(strict):
+    with pytest.raises(RuntimeError, match="same number of columns|X1 and X2 must have the same"):
+        torch.cdist(torch.randn(3, 4, device="tpu"), torch.randn(3, 5, device="tpu"))

@@ -9,6 +9,6 @@ from . import foreach  # noqa: F401,E402
 from . import optim  # noqa: F401,E402
 from . import attention, fft  # noqa: F401,E402
 from . import decompositions  # noqa: F401,E402
-from . import special  # noqa: F401,E402
+from . import special, distance  # noqa: F401,E402
 
 fallback.install()
