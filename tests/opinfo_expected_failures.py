@@ -12,17 +12,16 @@ The number of passing entries can only go up.  Reasons starting "crash:" or
 Counts at generation: forward 527 pass of 688 run; gradient 410 pass of 526 run; bfloat16 39 pass of 40 run
 Since then entries were deleted as kernels landed (2026-12-03: the linalg
 decompositions and the special functions); the --runslow run of
-tests/test_opinfo.py then gave forward 647 of 688, gradient 492 of 526, bfloat16 40 of 40.
+tests/test_opinfo.py then gave forward 650 of 688, gradient 494 of 526, bfloat16 40 of 40.
 """
 
-# forward: 41 expected failures
+# forward: 38 expected failures
 FORWARD = {
     "_batch_norm_with_update": "no kernel: aten::_batch_norm_with_update (falls back to CPU)",
     "_segment_reduce.lengths": "no kernel: aten::segment_reduce (falls back to CPU)",
     "_segment_reduce.offsets": "no kernel: aten::segment_reduce (falls back to CPU)",
     "_upsample_bilinear2d_aa": "no kernel: aten::_upsample_bilinear2d_aa.out (falls back to CPU)",
     "chalf": "TypeError: the tpu device does not support dtype torch.complex32 [sample 0: float32[]]",
-    "gather": "RuntimeError: tpu: aten.gather.default failed on the device: indices and arr must have the same number of dimensions; 2 vs. 1 [sample 4: float32[5], 0, uint8[2, 0]]",
     "grid_sampler_2d": "no kernel: aten::grid_sampler_2d (falls back to CPU)",
     "grid_sampler_3d": "no kernel: aten::grid_sampler_3d (falls back to CPU)",
     "hash_tensor": "no kernel: aten::hash_tensor.out (falls back to CPU)",
@@ -36,14 +35,12 @@ FORWARD = {
     "linalg.ldl_factor_ex": "no kernel: aten::linalg_ldl_factor_ex.out (falls back to CPU)",
     "linalg.ldl_solve": "no kernel: aten::linalg_ldl_solve.out (falls back to CPU)",
     "matrix_exp": "numeric: float32 roundoff on an ill-conditioned sample; JAX's Pade expm differs from ATen's degree-18 Taylor (tpu is closer to float64) [sample 1: float32[5, 5, 5]]",
-    "nn.functional.channel_shuffle": "no kernel: aten::channel_shuffle (falls back to CPU)",
     "nn.functional.ctc_loss": "no kernel: aten::_ctc_loss (falls back to CPU)",
     "nn.functional.embedding_bag": "no kernel: aten::_embedding_bag_forward_only (falls back to CPU)",
     "nn.functional.fractional_max_pool2d": "no kernel: aten::fractional_max_pool2d.output (falls back to CPU)",
     "nn.functional.fractional_max_pool3d": "no kernel: aten::fractional_max_pool3d.output (falls back to CPU)",
     "nn.functional.grid_sample": "no kernel: aten::grid_sampler_2d (falls back to CPU)",
     "nn.functional.interpolate.bicubic": "no kernel: aten::upsample_bicubic2d.out (falls back to CPU)",
-    "nn.functional.interpolate.nearest-exact": "no kernel: aten::_upsample_nearest_exact1d.out, aten::_upsample_nearest_exact2d.out (falls back to CPU)",
     "nn.functional.interpolate.trilinear": "no kernel: aten::upsample_trilinear3d.out (falls back to CPU)",
     "nn.functional.max_unpool1d": "no kernel: aten::max_unpool2d (falls back to CPU)",
     "nn.functional.max_unpool1d.grad": "no kernel: aten::max_unpool2d (falls back to CPU)",
@@ -60,7 +57,7 @@ FORWARD = {
     "to_sparse": "no kernel: aten::_to_sparse (falls back to CPU)",
 }
 
-# gradient: 34 expected failures
+# gradient: 32 expected failures
 GRADIENT = {
     "_batch_norm_with_update": "no kernel: aten::_batch_norm_with_update, aten::batch_norm_backward (falls back to CPU)",
     "_segment_reduce.lengths": "no kernel: aten::_segment_reduce_backward, aten::segment_reduce (falls back to CPU)",
@@ -74,13 +71,11 @@ GRADIENT = {
     "index_reduce.mean": "no kernel: aten::index_reduce.out (falls back to CPU)",
     "index_reduce.prod": "no kernel: aten::index_reduce.out (falls back to CPU)",
     "logcumsumexp": "sample 0 (float32[5, 5, 5], 0): grad[0]: Mismatched elements: 4 / 125 (3.2%); Greatest absolute difference: 0.0034067630767822266 (up to 1e-05 allowed); Greatest relative difference: 0.021728066727519035 (up to 1e-05 allowed)",
-    "nn.functional.channel_shuffle": "no kernel: aten::channel_shuffle (falls back to CPU)",
     "nn.functional.conv_transpose3d": "sample 2 (float32[2, 2, 4, 4, 4], float32[2, 2, 4, 5, 6], float32[4], stride=[3, 2, 1], padding=[1, 2, 3], output_padding=[2, 3, 1], groups=2, dilation=[4, 4, 4]): grad[0]: Mismatched elements: 1 / 256 (0.4%); Greatest absolute difference: 2.7179718017578125e-05 (up to 1e-05 allowed); Greatest re...",
     "nn.functional.ctc_loss": "no kernel: aten::_ctc_loss, aten::_ctc_loss_backward (falls back to CPU)",
     "nn.functional.embedding_bag": "no kernel: aten::_embedding_bag, aten::_embedding_bag_backward, aten::_embedding_bag_per_sample_weights_backward (falls back to CPU)",
     "nn.functional.grid_sample": "no kernel: aten::grid_sampler_2d, aten::grid_sampler_2d_backward (falls back to CPU)",
     "nn.functional.interpolate.bicubic": "no kernel: aten::upsample_bicubic2d.out, aten::upsample_bicubic2d_backward.grad_input (falls back to CPU)",
-    "nn.functional.interpolate.nearest-exact": "no kernel: aten::_upsample_nearest_exact1d.out, aten::_upsample_nearest_exact1d_backward.grad_input (falls back to CPU)",
     "nn.functional.interpolate.trilinear": "no kernel: aten::upsample_trilinear3d.out, aten::upsample_trilinear3d_backward.grad_input (falls back to CPU)",
     "nn.functional.max_unpool1d": "no kernel: aten::max_unpool2d (falls back to CPU)",
     "nn.functional.max_unpool1d.grad": "no kernel: aten::max_unpool2d (falls back to CPU)",

@@ -772,11 +772,19 @@ def _nearest_index(n_in, n_out, scale):
     return np.minimum(src, n_in - 1)
 
 
-def _upsample_nearest(x, output_size, scales):
+def _nearest_exact_index(n_in, n_out, scale):
+    """"nearest-exact": the source pixel whose center is nearest, floor((o + 0.5) * scale)."""
+    o = np.arange(n_out).astype(np.float32)
+    src = np.floor((o + np.float32(0.5)) * _scale(n_in, n_out, scale)).astype(np.int64)
+    return np.minimum(src, n_in - 1)
+
+
+def _upsample_nearest(x, output_size, scales, exact=False):
     nsp = len(output_size)
+    index = _nearest_exact_index if exact else _nearest_index
     for i, (n_out, s) in enumerate(zip(output_size, scales)):
         axis = x.ndim - nsp + i
-        x = jnp.take(x, jnp.asarray(_nearest_index(x.shape[axis], n_out, s)), axis=axis)
+        x = jnp.take(x, jnp.asarray(index(x.shape[axis], n_out, s)), axis=axis)
     return x
 
 
@@ -844,6 +852,17 @@ def upsample_nearest3d_backward(grad_output, output_size, input_size, scales_d=N
                                 scales_w=None):
     return _transpose_of(lambda v: _upsample_nearest(v, output_size, (scales_d, scales_h, scales_w)),
                          _up(grad_output), input_size)
+
+
+# nearest-exact, 1-3 spatial dims: the scales are the trailing arguments
+for _n in (1, 2, 3):
+    register(f"_upsample_nearest_exact{_n}d.default")(
+        lambda self, output_size, *scales: _upsample_nearest(self, output_size, scales or (None,) * len(output_size),
+                                                             exact=True))
+    register(f"_upsample_nearest_exact{_n}d_backward.default")(
+        lambda grad_output, output_size, input_size, *scales: _transpose_of(
+            lambda v: _upsample_nearest(v, output_size, scales or (None,) * len(output_size), exact=True),
+            _up(grad_output), input_size))
 
 
 @register("upsample_linear1d.default")
@@ -953,3 +972,12 @@ def pixel_unshuffle(self, downscale_factor):
     n = len(lead)
     x = jnp.transpose(x, tuple(range(n)) + (n, n + 2, n + 4, n + 1, n + 3))
     return x.reshape(tuple(lead) + (c * r * r, h // r, w // r))
+
+
+@register("channel_shuffle.default", "native_channel_shuffle.default")
+def channel_shuffle(self, groups):
+    # (N, g, C/g, *) -> (N, C/g, g, *): channel c*g + k comes from group k
+    n, c = self.shape[:2]
+    rest = self.shape[2:]
+    x = self.reshape((n, groups, c // groups) + rest)
+    return jnp.swapaxes(x, 1, 2).reshape(self.shape)
