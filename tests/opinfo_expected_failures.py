@@ -12,10 +12,10 @@ The number of passing entries can only go up.  Reasons starting "crash:" or
 Counts at generation: forward 527 pass of 688 run; gradient 410 pass of 526 run; bfloat16 39 pass of 40 run
 Since then entries were deleted as kernels landed (2026-12-03: the linalg
 decompositions and the special functions); the --runslow run of
-tests/test_opinfo.py then gave forward 650 of 688, gradient 494 of 526, bfloat16 40 of 40.
+tests/test_opinfo.py then gave forward 651 of 688, gradient 495 of 526, bfloat16 40 of 40.
 """
 
-# forward: 38 expected failures
+# forward: 37 expected failures
 FORWARD = {
     "_batch_norm_with_update": "no kernel: aten::_batch_norm_with_update (falls back to CPU)",
     "_segment_reduce.lengths": "no kernel: aten::segment_reduce (falls back to CPU)",
@@ -40,7 +40,6 @@ FORWARD = {
     "nn.functional.fractional_max_pool2d": "no kernel: aten::fractional_max_pool2d.output (falls back to CPU)",
     "nn.functional.fractional_max_pool3d": "no kernel: aten::fractional_max_pool3d.output (falls back to CPU)",
     "nn.functional.grid_sample": "no kernel: aten::grid_sampler_2d (falls back to CPU)",
-    "nn.functional.interpolate.bicubic": "no kernel: aten::upsample_bicubic2d.out (falls back to CPU)",
     "nn.functional.interpolate.trilinear": "no kernel: aten::upsample_trilinear3d.out (falls back to CPU)",
     "nn.functional.max_unpool1d": "no kernel: aten::max_unpool2d (falls back to CPU)",
     "nn.functional.max_unpool1d.grad": "no kernel: aten::max_unpool2d (falls back to CPU)",
@@ -57,7 +56,7 @@ FORWARD = {
     "to_sparse": "no kernel: aten::_to_sparse (falls back to CPU)",
 }
 
-# gradient: 32 expected failures
+# gradient: 31 expected failures
 GRADIENT = {
     "_batch_norm_with_update": "no kernel: aten::_batch_norm_with_update, aten::batch_norm_backward (falls back to CPU)",
     "_segment_reduce.lengths": "no kernel: aten::_segment_reduce_backward, aten::segment_reduce (falls back to CPU)",
@@ -75,7 +74,6 @@ GRADIENT = {
     "nn.functional.ctc_loss": "no kernel: aten::_ctc_loss, aten::_ctc_loss_backward (falls back to CPU)",
     "nn.functional.embedding_bag": "no kernel: aten::_embedding_bag, aten::_embedding_bag_backward, aten::_embedding_bag_per_sample_weights_backward (falls back to CPU)",
     "nn.functional.grid_sample": "no kernel: aten::grid_sampler_2d, aten::grid_sampler_2d_backward (falls back to CPU)",
-    "nn.functional.interpolate.bicubic": "no kernel: aten::upsample_bicubic2d.out, aten::upsample_bicubic2d_backward.grad_input (falls back to CPU)",
     "nn.functional.interpolate.trilinear": "no kernel: aten::upsample_trilinear3d.out, aten::upsample_trilinear3d_backward.grad_input (falls back to CPU)",
     "nn.functional.max_unpool1d": "no kernel: aten::max_unpool2d (falls back to CPU)",
     "nn.functional.max_unpool1d.grad": "no kernel: aten::max_unpool2d (falls back to CPU)",

@@ -377,6 +377,23 @@ def test_upsample_bilinear(align, kw):
     check(lambda x: F.interpolate(x, mode="bilinear", align_corners=align, **kw), r(2, 3, 4, 5))
 
 
+@pytest.mark.parametrize("align", [False, True])
+@pytest.mark.parametrize("kw", [dict(scale_factor=2), dict(size=(5, 9)), dict(scale_factor=0.6),
+                                dict(size=(1, 1))])
+def test_upsample_bicubic(align, kw):
+    # float64: the weights are computed in double, as on the CPU; float32 values and gradients too
+    check(lambda x: F.interpolate(x, mode="bicubic", align_corners=align, **kw),
+          r(2, 3, 4, 5).double().detach().requires_grad_(), atol=1e-12, rtol=1e-12)
+    check(lambda x: F.interpolate(x, mode="bicubic", align_corners=align, **kw), r(2, 3, 4, 5))
+
+
+@pytest.mark.parametrize("kw", [dict(scale_factor=2), dict(size=(5, 7)), dict(scale_factor=0.6)])
+def test_upsample_nearest_exact(kw):
+    check(lambda x: F.interpolate(x, mode="nearest-exact", **kw), r(2, 3, 4, 5))
+    check(lambda x: F.interpolate(x, mode="nearest-exact", **{k: v if not isinstance(v, tuple) else v[0]
+                                                             for k, v in kw.items()}), r(2, 3, 4))
+
+
 def test_upsample_1d_3d():
     check(lambda x: F.interpolate(x, scale_factor=3, mode="nearest"), r(1, 2, 4))
     check(lambda x: F.interpolate(x, size=7, mode="linear"), r(1, 2, 4))

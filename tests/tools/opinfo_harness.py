@@ -92,7 +92,8 @@ DEFAULT_ENTRIES = [
     "nn.functional.layer_norm", "nn.functional.linear", "nn.functional.conv2d",
     "nn.functional.cross_entropy", "nn.functional.embedding", "nn.functional.max_pool2d",
     "nn.functional.dropout", "nn.functional.mse_loss", "nn.functional.pad.constant",
-    "nn.functional.interpolate.nearest-exact", "nn.functional.channel_shuffle", "cdist",
+    "nn.functional.interpolate.nearest-exact", "nn.functional.interpolate.bicubic",
+    "nn.functional.channel_shuffle", "cdist",
     # indexing
     "gather", "index_select", "scatter_add", "index_add", "masked_fill", "take_along_dim",
     # shape

@@ -875,6 +875,64 @@ def upsample_bilinear2d(self, output_size, align_corners, scales_h=None, scales_
     return _upsample_linear(self, output_size, align_corners, (scales_h, scales_w))
 
 
+_CUBIC_A = -0.75  # ATen's (and OpenCV's) cubic convolution parameter
+
+
+def _cubic_taps(n_in, n_out, align_corners, scale, dtype):
+    """The 4 clamped source indices and weights per output position along one
+    dim (ATen's area_pixel_compute_source_index with cubic=True and
+    get_cubic_upsample_coefficients), in the op's math dtype as the CPU
+    computes them (float64 for double, else float32)."""
+    f = np.dtype(dtype).type
+    o = np.arange(n_out).astype(f)
+    if align_corners:
+        ratio = f((n_in - 1) / (n_out - 1)) if n_out > 1 else f(0)
+        src = ratio * o
+    else:
+        ratio = f(1.0 / scale) if scale is not None and scale > 0 else f(n_in / n_out)  # compute_scales_value
+        src = ratio * (o + f(0.5)) - f(0.5)  # may be < 0
+    base = np.floor(src)
+    t = (src - base).astype(f)
+    a = f(_CUBIC_A)
+
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    one = f(1)
+    weights = [far(t + one), near(t), near(one - t), far(one - t + one)]
+    index = [np.clip(base.astype(np.int64) + k, 0, n_in - 1) for k in (-1, 0, 1, 2)]
+    return index, [w.astype(f) for w in weights]
+
+
+def _upsample_bicubic(x, output_size, align_corners, scales):
+    # width first, then height, as the CPU kernel interpolates each row then the column
+    y = _up(x)
+    for i in (1, 0):
+        axis = x.ndim - 2 + i
+        index, weights = _cubic_taps(x.shape[axis], output_size[i], align_corners, scales[i], y.dtype)
+        shape = [1] * x.ndim
+        shape[axis] = output_size[i]
+        taps = [jnp.take(y, jnp.asarray(ix), axis=axis) * jnp.asarray(w, y.dtype).reshape(shape)
+                for ix, w in zip(index, weights)]
+        y = taps[0] + taps[1] + taps[2] + taps[3]
+    return y.astype(x.dtype)
+
+
+@register("upsample_bicubic2d.default")
+def upsample_bicubic2d(self, output_size, align_corners, scales_h=None, scales_w=None):
+    return _upsample_bicubic(self, output_size, align_corners, (scales_h, scales_w))
+
+
+@register("upsample_bicubic2d_backward.default")
+def upsample_bicubic2d_backward(grad_output, output_size, input_size, align_corners, scales_h=None,
+                                scales_w=None):
+    return _transpose_of(lambda v: _upsample_bicubic(v, output_size, align_corners, (scales_h, scales_w)),
+                         _up(grad_output), input_size)
+
+
 @register("upsample_linear1d_backward.default")
 def upsample_linear1d_backward(grad_output, output_size, input_size, align_corners, scales=None):
     return _transpose_of(lambda v: _upsample_linear(v, output_size, align_corners, (scales,)),
