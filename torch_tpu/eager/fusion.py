@@ -101,7 +101,7 @@ def record(fn, inputs, out_buffers):
         index = len(_nodes)
         outs = [LazyBuffer(shape, dtype, index, slot) for slot, (shape, dtype) in enumerate(out_buffers)]
         refs = tuple(refs)
-        prefix = hash((_nodes[-1].prefix if _nodes else 0, id(fn), refs))
+        prefix = _prefix_after(fn, refs)
         _nodes.append(_Node(fn, refs, [weakref.ref(o) for o in outs], prefix))
         full = len(_nodes) >= MAX_PENDING_OPS
         if prefix in _read_points and not full:
@@ -109,6 +109,12 @@ def record(fn, inputs, out_buffers):
     if full:
         flush("size limit")
     return outs
+
+
+def _prefix_after(fn, refs):
+    """The structural hash of the pending program once an op ``fn`` wired by
+    ``refs`` is appended: what a host read's position is remembered by."""
+    return hash((_nodes[-1].prefix if _nodes else 0, id(fn), refs))
 
 
 def _intern(x, items, index):
@@ -147,12 +153,8 @@ def flush(reason="sync", first=None) -> None:
     with _lock:
         if not _nodes:
             return
-        nodes = _nodes[:]
+        nodes, external = _take_pending()
         logs.fused_flush(len(nodes), reason)  # TORCH_TPU_LOGS=sync
-        external = _external[:]
-        _nodes.clear()
-        _external.clear()
-        _external_index.clear()
         groups = [range(len(nodes))]
         if SPLIT_AT_HOST_READS and type(first) is LazyBuffer and first.value is None:
             _read_points.add(nodes[first.node].prefix)
@@ -171,10 +173,19 @@ def flush(reason="sync", first=None) -> None:
 SPLIT_AT_HOST_READS = os.environ.get("TORCH_TPU_FUSED_SPLIT", "1") != "0"
 
 
+def _take_pending():
+    """The pending program ``(nodes, external inputs)``, leaving none pending."""
+    nodes, external = _nodes[:], _external[:]
+    _nodes.clear()
+    _external.clear()
+    _external_index.clear()
+    return nodes, external
+
+
 def _launch_early(index):
     """Launch the ops node ``index`` needs (a predicted host read) and keep the
     other pending ops pending, rewired to the values just launched."""
-    nodes, external = _nodes[:], _external[:]
+    nodes, external = _take_pending()
     needed = _ancestors(nodes, index)
     rest = [i for i in range(len(nodes)) if i not in needed]
     renumbered = {i: k for k, i in enumerate(rest)}
@@ -188,16 +199,13 @@ def _launch_early(index):
         lazy = ref()
         if lazy is not None:
             lazy.early = True
-    _nodes.clear()
-    _external.clear()
-    _external_index.clear()
     for i in rest:  # re-record the rest against the new values
         node = nodes[i]
         refs = tuple(_intern(external[r[1]], _external, _external_index) if r[0] == "x"
                      else _intern(computed[(r[1], r[2])], _external, _external_index)
                      if r[1] in needed else ("n", renumbered[r[1]], r[2]) for r in node.refs)
         node.refs = refs
-        node.prefix = hash((_nodes[-1].prefix if _nodes else 0, id(node.fn), refs))
+        node.prefix = _prefix_after(node.fn, refs)
         for ref in node.outputs:
             lazy = ref()
             if lazy is not None:

@@ -53,7 +53,7 @@ def _mm(a, b):
     return jnp.matmul(a, b, precision=lax.Precision.HIGHEST)
 
 
-def _bcast_batch(*xs):
+def broadcast_batch(*xs):
     """Broadcast the batch dims (all but the last two) of the matrices, as ATen's solvers do."""
     batch = jnp.broadcast_shapes(*(x.shape[:-2] for x in xs))
     return [jnp.broadcast_to(x, batch + x.shape[-2:]) for x in xs]
@@ -172,7 +172,7 @@ def _lu_solve(lu, piv, b, left=True, adjoint=False):
     from A's packed LU and pivots.  Batch dims broadcast."""
     if not left:  # X A = B  <=>  A^H X^H = B^H
         return _mH(_lu_solve(lu, piv, _mH(b), True, not adjoint))
-    lu, b = _bcast_batch(lu, b)
+    lu, b = broadcast_batch(lu, b)
     piv = jnp.broadcast_to(piv, lu.shape[:-2] + piv.shape[-1:])
     n = lu.shape[-1]
     if n == 0 or b.shape[-1] == 0:
@@ -283,7 +283,7 @@ def linalg_solve_ex(A, B, left=True, check_errors=False):
 # ---- triangular solves --------------------------------------------------------
 
 def _tri_solve(A, B, upper, left, unit, transpose=False):
-    A, B = _bcast_batch(A, B)
+    A, B = broadcast_batch(A, B)
     if B.size == 0 or A.shape[-1] == 0:
         return jnp.zeros(B.shape, B.dtype)
     # trsm reads only A's triangle; mask anyway so every backend agrees
@@ -300,7 +300,7 @@ def linalg_solve_triangular(self, B, upper, left=True, unitriangular=False):
 @_register("triangular_solve.default")
 def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
     # ``transpose`` is a plain transpose (no conjugation), as in ATen
-    A_b, _ = _bcast_batch(A, self)
+    A_b, _ = broadcast_batch(A, self)
     return _tri_solve(A, self, upper, True, unitriangular, transpose), A_b
 
 
@@ -382,7 +382,7 @@ _install(resolve("cholesky.out"), _OldCholesky("out"))
 
 def _chol_solve(L, B, upper):
     """X with (L L^H) X = B (or (U^H U) X = B)."""
-    L, B = _bcast_batch(L, B)
+    L, B = broadcast_batch(L, B)
     if B.size == 0 or L.shape[-1] == 0:
         return jnp.zeros(B.shape, B.dtype)
     tri = functools.partial(lax.linalg.triangular_solve, left_side=True, lower=not upper)
@@ -430,7 +430,7 @@ def linalg_householder_product(input, tau):
 
 @_register("ormqr.default")
 def ormqr(self, input2, input3, left=True, transpose=False):
-    a, c = _bcast_batch(self, input3)
+    a, c = broadcast_batch(self, input3)
     tau = jnp.broadcast_to(input2, a.shape[:-2] + input2.shape[-1:])
     if c.size == 0 or tau.shape[-1] == 0:
         return c
@@ -501,7 +501,7 @@ def _lstsq(A, b, rcond=None, driver=None):
     m, n = A.shape[-2:]
     vector = b.ndim == A.ndim - 1  # ATen's vector case: one right-hand side per matrix
     B = b[..., None] if vector else b
-    A, B = _bcast_batch(A, B)
+    A, B = broadcast_batch(A, B)
     real = jnp.real(A).dtype
     batch = A.shape[:-2]
     if min(m, n) == 0:

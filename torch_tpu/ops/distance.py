@@ -13,14 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .decompositions import broadcast_batch
 from .registry import register
 
 
 def _differences(x1, x2):
     """(..., P, R, M) differences of the rows, batch dims broadcast."""
-    batch = jnp.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
-    x1 = jnp.broadcast_to(x1, batch + x1.shape[-2:])
-    x2 = jnp.broadcast_to(x2, batch + x2.shape[-2:])
+    x1, x2 = broadcast_batch(x1, x2)
     return x1[..., :, None, :] - x2[..., None, :, :]
 
 
@@ -38,9 +37,7 @@ def _norm(diff, p):
 
 
 def _euclidean_by_products(x1, x2):
-    batch = jnp.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
-    x1 = jnp.broadcast_to(x1, batch + x1.shape[-2:])
-    x2 = jnp.broadcast_to(x2, batch + x2.shape[-2:])
+    x1, x2 = broadcast_batch(x1, x2)
     n1 = jnp.sum(x1 * x1, axis=-1)[..., :, None]
     n2 = jnp.sum(x2 * x2, axis=-1)[..., None, :]
     dots = jnp.matmul(x1, jnp.swapaxes(x2, -1, -2), precision=lax.Precision.HIGHEST)
