@@ -259,6 +259,28 @@ def test_index_add_copy_fill_errors():
         x.index_fill_(0, torch.tensor([3], device="tpu"), 1.0)
 
 
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_index_reduce(reduce, include_self):
+    x = _x(5, 3)
+    x[1, 2] = float("nan")
+    index = torch.tensor([4, 0, 4, 2])
+    src = _x(4, 3)
+    src[3, 0] = float("nan")
+    run_both(lambda a, i, s: a.index_reduce(0, i, s, reduce, include_self=include_self), x, index, src)
+    run_both(lambda a, i, s: a.index_reduce(1, i, s, reduce, include_self=include_self),
+             x.t().contiguous(), index, src.t().contiguous())
+    xi = _x(5, 3, dtype=torch.int64)  # integer mean floors
+    run_both(lambda a, i, s: a.index_reduce(0, i, s, reduce, include_self=include_self), xi, index,
+             _x(4, 3, dtype=torch.int64), exact=True)
+
+
+def test_index_reduce_errors():
+    x = torch.zeros(3, 2, device="tpu")
+    with pytest.raises(IndexError, match="index out of range in self"):
+        x.index_reduce(0, torch.tensor([3], device="tpu"), torch.ones(1, 2, device="tpu"), "amax")
+
+
 # ---- take / put -------------------------------------------------------------------------
 
 def test_take_put():

@@ -16,7 +16,9 @@ OWN_PREFIXES = ("convolution", "max_pool", "avg_pool", "adaptive_", "_adaptive_"
                 "_native_batch_norm", "native_layer_norm", "native_group_norm", "embedding", "nll_loss",
                 "mse_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "native_dropout",
                 "upsample_", "constant_pad_nd", "reflection_pad", "replication_pad", "im2col", "col2im",
-                "pixel_shuffle", "pixel_unshuffle", "mm", "bmm", "addmm", "_addmm_activation")
+                "pixel_shuffle", "pixel_unshuffle", "mm", "bmm", "addmm", "_addmm_activation",
+                "_weight_norm", "_embedding_bag", "max_unpool", "multi_margin_loss", "multilabel_margin_loss",
+                "grid_sampler", "unfold_backward")
 
 
 def own_fallbacks():
@@ -260,6 +262,16 @@ def test_rms_norm():
     check(lambda x, w: F.rms_norm(x, (6,), w, eps=1e-5), r(3, 6), r(6), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dim", [0, 2])
+def test_weight_norm(dim):
+    # what nn.utils.parametrizations.weight_norm runs for the first or last dim
+    g_shape = (4, 1, 1) if dim == 0 else (1, 1, 5)
+    check(lambda v, g: torch._weight_norm(v, g, dim), r(4, 3, 5), r(*g_shape).abs(),
+          atol=1e-5, rtol=1e-5)
+    check(lambda v, g: torch._weight_norm(v, g, dim), r(4, 3, 5, dtype=torch.bfloat16),
+          r(*g_shape, dtype=torch.bfloat16), atol=1e-2, rtol=1e-2)
+
+
 # ---- embedding -----------------------------------------------------------------
 
 @pytest.mark.parametrize("kw", [dict(), dict(padding_idx=1), dict(scale_grad_by_freq=True),
@@ -278,6 +290,47 @@ def test_embedding_max_norm_renormalizes_used_rows_in_place(norm_type):
     got = F.embedding(idx.to("tpu"), wt, max_norm=1.5, norm_type=norm_type)
     torch.testing.assert_close(got.cpu(), want)
     torch.testing.assert_close(wt.cpu(), w)  # the weight's used rows were rescaled, the rest kept
+
+
+_BAG_INDICES = torch.tensor([0, 2, 2, 5, 1, 2, 4, 3])
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("kw", [dict(), dict(padding_idx=2), dict(include_last_offset=True)])
+def test_embedding_bag(mode, kw):
+    offsets = torch.tensor([0, 3, 3, 6, 8] if kw.get("include_last_offset") else [0, 3, 3, 6])
+    check(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode, **kw), r(6, 3), _BAG_INDICES, offsets)
+    if mode == "sum":
+        check(lambda w, i, o, p: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p, **kw),
+              r(6, 3), _BAG_INDICES, offsets, r(8))
+    # all four outputs where the CPU fills them, bit for bit but the mean's division
+    # (XLA multiplies by the reciprocal), with a NaN and a tie in the max bags
+    w = torch.tensor([[1., 5.], [2., 2.], [3., 5.], [0., 9.], [float("nan"), 9.], [-1., -1.]])
+    mode_num = ["sum", "mean", "max"].index(mode)
+
+    def bag(w, i, o):
+        return torch.ops.aten._embedding_bag(w, i, o, False, mode_num, False, None,
+                                             kw.get("include_last_offset", False), kw.get("padding_idx", -1))
+    cpu, tpu = bag(w, _BAG_INDICES, offsets), bag(w.to("tpu"), _BAG_INDICES.to("tpu"), offsets.to("tpu"))
+    assert_same(tpu[0], cpu[0], exact=mode != "mean")
+    if mode != "sum":
+        assert_same(tpu[1], cpu[1], exact=True)
+        assert torch.equal(tpu[2].cpu()[:cpu[2].shape[0]], cpu[2])
+    if mode == "max":
+        assert_same(tpu[3], cpu[3], exact=True)
+
+
+def test_embedding_bag_2d_input_frequency_scaling_and_errors():
+    # every index twice: torch 2.13's CPU divides by another index's count when counts differ
+    idx = torch.tensor([[0, 2, 2, 0], [5, 5, 3, 3]])
+    check(lambda w, i: F.embedding_bag(i, w, mode="mean", scale_grad_by_freq=True), r(6, 3), idx)
+    w = torch.randn(4, 2)
+    for i, o in [(torch.tensor([0, 4]), torch.tensor([0])), (torch.tensor([0, 1]), torch.tensor([1]))]:
+        with pytest.raises(RuntimeError) as cpu_error:
+            F.embedding_bag(i, w, o)
+        with pytest.raises(RuntimeError) as tpu_error:
+            F.embedding_bag(i.to("tpu"), w.to("tpu"), o.to("tpu"))
+        assert str(tpu_error.value) == str(cpu_error.value).splitlines()[0]
 
 
 # ---- losses --------------------------------------------------------------------
@@ -331,6 +384,33 @@ def test_bce_saturated_probabilities():
 
 def test_kl_div():
     check(lambda a, b: F.kl_div(a, b, reduction="batchmean"), r(3, 4), torch.rand(3, 4))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_multi_margin_loss(reduction):
+    t = torch.tensor([1, 0, 4, 2])
+    check(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), r(4, 5), t)
+    check(lambda x, t, w: F.multi_margin_loss(x, t, p=2, margin=0.7, weight=w, reduction=reduction),
+          r(4, 5), t, torch.rand(5) + 0.5)
+    check(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), r(5), torch.tensor(3))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_multilabel_margin_loss(reduction):
+    t = torch.tensor([[3, 0, -1, 1, 2], [1, 2, 3, 4, 0], [-1, 1, 1, 1, 1], [2, 2, -1, 0, 0]])
+    check(lambda x, t: F.multilabel_margin_loss(x, t, reduction=reduction), r(4, 5), t)
+    check(lambda x, t: F.multilabel_margin_loss(x, t, reduction=reduction), r(5), t[0])
+
+
+def test_margin_loss_target_errors():
+    x = torch.randn(2, 3)
+    for fn, t in [(F.multi_margin_loss, torch.tensor([0, 3])),
+                  (F.multilabel_margin_loss, torch.tensor([[0, 3, -1], [0, -1, 5]]))]:
+        with pytest.raises(RuntimeError) as cpu_error:
+            fn(x, t)
+        with pytest.raises(RuntimeError) as tpu_error:
+            fn(x.to("tpu"), t.to("tpu"))
+        assert str(tpu_error.value) == str(cpu_error.value)
 
 
 # ---- dropout -------------------------------------------------------------------
@@ -400,6 +480,38 @@ def test_upsample_1d_3d():
     check(lambda x: F.interpolate(x, size=(3, 5, 2), mode="nearest"), r(1, 2, 2, 3, 4))
 
 
+@pytest.mark.parametrize("align", [False, True])
+def test_upsample_trilinear(align):
+    check(lambda x: F.interpolate(x, size=(3, 5, 2), mode="trilinear", align_corners=align), r(1, 2, 2, 3, 4))
+    check(lambda x: F.interpolate(x, scale_factor=(1.5, 0.6, 2), mode="trilinear", align_corners=align),
+          r(2, 1, 4, 5, 3))
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+def test_grid_sample(mode, padding_mode):
+    align = padding_mode != "border"
+    grid = r(2, 4, 5, 2, grad=False).mul(0.9).requires_grad_()  # some points fall outside [-1, 1]
+    check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding_mode, align_corners=align),
+          r(2, 3, 6, 7), grid, atol=1e-5, rtol=1e-5)
+
+
+# ---- pooling's inverse ------------------------------------------------------------
+
+def test_max_unpool():
+    for pool, unpool, shape in [(F.max_pool1d, F.max_unpool1d, (2, 3, 8)),
+                                (F.max_pool2d, F.max_unpool2d, (2, 3, 6, 8)),
+                                (F.max_pool3d, F.max_unpool3d, (1, 2, 4, 4, 6))]:
+        out, idx = pool(r(*shape, grad=False), 2, return_indices=True)
+        check(lambda v, i: unpool(v, i, 2, output_size=shape[2:]), out.clone().requires_grad_(), idx)
+    # any positions, not only a pooling's (two values for one position are
+    # nondeterministic on the CPU; the later one stays here)
+    v, i = torch.tensor([[[1., 2., 3.]]]), torch.tensor([[[5, 0, 3]]])
+    check(lambda v, i: F.max_unpool1d(v, i, 2, output_size=[6]), v, i, grad=False)
+    with pytest.raises(RuntimeError, match="Found an invalid max index: 6"):
+        F.max_unpool1d(v.to("tpu"), torch.tensor([[[0, 6, 1]]], device="tpu"), 2, output_size=[6])
+
+
 # ---- padding, im2col, pixel shuffle --------------------------------------------
 
 @pytest.mark.parametrize("pad", [(1, 2), (1, 1, 2, 0), (2, 1, 0, 1, 1, 1), (-1, 2, 1, -1)])
@@ -417,6 +529,17 @@ def test_mode_pads(mode):
     check(lambda x: F.pad(x, (2, 1), mode=mode), r(2, 3, 5))
     check(lambda x: F.pad(x, (1, 2, 2, 1), mode=mode), r(2, 3, 4, 5))
     check(lambda x: F.pad(x, (1, 0, 1, 2, 0, 1), mode=mode), r(1, 2, 3, 4, 5))
+
+
+def test_replicate_pad_negative():
+    check(lambda x: F.pad(x, (-1, 2, 1, -2), mode="replicate"), r(2, 3, 4, 5))
+    check(lambda x: F.pad(x, (-2, -1), mode="replicate"), r(2, 3, 5))
+
+
+@pytest.mark.parametrize("size, step", [(3, 1), (2, 2), (2, 3)])
+def test_tensor_unfold_backward(size, step):
+    check(lambda x: x.unfold(1, size, step), r(2, 7, 3))
+    check(lambda x: x.unfold(-1, size, step), r(3, 8))
 
 
 def test_unfold_fold():

@@ -14,7 +14,7 @@ Known failures are listed in tests/opinfo_expected_failures.py and run as
 xfail(strict=True): an entry that starts passing fails the run until it is removed
 from that file, so the count of passing entries only goes up.
 
-The default run covers a fixed spread of ~90 common entries (harness.DEFAULT_ENTRIES);
+The default run covers a fixed spread of ~110 common entries (harness.DEFAULT_ENTRIES);
 ``--runslow`` runs all of op_db.  ``python -m tests.tools.opinfo_report`` summarises a sweep.
 """
 import os

@@ -239,6 +239,24 @@ def test_unique(dtype):
     run_both(torch.unique, torch.empty(0, dtype=dtype), exact=True)
 
 
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_unique_dim(dim):
+    # distinct slices in lexicographic order; NaN slices stay distinct
+    x = torch.randint(0, 3, (6, 2, 3), generator=torch.Generator().manual_seed(0))
+    run_both(lambda a: torch.unique(a, dim=dim, return_inverse=True, return_counts=True), x, exact=True)
+    nan_rows = torch.tensor([[2.0, float("nan")], [2.0, float("nan")], [-0.0, 1.0], [0.0, 1.0]])
+    run_both(lambda a: torch.unique(a, dim=dim, return_inverse=True, return_counts=True), nan_rows, exact=True)
+    run_both(lambda a: torch.unique(a, dim=0), torch.empty(0, 3), exact=True)
+
+
+def test_unique_dim_errors_match_cpu():
+    for x, dim in [(torch.tensor(3.0), 0), (torch.zeros(2, 3), 2), (torch.zeros(2, 0), 0)]:
+        with pytest.raises(Exception) as cpu:
+            torch.unique(x, dim=dim)
+        with pytest.raises(cpu.type, match=str(cpu.value)[:40].replace("[", r"\[").replace("(", r"\(")):
+            torch.unique(x.to("tpu"), dim=dim)
+
+
 def test_histc():
     x = torch.tensor([0.0, 0.5, 1.0, 1.0, 2.5, 3.0, -1.0, 7.0])
     run_both(lambda a: torch.histc(a, bins=4, min=0, max=3), x, exact=True)

@@ -93,12 +93,14 @@ DEFAULT_ENTRIES = [
     "nn.functional.cross_entropy", "nn.functional.embedding", "nn.functional.max_pool2d",
     "nn.functional.dropout", "nn.functional.mse_loss", "nn.functional.pad.constant",
     "nn.functional.interpolate.nearest-exact", "nn.functional.interpolate.bicubic",
-    "nn.functional.channel_shuffle", "cdist",
+    "nn.functional.channel_shuffle", "cdist", "nn.functional.embedding_bag", "nn.functional.max_unpool2d",
+    "nn.functional.multi_margin_loss", "nn.functional.grid_sample",
     # indexing
     "gather", "index_select", "scatter_add", "index_add", "masked_fill", "take_along_dim",
+    "index_reduce.amax",
     # shape
     "cat", "stack", "reshape", "transpose", "permute", "expand", "squeeze", "unsqueeze",
-    "flatten", "split", "chunk", "narrow", "flip", "roll", "repeat", "tril",
+    "flatten", "split", "chunk", "narrow", "flip", "roll", "repeat", "tril", "unfold",
     # sorting / selection
     "sort", "topk", "argsort",
     # factories / random

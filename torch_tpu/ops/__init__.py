@@ -8,7 +8,10 @@ from . import elementwise, reduction, linalg, nn, indexing, factory, random, sha
 from . import foreach  # noqa: F401,E402
 from . import optim  # noqa: F401,E402
 from . import attention, fft  # noqa: F401,E402
+from . import transformer  # noqa: F401,E402
 from . import decompositions  # noqa: F401,E402
 from . import special, distance  # noqa: F401,E402
+from . import embedding_bag, unpool, margin, grid_sample  # noqa: F401,E402
+from . import rnn  # noqa: F401,E402
 
 fallback.install()

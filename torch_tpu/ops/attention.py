@@ -41,16 +41,17 @@ def _reduce_heads(g, heads):
     return g.reshape(g.shape[:-3] + (heads, g.shape[-3] // heads) + g.shape[-2:]).sum(axis=-3)
 
 
-def _scores(q, k, bias, is_causal, root_scale):
-    """Scaled, masked attention scores in float32.  Like PyTorch's math path,
+def _scores(q, k, bias, is_causal, root_scale, dtype=_F32):
+    """Scaled, masked attention scores in ``dtype`` (float32 here; the
+    transformer fast paths pass float64 through).  Like PyTorch's math path,
     both operands are scaled by the square root of the scale (``root_scale``)."""
-    s = jnp.einsum("...qe,...ke->...qk", q.astype(_F32) * root_scale, k.astype(_F32) * root_scale,
+    s = jnp.einsum("...qe,...ke->...qk", q.astype(dtype) * root_scale, k.astype(dtype) * root_scale,
                    precision=_HIGHEST)
     if is_causal:  # top-left aligned, as PyTorch's tril mask
         allowed = jnp.tril(jnp.ones(s.shape[-2:], bool))
         s = jnp.where(allowed, s, -jnp.inf)
     if bias is not None:
-        s = jnp.where(bias, s, -jnp.inf) if bias.dtype == bool else s + bias.astype(_F32)
+        s = jnp.where(bias, s, -jnp.inf) if bias.dtype == bool else s + bias.astype(dtype)
     return s
 
 

@@ -332,6 +332,46 @@ def index_fill(self, dim, index, value):
     return out.at[_along(dim, out.ndim, index)].set(jnp.asarray(value).astype(self.dtype)).reshape(self.shape)
 
 
+def _reduce_identity(reduce, dtype):
+    if reduce in ("mean", "sum"):
+        return 0
+    if reduce == "prod":
+        return 1
+    big = jnp.inf if jnp.issubdtype(dtype, jnp.inexact) else jnp.iinfo(dtype).max
+    return -big if reduce == "amax" else big
+
+
+@register("index_reduce.default")
+def index_reduce(self, dim, index, source, reduce, *, include_self=True):
+    """Source slice i reduced into self's slice index[i] along ``dim``; with
+    include_self=False the indexed slices start from the reduction's identity.
+    mean divides by the count (self counting once if included), flooring for
+    integers like the CPU; amax/amin propagate NaN."""
+    out = _as_1d(self)
+    dim = dim % out.ndim
+    where = _along(dim, out.ndim, index)
+    src = _as_1d(source).astype(out.dtype)
+    if not include_self:
+        out = out.at[where].set(jnp.asarray(_reduce_identity(reduce, out.dtype), out.dtype))
+    at = out.at[where]
+    if reduce == "prod":
+        out = at.multiply(src)
+    elif reduce == "amax":
+        out = at.max(src)
+    elif reduce == "amin":
+        out = at.min(src)
+    else:  # mean
+        out = at.add(src)
+        counts = jnp.zeros((out.shape[dim],), np.int64).at[index.reshape(-1)].add(1)
+        counts = counts + int(include_self)
+        counts = jnp.where(counts == 0, 1, counts).reshape((-1,) + (1,) * (out.ndim - dim - 1))
+        if jnp.issubdtype(out.dtype, jnp.inexact):
+            out = out / counts.astype(out.dtype)
+        else:
+            out = jnp.floor_divide(out, counts.astype(out.dtype))
+    return out.reshape(self.shape)
+
+
 def _prepare_dim_index(low, message):
     """Bounds check for ``index`` along ``dim``: [0, size) or [-size, size)."""
     def prepare(bound):
@@ -344,7 +384,7 @@ def _prepare_dim_index(low, message):
     return prepare
 
 
-guard("index_select.default", "index_add.default",
+guard("index_select.default", "index_add.default", "index_reduce.default",
       prepare=_prepare_dim_index(False, "index out of range in self"))
 guard("index_copy.default",
       prepare=_prepare_dim_index(False, "index_copy_(): index {v} is out of bounds for dimension {dim} with size {size}"))

@@ -586,6 +586,33 @@ def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, g
     return tuple(outs)
 
 
+def _weight_norm_axes(v, dim):
+    """The axes weight norm reduces: all but ``dim``, which ATen's fused
+    kernels allow only as the first or the last."""
+    if dim not in (0, v.ndim - 1):
+        raise RuntimeError("weight norm: the fused kernel applies only to the first or last dim, "
+                           f"got dim={dim} for a {v.ndim}-d weight")
+    return tuple(a for a in range(v.ndim) if a != dim)
+
+
+@register("_weight_norm_interface.default")
+def _weight_norm_interface(v, g, dim=0):
+    # nn.utils.parametrizations.weight_norm; norms in the accumulation dtype, as on the CPU
+    axes = _weight_norm_axes(v, dim)
+    norms = jnp.sqrt(jnp.sum(jnp.square(_up(v)), axis=axes, keepdims=True))
+    return _up(v) * (_up(g) / norms), norms
+
+
+@register("_weight_norm_interface_backward.default")
+def _weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    # w = g v / |v|:  dg = <dw, v> / |v|,  dv = (g / |v|) (dw - v dg / |v|)
+    axes = _weight_norm_axes(saved_v, dim)
+    v, n = _up(saved_v), _up(saved_norms)
+    grad_g = jnp.sum(_up(grad_w) * v, axis=axes, keepdims=True) / n
+    grad_v = (_up(saved_g) / n) * (_up(grad_w) - v * (grad_g / n))
+    return grad_v, grad_g
+
+
 # ---- embedding -----------------------------------------------------------------
 
 @register("embedding.default")
@@ -875,6 +902,11 @@ def upsample_bilinear2d(self, output_size, align_corners, scales_h=None, scales_
     return _upsample_linear(self, output_size, align_corners, (scales_h, scales_w))
 
 
+@register("upsample_trilinear3d.default")
+def upsample_trilinear3d(self, output_size, align_corners, scales_d=None, scales_h=None, scales_w=None):
+    return _upsample_linear(self, output_size, align_corners, (scales_d, scales_h, scales_w))
+
+
 _CUBIC_A = -0.75  # ATen's (and OpenCV's) cubic convolution parameter
 
 
@@ -947,6 +979,14 @@ def upsample_bilinear2d_backward(grad_output, output_size, input_size, align_cor
         _up(grad_output), input_size)
 
 
+@register("upsample_trilinear3d_backward.default")
+def upsample_trilinear3d_backward(grad_output, output_size, input_size, align_corners, scales_d=None,
+                                  scales_h=None, scales_w=None):
+    return _transpose_of(
+        lambda v: _upsample_linear(v, output_size, align_corners, (scales_d, scales_h, scales_w)),
+        _up(grad_output), input_size)
+
+
 # ---- padding -------------------------------------------------------------------
 
 @register("constant_pad_nd.default")
@@ -960,6 +1000,14 @@ def constant_pad_nd(self, pad, value=0):
 
 def _pad_mode(x, padding, mode):
     n = len(padding) // 2
+    if mode == "edge":
+        # output position o reads source clamp(o - low, 0, size - 1): this also
+        # crops for negative padding, which jnp.pad rejects
+        for i in range(n):
+            axis, low, high = x.ndim - 1 - i, padding[2 * i], padding[2 * i + 1]
+            size = x.shape[axis]
+            x = jnp.take(x, np.clip(np.arange(size + low + high) - low, 0, size - 1), axis=axis)
+        return x
     widths = [(0, 0)] * (x.ndim - n) + [(padding[2 * i], padding[2 * i + 1]) for i in reversed(range(n))]
     return jnp.pad(x, widths, mode=mode)
 

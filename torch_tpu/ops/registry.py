@@ -155,25 +155,26 @@ def register_raw(*names: str):
     return decorate
 
 
-def register_masked(name: str, mask_arg: str = "output_mask"):
-    """Register a backward op whose ``mask_arg`` (a bool list) selects the
-    gradients wanted.  The implementation returns only the requested gradients
-    (already in their final dtypes); the others come back as undefined tensors
-    (None), as on CPU."""
+def register_masked(name: str, mask_arg: str = "output_mask", mask_of=None):
+    """Register an op whose ``mask_arg`` (a bool list, or a value ``mask_of``
+    maps to one) selects the outputs computed (a backward op's gradients).
+    The implementation returns only the selected outputs (already in their
+    final dtypes); the others come back as undefined tensors (None), as on CPU."""
     op = resolve(name)
     pos = [a.name for a in op._schema.arguments].index(mask_arg)
 
     def decorate(impl):
         inner = Kernel(op, impl, "functional", Options(meta=False))
+        graph = MaskedOutputs(inner, pos, mask_arg, mask_of)
 
         def kernel(*args, **kwargs):
-            mask = kwargs[mask_arg] if mask_arg in kwargs else args[pos]
+            mask = graph.mask(args, kwargs)
             if not any(mask):
                 return (None,) * len(mask)
             outs = inner(*args, **kwargs)
             outs = iter(outs if isinstance(outs, tuple) else (outs,))
             return tuple(next(outs) if m else None for m in mask)
-        kernel.graph = MaskedOutputs(inner, pos, mask_arg)  # what torch.compile graphs run
+        kernel.graph = graph  # what torch.compile graphs run
         register_raw(name)(kernel)
         return impl
     return decorate
@@ -416,20 +417,25 @@ class Kernel:
 
 
 class MaskedOutputs:
-    """How a graph runs a backward op whose ``output_mask`` picks the gradients
-    computed (eager serves it with a raw kernel that returns None for the rest)."""
+    """How a graph runs an op whose ``mask_arg`` picks the outputs computed
+    (eager serves it with a raw kernel that returns None for the rest)."""
 
-    def __init__(self, inner: Kernel, mask_position: int, mask_arg: str = "output_mask"):
+    def __init__(self, inner: Kernel, mask_position: int, mask_arg: str = "output_mask", mask_of=None):
         self.inner = inner
         self.opts = inner.opts
         self.mask_position = mask_position
         self.mask_arg = mask_arg
+        self.mask_of = mask_of
+
+    def mask(self, args, kwargs):
+        value = kwargs[self.mask_arg] if self.mask_arg in kwargs else args[self.mask_position]
+        return self.mask_of(value) if self.mask_of else value
 
     def promote_dtype(self, args, kwargs):
         return None
 
     def apply(self, args, kwargs, promote_dtype, out_dtypes, key=None):
-        mask = kwargs[self.mask_arg] if self.mask_arg in kwargs else args[self.mask_position]
+        mask = self.mask(args, kwargs)
         wanted = [d for d, m in zip(out_dtypes or [None] * len(mask), mask) if m]
         outs = iter(self.inner.apply(args, kwargs, None, wanted, key))
         return [next(outs) if m else None for m in mask]

@@ -5,6 +5,7 @@ Views (split, unbind, narrow, diagonal...) and clone/contiguous need no kernel
 here: PyTorch builds them from view metadata, empty_like and copy_.
 """
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +30,7 @@ def fill(self, value):
 @register("zero.default")
 def zero(self):
     return jnp.zeros(self.shape, out_dtype())
+
 
 
 # ---- joining and reordering ----------------------------------------------------
@@ -225,9 +227,15 @@ def repeat_interleave(repeats, *, output_size=None):
     return buffers.wrap(value)
 
 
+def _slices(x, axis):
+    """x as (slices along ``axis``, elements of each slice); no -1 in the
+    reshape, which is ambiguous when there are no slices."""
+    return jnp.moveaxis(x, axis, 0).reshape(x.shape[axis], math.prod(np.delete(x.shape, axis)))
+
+
 def _run_starts(x, axis):
     """True where a new run begins along ``axis`` (whole slices compared when x has other dims)."""
-    moved = jnp.moveaxis(x, axis, 0).reshape(x.shape[axis], -1)
+    moved = _slices(x, axis)
     differs = jnp.any(moved[1:] != moved[:-1], axis=1)  # NaN != NaN: every NaN starts a run
     return jnp.concatenate([jnp.ones((min(x.shape[axis], 1),), bool), differs])
 
@@ -247,6 +255,11 @@ def _unique_consecutive_kernel(x, axis, n):
     return values, inverse, counts
 
 
+def _check_other_dims(t, axis):
+    if any(s == 0 for i, s in enumerate(t.shape) if i != axis):
+        raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
+
+
 @register_raw("unique_consecutive.default")
 def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
     x = _tpu_value(self, "aten::unique_consecutive")
@@ -256,6 +269,7 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
             raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], "
                              f"but got {dim})")
         axis = dim % ndim
+        _check_other_dims(self, axis)
     else:
         x, axis = x.reshape(-1), 0
     n = int(_run_count(x, axis)) if x.shape[axis] else 0
@@ -265,6 +279,50 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
     if dim is None:  # the flat form returns empty tensors for what was not asked
         inverse = inverse.reshape(self.shape) if return_inverse else empty
         counts = counts if return_counts else empty
+    return buffers.wrap(values), buffers.wrap(inverse), buffers.wrap(counts)
+
+
+def _sorted_slices(x, axis):
+    """The slices along ``axis`` in lexicographic order (a stable sort, as
+    the CPU's), as an (n, -1) array, and the order that sorts them."""
+    moved = _slices(x, axis)
+    if moved.shape[1] == 0:
+        return moved, jnp.arange(moved.shape[0])
+    order = jnp.lexsort(moved.T[::-1])  # lexsort's last key is the primary one
+    return moved[order], order
+
+
+@functools.partial(jax.jit, static_argnames=("axis",))
+def _distinct_slices(x, axis):
+    return jnp.sum(_run_starts(_sorted_slices(x, axis)[0], 0))
+
+
+@functools.partial(jax.jit, static_argnames=("axis", "n"))
+def _unique_dim_kernel(x, axis, n):
+    rows, order = _sorted_slices(x, axis)
+    starts = _run_starts(rows, 0)
+    first = jnp.nonzero(starts, size=n)[0]
+    slices = rows[first].reshape((n,) + tuple(np.delete(x.shape, axis)))
+    inverse = jnp.zeros(order.shape, np.int64).at[order].set(jnp.cumsum(starts.astype(np.int64)) - 1)
+    counts = jnp.diff(jnp.append(first, rows.shape[0])).astype(np.int64)
+    return jnp.moveaxis(slices, 0, axis), inverse, counts
+
+
+@register_raw("unique_dim.default")
+def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):
+    # torch.unique(x, dim=d): distinct slices, always sorted and always with
+    # inverse and counts, as on the CPU
+    if self.dim() == 0:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    if not -self.dim() <= dim < self.dim():
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-self.dim()}, "
+                         f"{self.dim() - 1}], but got {dim})")
+    axis = dim % self.dim()
+    _check_other_dims(self, axis)
+    x = _tpu_value(self, "aten::unique_dim")
+    n = int(_distinct_slices(x, axis)) if x.shape[axis] else 0
+    values, inverse, counts = _unique_dim_kernel(x, axis, n)
+    modes.after_op("aten::unique_dim", values)
     return buffers.wrap(values), buffers.wrap(inverse), buffers.wrap(counts)
 
 
@@ -297,3 +355,18 @@ def bincount(self, weights=None, minlength=0):
     value = _bincount_kernel(x, w, max(high + 1, minlength), dtype)
     modes.after_op("aten::bincount", value)
     return buffers.wrap(value)
+
+
+# ---- unfold's gradient ------------------------------------------------------------
+
+@register("unfold_backward.default")
+def unfold_backward(grad_in, input_sizes, dim, size, step):
+    """The gradient of ``unfold(dim, size, step)``: window w's element k adds
+    back to position w*step + k along ``dim`` (windows may overlap)."""
+    if len(input_sizes) == 0:  # a 0-dim input unfolds to one window of size 1
+        return grad_in.reshape(())
+    dim %= len(input_sizes)
+    g = jnp.moveaxis(grad_in, dim, -2)  # (..., windows, size)
+    where = np.arange(g.shape[-2])[:, None] * step + np.arange(size)[None, :]
+    out = jnp.zeros(g.shape[:-2] + (int(input_sizes[dim]),), grad_in.dtype)
+    return jnp.moveaxis(out.at[..., where].add(g), -1, dim)

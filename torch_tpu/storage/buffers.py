@@ -6,7 +6,6 @@ buffer.  Nothing ever dereferences the fake addresses.
 """
 import functools
 import math
-import threading
 import weakref
 
 import jax
@@ -20,30 +19,19 @@ from . import memory
 
 DEVICE = torch.device("privateuseone", 0)  # renamed to tpu at registration
 
-_ALIGN = 64
-_BASE_ADDRESS = 1 << 44
-_lock = threading.Lock()
-_address = [_BASE_ADDRESS]
 _BY_ADDRESS: dict = {}  # address -> weakref(storage); C++ paths make alias StorageImpls
 
 _CPU_KEYSET = DispatchKeySet(DispatchKey.CPU)
-_set_storage = torch.ops.aten.set_.source_Storage_storage_offset
-
-
-def _reserve(nbytes: int) -> int:
-    size = max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
-    with _lock:
-        addr = _address[0]
-        _address[0] += size
-    return addr
+# The CPU kernel of set_ only points the TensorImpl at the storage; calling the
+# handle directly skips OpOverload's Python frame (this runs for every output).
+_set_storage = torch.ops.aten.set_.source_Storage_storage_offset._handle.redispatch_boxed
 
 
 def new_storage(nbytes: int, buf) -> torch.UntypedStorage:
     """A tpu storage of ``nbytes`` whose bytes are the jax array ``buf``."""
-    addr = _reserve(nbytes)
+    addr = memory.allocate(nbytes)
     st = torch._C._construct_storage_from_data_pointer(addr, DEVICE, nbytes)
     st._tpu_buf = buf
-    memory.allocated_bytes(nbytes)
     # One weakref serves the address registry and the live-bytes accounting.
     _BY_ADDRESS[addr] = weakref.ref(st, lambda _, a=addr, n=nbytes: _release(a, n))
     return st
@@ -89,7 +77,7 @@ def new_tensor(st, dtype, shape, strides=None, offset=0) -> torch.Tensor:
     t = torch._C._acc.create_empty_tensor((0,), dtype)
     if strides is None:
         strides = contiguous_strides(shape)
-    _set_storage.redispatch(_CPU_KEYSET, t, st, offset, shape, strides)
+    _set_storage(_CPU_KEYSET, t, st, offset, shape, strides)
     return t
 
 
