@@ -164,6 +164,54 @@ def test_exponential_geometric_lognormal_cauchy():
     assert abs(q[0].item() + 1.0) < 0.15 and abs(q[1].item() - 3.0) < 0.15
 
 
+def test_gamma_dirichlet_poisson_binomial_samples():
+    mean, std, lo, _ = _stats(torch._standard_gamma(torch.full((N,), 2.5, device="tpu")))
+    assert abs(mean - 2.5) < 0.03 and abs(std - 2.5 ** 0.5) < 0.03 and lo > 0
+    # the CPU never returns 0 from a gamma draw: alpha = 0 gives the smallest normal
+    assert torch._standard_gamma(torch.zeros(3, device="tpu")).cpu().eq(torch.finfo(torch.float32).tiny).all()
+    d = torch._sample_dirichlet(torch.tensor([1.0, 2.0, 3.0], device="tpu").expand(N, 3)).cpu()
+    torch.testing.assert_close(d.sum(1), torch.ones(N))
+    torch.testing.assert_close(d.mean(0), torch.tensor([1 / 6, 2 / 6, 3 / 6]), atol=0.005, rtol=0)
+    p = torch.poisson(torch.full((N,), 7.0, device="tpu", dtype=torch.float64)).cpu()
+    assert p.dtype == torch.float64 and torch.equal(p, p.round()) and abs(p.mean().item() - 7) < 0.05
+    b = torch.binomial(torch.full((N,), 20.0, device="tpu"), torch.full((N,), 0.3, device="tpu")).cpu()
+    assert abs(b.mean().item() - 6) < 0.05 and abs(b.var().item() - 4.2) < 0.1 and b.max().item() <= 20
+    edges = torch.binomial(torch.tensor([3.0, -1.0, 5.0], device="tpu"), torch.tensor([1.5, 0.5, 0.0], device="tpu"))
+    assert edges.cpu().tolist() == [3.0, 0.0, 0.0]  # the CPU's: p >= 1 gives n, n <= 0 or p <= 0 gives 0
+    for rate in (-1.0, float("nan")):
+        with pytest.raises(RuntimeError, match="invalid Poisson rate"):
+            torch.poisson(torch.tensor([1.0, rate], device="tpu"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gamma_and_dirichlet_reparameterized_gradients(dtype):
+    # _standard_gamma_grad / _dirichlet_grad are deterministic functions of a
+    # sample; both are compared on the same samples with the CPU (float64 for
+    # the Dirichlet's, whose float32 CPU series loses digits near x = 1)
+    g = torch.Generator().manual_seed(0)
+    alpha = torch.exp(torch.randn(2000, generator=g, dtype=torch.float64) * 2.5)
+    x = torch._standard_gamma(alpha)
+    expected = torch._standard_gamma_grad(alpha.to(dtype), x.to(dtype))
+    got = torch._standard_gamma_grad(alpha.to(dtype).to("tpu"), x.to(dtype).to("tpu")).cpu()
+    torch.testing.assert_close(got, expected)
+    a, b = (torch.exp(torch.randn(2000, generator=g, dtype=torch.float64) * 2) for _ in range(2))
+    xb = torch.distributions.Beta(a, b).sample().clamp(1e-6, 1 - 1e-6)
+    expected = torch._dirichlet_grad(xb, a, a + b).to(dtype)
+    got = torch._dirichlet_grad(*(t.to(dtype).to("tpu") for t in (xb, a, a + b))).cpu()
+    torch.testing.assert_close(got, expected, rtol=1e-5 if dtype == torch.float32 else 1e-7, atol=1e-6)
+
+
+def test_distribution_rsample_backpropagates():
+    concentration = torch.tensor([0.5, 2.0, 9.0], device="tpu", requires_grad=True)
+    torch.distributions.Gamma(concentration, 1.0).rsample((1000,)).mean(0).sum().backward()
+    # d E[x] / d alpha = 1 for Gamma(alpha, 1): the sample mean's gradient is near 1
+    assert ((concentration.grad.cpu() - 1).abs() < 0.15).all()
+    conc = torch.tensor([1.0, 2.0, 3.0], device="tpu", requires_grad=True)
+    torch.distributions.Dirichlet(conc).rsample((500,))[:, 0].mean().backward()
+    assert conc.grad.shape == (3,) and torch.isfinite(conc.grad.cpu()).all()
+    assert torch.distributions.StudentT(torch.tensor([3.0], device="tpu")).rsample((4,)).shape == (4, 1)
+
+
 def test_rand_like_and_dropout_mask_shapes():
     x = torch.zeros(3, 4, device="tpu", dtype=torch.float64)
     r = torch.rand_like(x)
@@ -175,5 +223,7 @@ def test_rand_like_and_dropout_mask_shapes():
 
 
 def test_no_fallback():
-    assert not any(k.startswith(("aten::uniform", "aten::normal", "aten::random", "aten::bernoulli"))
+    assert not any(k.startswith(("aten::uniform", "aten::normal", "aten::random", "aten::bernoulli",
+                                 "aten::_standard_gamma", "aten::_sample_dirichlet", "aten::_dirichlet_grad",
+                                 "aten::poisson", "aten::binomial"))
                    for k in torch_tpu.fallback_ops())

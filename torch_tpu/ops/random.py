@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import indexing
 from .registry import Kernel, Options, _install, out_dtype, register, resolve, rng_key
 
 
@@ -151,3 +152,55 @@ def multinomial(self, num_samples, replacement=False, *, generator=None):
     # of k distinct categories with PyTorch's sequential probabilities.
     gumbel = jax.random.gumbel(rng_key(), logits.shape, logits.dtype)
     return jax.lax.top_k(logits + gumbel, num_samples)[1]
+
+
+# ---- samplers of torch.distributions: Gamma (and Beta, Dirichlet, StudentT
+# through it), Poisson, Binomial.  Half types draw in float32, as CUDA does
+# (PyTorch's CPU kernels take only float and double).
+
+def _draw_dtype(dtype):
+    return np.dtype(np.float32) if np.dtype(dtype).itemsize < 4 else np.dtype(dtype)
+
+
+@register("_standard_gamma.default", rng=True)
+def _standard_gamma(self, generator=None):
+    alpha = self.astype(_draw_dtype(self.dtype))
+    sample = jax.random.gamma(rng_key(), alpha, dtype=alpha.dtype)
+    # the CPU never returns 0: a sample is at least the smallest normal number
+    return jnp.maximum(sample, jnp.finfo(self.dtype).tiny).astype(self.dtype)
+
+
+@register("_sample_dirichlet.default", rng=True)
+def _sample_dirichlet(self, generator=None):
+    gammas = _standard_gamma(self).astype(_draw_dtype(self.dtype))
+    return (gammas / jnp.sum(gammas, axis=-1, keepdims=True)).astype(self.dtype)
+
+
+@register("poisson.default", rng=True)
+def poisson(self, generator=None):
+    rate = self.astype(_draw_dtype(self.dtype))
+    return jax.random.poisson(rng_key(), rate, dtype=np.int64).astype(self.dtype)
+
+
+@jax.jit
+def _any_invalid_rate(rate):
+    return jnp.any(~(rate >= 0))  # NaN is invalid too
+
+
+def _check_rate(bound):
+    # the CPU checks every rate; here that is one reduction read on the host
+    rate = bound["self"]
+    if rate.numel() and bool(_any_invalid_rate(indexing._value(rate))):
+        raise RuntimeError("invalid Poisson rate, expected rate to be non-negative")
+
+
+indexing.guard("poisson.default", prepare=_check_rate)
+
+
+@register("binomial.default", rng=True)
+def binomial(count, prob, generator=None):
+    dtype = _draw_dtype(count.dtype)
+    n, p = count.astype(dtype), prob.astype(dtype)
+    draws = jax.random.binomial(rng_key(), jnp.maximum(n, 0), jnp.clip(p, 0, 1), dtype=dtype)
+    # the CPU's edge cases: no trials or p <= 0 give 0, p >= 1 gives every trial
+    return jnp.where((n <= 0) | (p <= 0), 0, jnp.where(p >= 1, n, draws)).astype(count.dtype)
