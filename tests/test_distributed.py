@@ -109,7 +109,7 @@ def test_torch_tpu_distributed_module():
     assert len(env["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")) == 4
 
 
-# ---- slow: 4 processes, FSDP2, tensor parallel --------------------------------
+# ---- slow: 4 processes, FSDP2, tensor parallel, SyncBatchNorm ----------------
 
 @pytest.mark.slow
 def test_collectives_four_ranks_and_subgroups():
@@ -133,6 +133,12 @@ def test_fsdp2_matches_single_process():
 def test_tensor_parallel_mlp_matches_unsharded():
     outs = assert_ok(launch("tp", 2, timeout=300))
     assert all("tp ok" in o for o in outs)
+
+
+@pytest.mark.slow
+def test_sync_batch_norm_matches_single_process():
+    outs = assert_ok(launch("sync_bn", 2, timeout=300))
+    assert all("sync_bn ok" in o for o in outs)
 
 
 @pytest.mark.slow
@@ -438,6 +444,44 @@ def scenario_tp():
     assert torch.allclose(g.cpu(), plain[0].weight.grad.cpu(), atol=1e-5), "tp grad"
     dist.destroy_process_group()
     print("tp ok")
+
+
+def _conv_bn(torch):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4, momentum=0.3))
+
+
+def scenario_sync_bn():
+    # nn.SyncBatchNorm on two ranks, each with half the batch, against
+    # BatchNorm2d on the whole batch in one CPU process.
+    torch, dist, r, w, dev = _init()
+    x = torch.randn(8, 3, 5, 5, generator=torch.Generator().manual_seed(1)) * 2 + 1
+    up = torch.randn(8, 4, 5, 5, generator=torch.Generator().manual_seed(2))  # d loss / d output
+    ref = _conv_bn(torch)
+    x_ref = x.clone().requires_grad_()
+    y_ref = ref(x_ref)
+    y_ref.backward(up)
+    model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(_conv_bn(torch)).to(dev)
+    assert isinstance(model[1], torch.nn.SyncBatchNorm)
+    rows = slice(r * 8 // w, (r + 1) * 8 // w)
+    xs = x[rows].to(dev).requires_grad_()
+    y = model(xs)
+    y.backward(up[rows].to(dev))
+    close = dict(atol=1e-4, rtol=1e-4)
+    assert torch.allclose(y.detach().cpu(), y_ref.detach()[rows], **close), "output"
+    assert torch.allclose(xs.grad.cpu(), x_ref.grad[rows], **close), "input grad"
+    for name in ("running_mean", "running_var"):
+        assert torch.allclose(getattr(model[1], name).cpu(), getattr(ref[1], name), **close), name
+    # parameter gradients are per rank (DDP would sum them): sum them here
+    for p, q in zip(model.parameters(), ref.parameters()):
+        grad = p.grad.clone()
+        dist.all_reduce(grad)
+        assert torch.allclose(grad.cpu(), q.grad, **close), "parameter grad"
+    # eval normalizes with the synchronized running statistics
+    model.eval(), ref.eval()
+    assert torch.allclose(model(x[rows].to(dev)).detach().cpu(), ref(x[rows]).detach(), **close), "eval"
+    dist.destroy_process_group()
+    print("sync_bn ok")
 
 
 def scenario_lonely():

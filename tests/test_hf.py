@@ -379,3 +379,64 @@ def test_tensor_parallel_tp_plan_auto(model_dirs, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert proc.stdout.count("tp ok") == 2
     assert proc.stdout.count("cpu fallbacks: {}") == 2, proc.stdout[-3000:]
+
+
+# ---- architecture zoo: encoders, seq2seq, vision, speech, MoE ---------------------
+
+def _zoo(arch):
+    """(tiny config, inputs) for one architecture family."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, VOCAB, (2, 12), generator=g)
+    text = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    layers = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  vocab_size=VOCAB, max_position_embeddings=64)
+    if arch == "bert":
+        return transformers.BertConfig(**layers), text
+    if arch == "deberta-v2":
+        return transformers.DebertaV2Config(**layers), text
+    if arch == "mixtral":
+        return transformers.MixtralConfig(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+                                          **layers), text
+    if arch == "t5":
+        return (transformers.T5Config(vocab_size=VOCAB, d_model=32, d_ff=64, d_kv=8, num_layers=2, num_heads=4),
+                dict(text, decoder_input_ids=ids[:, :5]))
+    if arch == "vit":
+        return (transformers.ViTConfig(image_size=32, patch_size=8, **{k: v for k, v in layers.items()
+                                                                        if k not in ("vocab_size", "max_position_embeddings")}),
+                dict(pixel_values=torch.randn(2, 3, 32, 32, generator=g)))
+    if arch == "swin":
+        return (transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
+                                        window_size=4), dict(pixel_values=torch.randn(2, 3, 32, 32, generator=g)))
+    if arch == "wav2vec2":
+        return (transformers.Wav2Vec2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                            num_attention_heads=4, conv_dim=(16, 16), conv_stride=(5, 2),
+                                            conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+                                            num_conv_pos_embedding_groups=4, vocab_size=32),
+                dict(input_values=torch.randn(2, 1600, generator=g)))
+    if arch == "whisper":
+        return (transformers.WhisperConfig(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+                                           decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                                           num_mel_bins=16, max_source_positions=16, max_target_positions=16,
+                                           vocab_size=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                           decoder_start_token_id=1),
+                dict(input_features=torch.randn(2, 16, 32, generator=g), decoder_input_ids=ids[:, :3] % 64))
+    raise ValueError(arch)
+
+
+@pytest.mark.parametrize("arch", ["bert", "vit", "wav2vec2"] + [
+    pytest.param(a, marks=pytest.mark.slow) for a in ("t5", "deberta-v2", "mixtral", "swin", "whisper")])
+def test_architecture_forward_matches_cpu_and_trains(arch, no_fallback):
+    config, inputs = _zoo(arch)
+    torch.manual_seed(0)
+    model = transformers.AutoModel.from_config(config, attn_implementation="eager").eval()
+    with torch.no_grad():
+        expected = model(**inputs)[0]
+    model.to("tpu")
+    on_tpu = {k: v.to("tpu") for k, v in inputs.items()}
+    with torch.no_grad():
+        got = model(**on_tpu)[0]
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
+    model.train()
+    model(**on_tpu)[0].pow(2).mean().backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad and p.grad is not None]
+    assert grads and all(torch.isfinite(g.cpu()).all() for g in grads)

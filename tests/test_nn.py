@@ -18,7 +18,7 @@ OWN_PREFIXES = ("convolution", "max_pool", "avg_pool", "adaptive_", "_adaptive_"
                 "upsample_", "constant_pad_nd", "reflection_pad", "replication_pad", "im2col", "col2im",
                 "pixel_shuffle", "pixel_unshuffle", "mm", "bmm", "addmm", "_addmm_activation",
                 "_weight_norm", "_embedding_bag", "max_unpool", "multi_margin_loss", "multilabel_margin_loss",
-                "grid_sampler", "unfold_backward")
+                "grid_sampler", "unfold_backward", "_upsample_", "_ctc_loss")
 
 
 def own_fallbacks():
@@ -494,6 +494,119 @@ def test_grid_sample(mode, padding_mode):
     grid = r(2, 4, 5, 2, grad=False).mul(0.9).requires_grad_()  # some points fall outside [-1, 1]
     check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding_mode, align_corners=align),
           r(2, 3, 6, 7), grid, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+def test_grid_sample_3d(mode, padding_mode):
+    grid = r(2, 3, 4, 2, 3, grad=False).mul(0.9).requires_grad_()
+    check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding_mode,
+                                     align_corners=padding_mode == "zeros"),
+          r(2, 3, 4, 5, 6), grid, atol=1e-5, rtol=1e-5)
+
+
+def test_grid_sample_3d_bicubic_error():
+    x, g = torch.randn(1, 1, 2, 2, 2), torch.zeros(1, 1, 1, 1, 3)
+    with pytest.raises(RuntimeError, match="bicubic interpolation only supports 4D input"):
+        F.grid_sample(x.to("tpu"), g.to("tpu"), mode="bicubic", align_corners=False)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("kw", [dict(size=(3, 4)), dict(size=(7, 13)), dict(scale_factor=0.37),
+                                dict(scale_factor=(1.5, 0.5), align_corners=True), dict(size=(1, 1))])
+def test_upsample_antialias(mode, kw):
+    def fn(x):
+        return F.interpolate(x, mode=mode, antialias=True, **kw)
+    # float64: the weights are computed in double, as on the CPU
+    check(fn, r(2, 3, 9, 11).double().detach().requires_grad_(), atol=1e-12, rtol=1e-12)
+    check(fn, r(2, 3, 9, 11))
+    # uint8 images: the CPU's fixed-point weights and rounding, bit for bit
+    img = torch.randint(0, 256, (1, 5, 9, 11), dtype=torch.uint8)
+    check(fn, img, grad=False, atol=0, rtol=0)
+
+
+def test_upsample_antialias_dtype_error():
+    x = torch.ones(1, 1, 6, 6, dtype=torch.int32)
+    with pytest.raises(NotImplementedError) as cpu_error:
+        F.interpolate(x, size=(3, 3), mode="bilinear", antialias=True)
+    with pytest.raises(NotImplementedError) as tpu_error:
+        F.interpolate(x.to("tpu"), size=(3, 3), mode="bilinear", antialias=True)
+    assert str(tpu_error.value) == str(cpu_error.value)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("align", [False, True])
+def test_upsample_uint8_images_bit_exact(mode, align):
+    # uint8 images resize in the CPU's fixed-point arithmetic, bit for bit
+    for channels, size in ((3, (8, 4)), (5, (31, 2)), (3, (16, 9))):
+        x = torch.randint(0, 256, (2, channels, 16, 9), dtype=torch.uint8,
+                          generator=torch.Generator().manual_seed(channels))
+        expected = F.interpolate(x, size=size, mode=mode, align_corners=align)
+        assert torch.equal(F.interpolate(x.to("tpu"), size=size, mode=mode, align_corners=align).cpu(), expected)
+
+
+@pytest.mark.parametrize("mode, shape", [("linear", (1, 2, 7)), ("bilinear", (1, 2, 5, 7)),
+                                         ("bicubic", (1, 2, 5, 7)), ("trilinear", (1, 2, 4, 5, 6))])
+def test_upsample_integer_dtype_errors(mode, shape):
+    x = torch.zeros(shape, dtype=torch.int32)
+    size = tuple(2 * n for n in shape[2:])
+    with pytest.raises(NotImplementedError) as cpu_error:
+        F.interpolate(x, size=size, mode=mode)
+    with pytest.raises(NotImplementedError) as tpu_error:
+        F.interpolate(x.to("tpu"), size=size, mode=mode)
+    assert str(tpu_error.value) == str(cpu_error.value)
+
+
+# ---- CTC loss ----------------------------------------------------------------------
+
+def _ctc_inputs(dtype=torch.float32):
+    g = torch.Generator().manual_seed(3)
+    log_probs = torch.randn(12, 4, 6, generator=g, dtype=dtype).log_softmax(2).requires_grad_()
+    targets = torch.randint(1, 6, (4, 5), generator=g)
+    targets[0, 1] = targets[0, 0]  # a repeated label needs a blank between
+    # sample 2's target does not fit its input (infinite loss), sample 3 has no input
+    return log_probs, targets, [12, 10, 3, 0], [5, 0, 4, 2]
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("zero_infinity", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ctc_loss(reduction, zero_infinity, dtype):
+    lp, tg, il, tl = _ctc_inputs(dtype)
+    check(lambda lp, tg: F.ctc_loss(lp, tg, il, tl, reduction=reduction, zero_infinity=zero_infinity), lp, tg)
+    # concatenated targets and lengths as tensors (wav2vec2's form), a different blank
+    flat = torch.cat([tg[i, :n] for i, n in enumerate(tl)])
+    check(lambda lp, tg, a, b: F.ctc_loss(lp, tg, a, b, blank=5, reduction=reduction, zero_infinity=zero_infinity),
+          lp, flat - 1, torch.tensor(il), torch.tensor(tl))
+
+
+def test_ctc_loss_unbatched_and_log_alpha():
+    lp, tg, il, tl = _ctc_inputs()
+    check(lambda lp, tg: F.ctc_loss(lp, tg, [12], [5], reduction="none"), lp[:, 0], tg[0])
+    cpu = torch.ops.aten._ctc_loss(lp.detach()[:, :2], tg[:2], il[:2], tl[:2])
+    tpu = torch.ops.aten._ctc_loss(lp.detach()[:, :2].to("tpu"), tg[:2].to("tpu"), il[:2], tl[:2])
+    assert_same(tpu[0], cpu[0])
+    # log_alpha where the CPU defines it (it leaves the rest uninitialized)
+    for b in range(2):
+        assert_same(tpu[1][b, :il[b], :2 * tl[b] + 1], cpu[1][b, :il[b], :2 * tl[b] + 1])
+
+
+@pytest.mark.parametrize("call", [
+    lambda lp, tg: F.ctc_loss(lp, tg, [13, 10, 3, 0], [5, 0, 4, 2]),       # an input longer than log_probs
+    lambda lp, tg: F.ctc_loss(lp, tg, [12, 10, 3, 0], [6, 0, 4, 2]),       # a target longer than targets
+    lambda lp, tg: F.ctc_loss(lp, tg, [12, 10, 3], [5, 0, 4]),             # lengths of the wrong size
+    lambda lp, tg: F.ctc_loss(lp, tg, [12, 10, 3, 0], [5, 0, 4, 2], blank=6),
+    lambda lp, tg: F.ctc_loss(lp, tg, [12, 10, 3, 0], [5, 0, 4, 2], reduction="avg"),
+    lambda lp, tg: F.ctc_loss(lp, tg, torch.tensor([12., 10, 3, 0]), torch.tensor([5, 0, 4, 2])),
+])
+def test_ctc_loss_errors(call):
+    lp, tg, _, _ = _ctc_inputs()
+    with pytest.raises(Exception) as cpu_error:
+        call(lp, tg)
+    with pytest.raises(Exception) as tpu_error:
+        call(lp.detach().to("tpu"), tg.to("tpu"))
+    assert type(tpu_error.value) is type(cpu_error.value)
+    assert str(tpu_error.value) == str(cpu_error.value)
 
 
 # ---- pooling's inverse ------------------------------------------------------------

@@ -11,10 +11,7 @@ from . import attention, fft  # noqa: F401,E402
 from . import transformer  # noqa: F401,E402
 from . import decompositions  # noqa: F401,E402
 from . import special, distance  # noqa: F401,E402
-from . import embedding_bag, unpool, margin, grid_sample  # noqa: F401,E402
-from . import rnn  # noqa: F401,E402
-from . import antialias  # noqa: F401,E402
-from . import sync_batch_norm  # noqa: F401,E402
-from . import reparam  # noqa: F401,E402
+from . import embedding_bag, unpool, margin, grid_sample, antialias, ctc  # noqa: F401,E402
+from . import rnn, sync_batch_norm, reparam  # noqa: F401,E402
 
 fallback.install()

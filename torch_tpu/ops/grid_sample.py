@@ -1,15 +1,19 @@
-"""``grid_sampler_2d`` and its backward, following ATen's CPU kernel.
+"""``grid_sampler_2d`` / ``grid_sampler_3d`` and their backwards, following
+ATen's CPU kernels.
 
-A grid point (x, y) in [-1, 1] is unnormalized to pixel coordinates (corner
+A grid point (x, y[, z]) in [-1, 1] is unnormalized to pixel coordinates (corner
 or center convention per align_corners).  bilinear and nearest first apply
 the padding mode to the coordinate (border: clip; reflection: reflect, then
 clip); bicubic applies it to each of its 4x4 integer taps instead.  Taps
-outside the image read 0.  nearest rounds half to even (nearbyint).
+outside the image read 0.  nearest rounds half to even (nearbyint).  3-d
+is the same with one more axis (bicubic is 2-d only; the meta kernel says so).
 
 The backward is the vector-Jacobian product of the same computation, which
 is ATen's hand-written gradient: floor/round and the clip outside its range
 have zero derivative, the reflection flips the sign.
 """
+import itertools
+
 import jax
 import jax.numpy as jnp
 
@@ -46,12 +50,15 @@ def _pad_coordinate(c, size, padding_mode, align_corners):
     return c
 
 
-def _read(x, iy, ix):
-    """x[n, :, iy, ix] for integer (N, Ho, Wo) coordinates, 0 outside: (N, C, Ho, Wo)."""
-    h, w = x.shape[2:]
-    inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
-    n = jnp.arange(x.shape[0])[:, None, None]
-    v = x[n, :, jnp.clip(iy, 0, h - 1), jnp.clip(ix, 0, w - 1)]  # (N, Ho, Wo, C)
+def _read(x, index):
+    """x[n, :, *index] for integer (N, *out) coordinates in spatial order, 0 outside:
+    (N, C, *out)."""
+    sizes = x.shape[2:]
+    inside = True
+    for i, size in zip(index, sizes):
+        inside = inside & (i >= 0) & (i < size)
+    n = jnp.arange(x.shape[0]).reshape((-1,) + (1,) * (index[0].ndim - 1))
+    v = x[(n, slice(None)) + tuple(jnp.clip(i, 0, size - 1) for i, size in zip(index, sizes))]  # (N, *out, C)
     return jnp.moveaxis(jnp.where(inside[..., None], v, 0), -1, 1)
 
 
@@ -65,10 +72,11 @@ def _cubic_weights(t):
 
 
 def _sample(x, grid, mode, padding_mode, align_corners):
-    h, w = x.shape[2:]
-    gx = _unnormalize(grid[..., 0], w, align_corners)
-    gy = _unnormalize(grid[..., 1], h, align_corners)
-    if mode == BICUBIC:
+    sizes = x.shape[2:]
+    # grid's last axis is (x, y[, z]): the spatial dims in reverse
+    coords = [_unnormalize(grid[..., len(sizes) - 1 - d], size, align_corners) for d, size in enumerate(sizes)]
+    if mode == BICUBIC:  # 2-d only
+        (gy, gx), (h, w) = coords, sizes
         x0, y0 = jnp.floor(gx), jnp.floor(gy)
         wx, wy = _cubic_weights(gx - x0), _cubic_weights(gy - y0)
 
@@ -76,31 +84,37 @@ def _sample(x, grid, mode, padding_mode, align_corners):
             return _pad_coordinate(c + (k - 1), size, padding_mode, align_corners).astype(jnp.int32)
         out = 0
         for j in range(4):
-            row = sum(_read(x, tap(y0, j, h), tap(x0, i, w)) * wx[i][:, None] for i in range(4))
+            row = sum(_read(x, (tap(y0, j, h), tap(x0, i, w))) * wx[i][:, None] for i in range(4))
             out = out + row * wy[j][:, None]
         return out
-    gx = _pad_coordinate(gx, w, padding_mode, align_corners)
-    gy = _pad_coordinate(gy, h, padding_mode, align_corners)
+    coords = [_pad_coordinate(c, size, padding_mode, align_corners) for c, size in zip(coords, sizes)]
     if mode == NEAREST:
-        return _read(x, jnp.round(gy).astype(jnp.int32), jnp.round(gx).astype(jnp.int32))
-    x0, y0 = jnp.floor(gx), jnp.floor(gy)
-    tx, ty = gx - x0, gy - y0
-    x0, y0 = x0.astype(jnp.int32), y0.astype(jnp.int32)
-    taps = [(y0, x0, (1 - tx) * (1 - ty)), (y0, x0 + 1, tx * (1 - ty)),
-            (y0 + 1, x0, (1 - tx) * ty), (y0 + 1, x0 + 1, tx * ty)]
-    return sum(_read(x, iy, ix) * wt[:, None] for iy, ix, wt in taps)
+        return _read(x, [jnp.round(c).astype(jnp.int32) for c in coords])
+    # (bi/tri)linear: the 2^d corners, the last axis varying fastest as in ATen
+    base = [jnp.floor(c) for c in coords]
+    frac = [c - b for c, b in zip(coords, base)]
+    base = [b.astype(jnp.int32) for b in base]
+    out = 0
+    for corner in itertools.product((0, 1), repeat=len(sizes)):
+        weight = 1
+        for bit, t in zip(corner, frac):
+            weight = weight * (t if bit else 1 - t)
+        out = out + _read(x, [b + bit for b, bit in zip(base, corner)]) * weight[:, None]
+    return out
 
 
-@register("grid_sampler_2d.default")
-def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners):
+def _forward(input, grid, interpolation_mode, padding_mode, align_corners):
     return _sample(_up(input), _up(grid), interpolation_mode, padding_mode, align_corners)
 
 
-@register_masked("grid_sampler_2d_backward.default")
-def grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
-                             output_mask):
+def _backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
     _, vjp = jax.vjp(lambda x, g: _sample(x, g, interpolation_mode, padding_mode, align_corners),
                      _up(input), _up(grid))
     gi, gg = vjp(_up(grad_output))
     wanted = [gi.astype(input.dtype), gg.astype(grid.dtype)]
     return tuple(v for v, m in zip(wanted, output_mask) if m)
+
+
+register("grid_sampler_2d.default", "grid_sampler_3d.default")(_forward)
+register_masked("grid_sampler_2d_backward.default")(_backward)
+register_masked("grid_sampler_3d_backward.default")(_backward)

@@ -899,6 +899,9 @@ def upsample_linear1d(self, output_size, align_corners, scales=None):
 
 @register("upsample_bilinear2d.default")
 def upsample_bilinear2d(self, output_size, align_corners, scales_h=None, scales_w=None):
+    if self.dtype == np.uint8:  # images: the CPU's fixed-point path, not float math
+        from .antialias import resize_uint8
+        return resize_uint8(self, output_size, align_corners, (scales_h, scales_w), "bilinear", antialias=False)
     return _upsample_linear(self, output_size, align_corners, (scales_h, scales_w))
 
 
@@ -955,6 +958,9 @@ def _upsample_bicubic(x, output_size, align_corners, scales):
 
 @register("upsample_bicubic2d.default")
 def upsample_bicubic2d(self, output_size, align_corners, scales_h=None, scales_w=None):
+    if self.dtype == np.uint8:  # images: the CPU's fixed-point path, not float math
+        from .antialias import resize_uint8
+        return resize_uint8(self, output_size, align_corners, (scales_h, scales_w), "bicubic", antialias=False)
     return _upsample_bicubic(self, output_size, align_corners, (scales_h, scales_w))
 
 

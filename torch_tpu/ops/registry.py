@@ -155,13 +155,16 @@ def register_raw(*names: str):
     return decorate
 
 
-def register_masked(name: str, mask_arg: str = "output_mask", mask_of=None):
+def register_masked(name: str, mask_arg="output_mask", mask_of=None):
     """Register an op whose ``mask_arg`` (a bool list, or a value ``mask_of``
     maps to one) selects the outputs computed (a backward op's gradients).
+    ``mask_arg`` may be a tuple of names (separate bool flags): ``mask_of``
+    then gets the tuple of their values.
     The implementation returns only the selected outputs (already in their
     final dtypes); the others come back as undefined tensors (None), as on CPU."""
     op = resolve(name)
-    pos = [a.name for a in op._schema.arguments].index(mask_arg)
+    names = [a.name for a in op._schema.arguments]
+    pos = tuple(map(names.index, mask_arg)) if isinstance(mask_arg, tuple) else names.index(mask_arg)
 
     def decorate(impl):
         inner = Kernel(op, impl, "functional", Options(meta=False))
@@ -428,7 +431,11 @@ class MaskedOutputs:
         self.mask_of = mask_of
 
     def mask(self, args, kwargs):
-        value = kwargs[self.mask_arg] if self.mask_arg in kwargs else args[self.mask_position]
+        if isinstance(self.mask_arg, tuple):
+            value = tuple(kwargs[n] if n in kwargs else args[p]
+                          for n, p in zip(self.mask_arg, self.mask_position))
+        else:
+            value = kwargs[self.mask_arg] if self.mask_arg in kwargs else args[self.mask_position]
         return self.mask_of(value) if self.mask_of else value
 
     def promote_dtype(self, args, kwargs):
