@@ -15,33 +15,28 @@ decompositions and special functions (forward 651, gradient 495); then embedding
 max_unpool, the margin losses, unfold_backward, index_reduce, trilinear and
 antialiased upsampling, grid_sampler_2d/3d, negative replication padding,
 _batch_norm_with_update and ctc_loss.  The --runslow run of tests/test_opinfo.py
-then gave forward 672 of 688, gradient 518 of 526, bfloat16 40 of 40.
+then gave forward 672 of 688, gradient 518 of 526, bfloat16 40 of 40.  Then (2026-12-03)
+histogram, histogramdd, _segment_reduce.lengths/.offsets and nn.functional.rrelu
+landed: forward 677 of 688, gradient 520 of 526.
 """
 
-# forward: 16 expected failures
+# forward: 11 expected failures
 FORWARD = {
-    "_segment_reduce.lengths": "no kernel: aten::segment_reduce (falls back to CPU)",
-    "_segment_reduce.offsets": "no kernel: aten::segment_reduce (falls back to CPU)",
     "chalf": "TypeError: the tpu device does not support dtype torch.complex32 [sample 0: float32[]]",
     "hash_tensor": "no kernel: aten::hash_tensor.out (falls back to CPU)",
-    "histogram": "no kernel: aten::histogram.bin_ct, aten::histogram.bins_tensor (falls back to CPU)",
-    "histogramdd": "no kernel: aten::_histogramdd_bin_edges, aten::_histogramdd_from_bin_cts, aten::_histogramdd_from_bin_tensors (falls back to CPU)",
     "linalg.ldl_factor": "no kernel: aten::linalg_ldl_factor_ex.out (falls back to CPU)",
     "linalg.ldl_factor_ex": "no kernel: aten::linalg_ldl_factor_ex.out (falls back to CPU)",
     "linalg.ldl_solve": "no kernel: aten::linalg_ldl_solve.out (falls back to CPU)",
     "matrix_exp": "numeric: float32 roundoff on an ill-conditioned sample; JAX's Pade expm differs from ATen's degree-18 Taylor (tpu is closer to float64) [sample 1: float32[5, 5, 5]]",
     "nn.functional.fractional_max_pool2d": "no kernel: aten::fractional_max_pool2d.output (falls back to CPU)",
     "nn.functional.fractional_max_pool3d": "no kernel: aten::fractional_max_pool3d.output (falls back to CPU)",
-    "nn.functional.rrelu": "no kernel: aten::rrelu_with_noise (falls back to CPU)",
     "sparse.mm.reduce": "NotImplementedError: Could not run 'aten::_sparse_mm_reduce_impl' with arguments from the 'SparseCsrtpu' backend. This could be because the operator doesn't exist for this backend, or was omitted during the selective/custom build process (i [sample 0: float32[5, 5], float32[5, 3], 'sum']",
     "sparse.sampled_addmm": "NotImplementedError: Could not run 'aten::sparse_sampled_addmm' with arguments from the 'SparseCsrtpu' backend. This could be because the operator doesn't exist for this backend, or was omitted during the selective/custom build process (if  [sample 0: float32[0, 0], float32[0, 0], float32[0, 0], ...",
     "to_sparse": "no kernel: aten::_to_sparse (falls back to CPU)",
 }
 
-# gradient: 8 expected failures
+# gradient: 6 expected failures
 GRADIENT = {
-    "_segment_reduce.lengths": "no kernel: aten::_segment_reduce_backward, aten::segment_reduce (falls back to CPU)",
-    "_segment_reduce.offsets": "no kernel: aten::_segment_reduce_backward, aten::segment_reduce (falls back to CPU)",
     "chalf": "TypeError: the tpu device does not support dtype torch.complex32 [sample 0: float32[]]",
     "logcumsumexp": "sample 0 (float32[5, 5, 5], 0): grad[0]: Mismatched elements: 4 / 125 (3.2%); Greatest absolute difference: 0.0034067630767822266 (up to 1e-05 allowed); Greatest relative difference: 0.021728066727519035 (up to 1e-05 allowed)",
     "nn.functional.conv_transpose3d": "sample 2 (float32[2, 2, 4, 4, 4], float32[2, 2, 4, 5, 6], float32[4], stride=[3, 2, 1], padding=[1, 2, 3], output_padding=[2, 3, 1], groups=2, dilation=[4, 4, 4]): grad[0]: Mismatched elements: 1 / 256 (0.4%); Greatest absolute difference: 2.7179718017578125e-05 (up to 1e-05 allowed); Greatest re...",

@@ -18,7 +18,7 @@ OWN_PREFIXES = ("convolution", "max_pool", "avg_pool", "adaptive_", "_adaptive_"
                 "upsample_", "constant_pad_nd", "reflection_pad", "replication_pad", "im2col", "col2im",
                 "pixel_shuffle", "pixel_unshuffle", "mm", "bmm", "addmm", "_addmm_activation",
                 "_weight_norm", "_embedding_bag", "max_unpool", "multi_margin_loss", "multilabel_margin_loss",
-                "grid_sampler", "unfold_backward", "_upsample_", "_ctc_loss")
+                "grid_sampler", "unfold_backward", "_upsample_", "_ctc_loss", "rrelu")
 
 
 def own_fallbacks():
@@ -755,3 +755,27 @@ def test_attention_bf16():
     q, k, v = (r(1, 2, 4, 8, dtype=torch.bfloat16, seed=s) for s in range(3))
     check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v,
           atol=5e-2, rtol=5e-2)
+
+
+# ---- rrelu (ops/random.py) ------------------------------------------------------------
+
+def test_rrelu_eval_matches_cpu():
+    x = torch.randn(5, 6, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    check(lambda a: F.rrelu(a, 0.1, 0.4, training=False), x)
+
+
+def test_rrelu_training_writes_noise_and_backward_uses_it():
+    x = torch.randn(200, generator=torch.Generator().manual_seed(0)).to("tpu").requires_grad_()
+    noise = torch.empty(200, device="tpu")
+    out = torch.ops.aten.rrelu_with_noise(x, noise, 0.1, 0.4, True)
+    xc, nc = x.detach().cpu(), noise.cpu()
+    neg = xc <= 0
+    assert ((nc[neg] >= 0.1) & (nc[neg] <= 0.4)).all() and (nc[~neg] == 1).all()
+    assert nc[neg].unique().numel() > 1  # one slope per element
+    assert_same(out, xc * nc)
+    out.backward(torch.ones(200, device="tpu"))
+    assert_same(x.grad, nc)
+    y = x.detach().clone()
+    F.rrelu_(y, 0.1, 0.4, training=True)  # in place: negatives scaled, positives kept
+    yc = y.cpu()
+    assert (yc[~neg] == xc[~neg]).all() and (yc[neg] <= 0.1 * xc[neg] + 1e-6).all()

@@ -669,3 +669,50 @@ def test_integer_and_bool_inputs(fn, dtype):
     refuses one (even though the meta kernel accepts it) the tpu refuses too."""
     x = rand(4, 6, dtype=dtype) if dtype != torch.uint8 else rand(4, 6, dtype=torch.int64).abs().to(dtype)
     run_or_raise(fn, x)
+
+
+# ---- histogram, histogramdd, segment_reduce (ops/histogram.py) ----------------------
+
+@pytest.mark.parametrize("fn", [
+    lambda a, w: torch.histogram(a, 5),
+    lambda a, w: torch.histogram(a, 4, range=(-1.0, 1.0), weight=w, density=True),
+    lambda a, w: torch.histogram(a, torch.tensor([-2.0, -0.5, 0.0, 3.0], dtype=a.dtype, device=a.device)),
+    lambda a, w: torch.histogramdd(a.reshape(-1, 2), [3, 2], density=True),
+    lambda a, w: torch.histogramdd(a.reshape(-1, 2), [3, 2], weight=w.reshape(-1, 2)[:, 0]),
+], ids=["bin_ct", "range_weight_density", "bins_tensor", "dd_density", "dd_weight"])
+def test_histogram(fn):
+    a = torch.randn(40, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    a[0], a[1] = 1.0, -1.0  # values on the outer edges land in the first and last bins
+    run_both(fn, a, torch.rand(40, dtype=torch.float64, generator=torch.Generator().manual_seed(4)))
+
+
+def test_histogram_errors_match_cpu():
+    for bad in (torch.tensor([0.0, INF]), torch.tensor([0.0, NAN])):  # the data's range must be finite
+        run_or_raise(lambda a: torch.histogram(a, 3), bad)
+    with pytest.raises(RuntimeError, match="min should not exceed max, but got min 2 max 1 for dimension 0"):
+        torch.histogram(torch.rand(4, device="tpu"), 3, range=(2.0, 1.0))
+    run_or_raise(lambda a: torch.histogram(a, 3), torch.arange(4))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
+@pytest.mark.parametrize("initial", [None, 2.0])
+def test_segment_reduce(reduce, initial):
+    data = torch.tensor([[1.0, 0.0, 3.0, NAN, 0.0, 5.0, 2.0], [4.0, 0.0, 2.0, 2.0, 0.0, 1.0, -1.0]]).T
+    data.requires_grad_()
+    lengths = torch.tensor([2, 0, 2, 3])
+    offsets = torch.tensor([1, 3, 3, 7])
+    for kw in ({"lengths": lengths}, {"offsets": offsets}):
+        cpu = torch.segment_reduce(data, reduce, initial=initial, **kw)
+        x = to_tpu(data)
+        got = torch.segment_reduce(x, reduce, initial=initial, **{k: v.to("tpu") for k, v in kw.items()})
+        assert_same(got, cpu)
+        up = torch.randn(cpu.shape, generator=torch.Generator().manual_seed(0))
+        (expected,) = torch.autograd.grad(cpu, data, up)
+        (grad,) = torch.autograd.grad(got, x, up.to("tpu"))
+        assert_same(grad, expected)
+
+
+def test_segment_reduce_length_checks():
+    data = torch.rand(6, 2)
+    for lengths in (torch.tensor([2, 3]), torch.tensor([-1, 7])):  # must add up, none negative
+        run_or_raise(lambda d, n: torch.segment_reduce(d, "sum", lengths=n), data, lengths)

@@ -10,9 +10,12 @@ distributions are the same.
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 
 from . import indexing
-from .registry import Kernel, Options, _install, out_dtype, register, resolve, rng_key
+from .registry import Kernel, Options, _install, out_dtype, register, register_raw, resolve, rng_key
+
+aten = torch.ops.aten
 
 
 def _float_dtype():
@@ -204,3 +207,40 @@ def binomial(count, prob, generator=None):
     draws = jax.random.binomial(rng_key(), jnp.maximum(n, 0), jnp.clip(p, 0, 1), dtype=dtype)
     # the CPU's edge cases: no trials or p <= 0 give 0, p >= 1 gives every trial
     return jnp.where((n <= 0) | (p <= 0), 0, jnp.where(p >= 1, n, draws)).astype(count.dtype)
+
+
+# ---- rrelu ----------------------------------------------------------------------
+# In training each element <= 0 gets its own slope drawn from U(lower, upper),
+# kept in ``noise`` (1 elsewhere) for the backward; in eval the slope is the
+# mean (lower + upper) / 2 and noise is left alone, as on the CPU.
+
+@register("rrelu_with_noise_functional.default", rng=True)
+def rrelu_with_noise_functional(self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
+    if not training:
+        return jnp.where(self > 0, self, self * ((lower + upper) / 2)), noise
+    slope = lower + (upper - lower) * _uniform01(self.shape, fine=True)
+    negative = self <= 0
+    out = jnp.where(negative, self.astype(slope.dtype) * slope, self)
+    return out.astype(self.dtype), jnp.where(negative, slope, 1).astype(noise.dtype)
+
+
+def _rrelu(self, noise, lower, upper, training, generator):
+    out, drawn = aten.rrelu_with_noise_functional(self, noise, lower, upper, training, generator=generator)
+    if training:  # the slopes go into noise in place, where the backward reads them
+        noise.copy_(drawn)
+    return out
+
+
+@register_raw("rrelu_with_noise.default")
+def rrelu_with_noise(self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
+    return _rrelu(self, noise, lower, upper, training, generator)
+
+
+@register_raw("rrelu_with_noise.out")
+def rrelu_with_noise_out(self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None, *, out):
+    return out.copy_(_rrelu(self, noise, lower, upper, training, generator))
+
+
+@register_raw("rrelu_with_noise_.default")
+def rrelu_with_noise_(self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
+    return self.copy_(_rrelu(self, noise, lower, upper, training, generator))
