@@ -315,3 +315,86 @@ def test_conjugate_view_inputs_enter_graphs_with_their_values():
     torch.compile(lambda t: t.mul_(2), backend="tpu")(written.conj())
     want.conj().mul_(2)
     assert torch.equal(written.cpu(), want)
+
+
+def _compile_warnings(fn, *args):
+    """fn compiled with backend "tpu" on args: (result, the backend's fallback warnings)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = torch.compile(fn, backend="tpu")(*args)
+    return result, [str(w.message) for w in caught if "torch_tpu: torch.compile" in str(w.message)]
+
+
+def test_random_ops_draw_anew_on_every_call():
+    # each call takes the next (seed, counter) of the device's stream, like eager ops
+    drop = torch.compile(lambda x: F.dropout(x, 0.5) + torch.rand_like(x) * 0, backend="tpu")
+    x = torch.ones(4096, device="tpu")
+    first, second = drop(x).cpu(), drop(x).cpu()
+    assert not torch.equal(first, second) and abs((first != 0).float().mean().item() - 0.5) < 0.05
+    torch.manual_seed(7)
+    again = drop(x).cpu()
+    torch.manual_seed(7)
+    assert torch.equal(drop(x).cpu(), again)
+    noise, fallbacks = _compile_warnings(lambda t: torch.randn_like(t) + torch.rand(t.shape, device=t.device),
+                                         torch.zeros(100_000, device="tpu"))
+    assert not fallbacks
+    assert abs(noise.mean().item() - 0.5) < 0.02 and abs(noise.std().item() - (1 + 1 / 12) ** 0.5) < 0.02
+
+
+def test_view_scatters_and_repeat_lower():
+    # the backward graphs of slicing, select and diagonal use the *_scatter ops
+    x = torch.randn(4, 6, 5, generator=torch.Generator().manual_seed(0))
+
+    def f(t):
+        y = t * 2
+        return (y[:, 1:5:2].sin().sum() + y[..., -2].cos().sum() + torch.diagonal(y, 1, 1, 2).exp().sum()
+                + y.repeat(2, 1, 3).sum())
+    eager_x, graph_x = x.to("tpu").requires_grad_(), x.to("tpu").requires_grad_()
+    f(eager_x).backward()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.compile(f, backend="tpu")(graph_x).backward()
+    assert not [w for w in caught if "torch_tpu: torch.compile" in str(w.message)]
+    torch.testing.assert_close(graph_x.grad.cpu(), eager_x.grad.cpu())
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_boolean_mask_assignment(train):
+    # x[mask] = v: one value for every selected row lowers (as a select); the
+    # training graph's backward selects by the mask (a data-dependent size) and
+    # runs on the eager kernels.  It used to abort the process in PyTorch's
+    # autograd engine while AOTAutograd traced that backward.
+    g = torch.Generator().manual_seed(0)
+    h, row = torch.randn(2, 5, 4, generator=g), torch.randn(4, generator=g)
+    mask = torch.tensor([[True, False, True, False, False], [False, True, False, False, True]])
+
+    def put(t, m, v):
+        t = t * 2
+        t[m] = v
+        return t.pow(2).sum()
+
+    def run(compiled):
+        t, v = (a.to("tpu").requires_grad_(train) for a in (h, row))
+        with warnings.catch_warnings(record=True) as caught:  # the backward compiles when it runs
+            warnings.simplefilter("always")
+            loss = (torch.compile(put, backend="tpu") if compiled else put)(t, mask.to("tpu"), v)
+            grads = torch.autograd.grad(loss, [t, v]) if train else ()
+        fallbacks = [str(w.message) for w in caught if "torch_tpu: torch.compile" in str(w.message)]
+        return [loss.detach().cpu()] + [gr.cpu() for gr in grads], fallbacks
+    (expected, _), (got, fallbacks) = run(False), run(True)
+    for e, o in zip(expected, got):
+        torch.testing.assert_close(o, e)
+    assert all("data-dependent" in w for w in fallbacks) and (len(fallbacks) == 1) == train
+
+
+def test_a_value_per_masked_element_runs_on_the_eager_kernels():
+    h = torch.randn(3, 4)
+    mask = torch.tensor([True, False, True])
+
+    def put(t, m):
+        t = t.clone()
+        t[m] = torch.arange(8.0, device=t.device).reshape(2, 4)
+        return t
+    got, fallbacks = _compile_warnings(put, h.to("tpu"), mask.to("tpu"))
+    torch.testing.assert_close(got.cpu(), put(h, mask))
+    assert fallbacks and "boolean mask" in fallbacks[0]

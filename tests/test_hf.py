@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -440,3 +441,20 @@ def test_architecture_forward_matches_cpu_and_trains(arch, no_fallback):
     model(**on_tpu)[0].pow(2).mean().backward()
     grads = [p.grad for p in model.parameters() if p.requires_grad and p.grad is not None]
     assert grads and all(torch.isfinite(g.cpu()).all() for g in grads)
+
+
+@pytest.mark.slow
+def test_moe_model_compiles_with_grouped_mm(no_fallback):
+    # transformers sends MoE experts through grouped_mm on tpu, compiled too
+    config, inputs = _zoo("mixtral")
+    torch.manual_seed(0)
+    model = transformers.AutoModel.from_config(config).eval()
+    with torch.no_grad():
+        expected = model(**inputs)[0]
+    model.to("tpu")
+    torch._dynamo.reset()
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(model, backend="tpu")(**{k: v.to("tpu") for k, v in inputs.items()})[0]
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
+    assert not [w for w in caught if "torch_tpu: torch.compile" in str(w.message)]  # lowered, not eager

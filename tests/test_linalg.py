@@ -11,7 +11,7 @@ from helpers import assert_same
 warnings.filterwarnings("ignore", message="torch_tpu: .* has no tpu kernel")
 
 OWN = {"mm", "bmm", "addmm", "addmm_", "addmv", "addmv_", "mv", "dot", "vdot", "baddbmm", "baddbmm_",
-       "addbmm", "addbmm_", "addr", "addr_", "_addmm_activation"}
+       "addbmm", "addbmm_", "addr", "addr_", "_addmm_activation", "_grouped_mm"}
 
 
 @pytest.fixture(autouse=True)
@@ -330,3 +330,48 @@ def test_cdist_euclidean_compute_modes(strict, mode):
 def test_cdist_shape_errors_match(strict):
     with pytest.raises(RuntimeError, match="same number of columns|X1 and X2 must have the same"):
         torch.cdist(torch.randn(3, 4, device="tpu"), torch.randn(3, 5, device="tpu"))
+
+
+# ---- grouped matmuls (mixture-of-experts layers) ----------------------------------
+
+_OFFS = torch.tensor([2, 5, 5, 8], dtype=torch.int32)
+
+
+@pytest.mark.parametrize("layout", ["2d3d", "2d2d", "3d2d", "3d3d"])
+def test_grouped_mm_matches_cpu_with_gradients(layout):
+    g = torch.Generator().manual_seed(0)
+    a_shape, b_shape, offs = {"2d3d": ((8, 16), (4, 16, 8), _OFFS), "2d2d": ((6, 8), (8, 4), _OFFS),
+                              "3d2d": ((4, 6, 16), (16, 8), _OFFS), "3d3d": ((3, 5, 16), (3, 16, 4), None)}[layout]
+    a, b = torch.randn(a_shape, generator=g), torch.randn(b_shape, generator=g)
+    up = torch.randn(torch._grouped_mm(a, b, offs=offs).shape, generator=g)
+
+    def run(device):
+        x, w = a.to(device).requires_grad_(), b.to(device).requires_grad_()
+        out = torch._grouped_mm(x, w, offs=None if offs is None else offs.to(device))
+        out.backward(up.to(device))
+        return [out, x.grad, w.grad]
+    assert_same(run("tpu"), run("cpu"), atol=1e-5, rtol=1e-5)
+
+
+def test_grouped_mm_any_dtype_eager_and_compiled():
+    # transformers runs MoE experts through grouped_mm on tpu for every dtype,
+    # also under torch.compile (PyTorch's own rules allow only bfloat16 there)
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(8, 16, generator=g), torch.randn(4, 16, 8, generator=g)
+    offs = _OFFS.to("tpu")
+
+    def loss(x, w):
+        return torch.nn.functional.grouped_mm(x, w, offs=offs).pow(2).sum()
+    eager = [t.to("tpu").requires_grad_() for t in (a, b)]
+    graph = [t.to("tpu").requires_grad_() for t in (a, b)]
+    loss(*eager).backward()
+    torch._dynamo.reset()
+    torch.compile(loss, backend="tpu")(*graph).backward()
+    for e, c in zip(eager, graph):
+        torch.testing.assert_close(c.grad.cpu(), e.grad.cpu())
+    half = torch._grouped_mm(a.bfloat16().to("tpu"), b.bfloat16().to("tpu"), offs=offs, out_dtype=torch.float32)
+    assert half.dtype == torch.float32
+    with pytest.raises(RuntimeError, match="int32"):
+        torch._grouped_mm(a.to("tpu"), b.to("tpu"), offs=offs.long())
+    with pytest.raises(RuntimeError, match="contraction dimension"):
+        torch._grouped_mm(a.to("tpu"), b[:, :15].to("tpu"), offs=offs)

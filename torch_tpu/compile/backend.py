@@ -5,6 +5,8 @@ A graph whose ops the lowering does not know runs through the eager tpu
 kernels instead, with a warning naming the op.  Executables are cached in
 memory per input signature and on disk by JAX's persistent compilation cache.
 """
+import contextlib
+import dataclasses
 import functools
 import logging
 import threading
@@ -293,11 +295,28 @@ def _compiler(name):
     return compile_graph
 
 
+def _random_factories():
+    """rand/randn(_like) as an empty tensor filled by the random kernels, whose
+    keys the lowering derives from the graph's seed (drop path, noise)."""
+    aten = torch.ops.aten
+
+    def factory(fill, like):
+        def build(arg, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+            empty = (aten.empty_like.default(arg, dtype=dtype, device=device) if like else
+                     aten.empty.memory_format(arg, dtype=dtype, device=device))
+            return fill(empty)
+        return build
+    uniform = aten.uniform.default
+    normal = aten.normal_functional.default
+    return {aten.rand.default: factory(uniform, False), aten.randn.default: factory(normal, False),
+            aten.rand_like.default: factory(uniform, True), aten.randn_like.default: factory(normal, True)}
+
+
 def _decompositions():
     # Decompose only the ops we cannot lower directly; keep the rest whole, so
     # layer_norm, SDPA and friends reach XLA as one op each.
     from torch._decomp import core_aten_decompositions
-    table = core_aten_decompositions()
+    table = {**core_aten_decompositions(), **_random_factories()}
     return {op: fn for op, fn in table.items()
             if not isinstance(registry.KERNELS.get(op), registry.Kernel)
             and op not in lowering.VIEW_LOWERINGS}
@@ -310,12 +329,31 @@ def _aot_backend():
                         decompositions=_decompositions(), keep_inference_input_mutations=True)
 
 
+@contextlib.contextmanager
+def _data_dependent_sizes_allowed(example_inputs):
+    """While AOTAutograd traces the backward, let fake ops with data-dependent
+    output sizes (``x[mask] = v`` selects by the mask in its backward) return
+    unbacked sizes instead of raising.  An exception raised there, inside a tpu
+    backward node, reaches a stream guard whose Python device-guard call aborts
+    the process (std::terminate in PyTorch's torch.acc guard).  Such a graph
+    then fails to lower (its sizes are unknown) and runs on the eager kernels."""
+    shape_env = getattr(torch._guards.detect_fake_mode(example_inputs), "shape_env", None)
+    if shape_env is None or shape_env.allow_dynamic_output_shape_ops:
+        yield
+        return
+    settings = shape_env.settings  # a frozen dataclass
+    shape_env.settings = dataclasses.replace(settings, allow_dynamic_output_shape_ops=True)
+    try:
+        yield
+    finally:
+        shape_env.settings = settings
+
+
 def tpu_backend(gm, example_inputs, mode=None, options=None):
     """``torch.compile(model, backend="tpu")``. ``mode`` is accepted (XLA already
     runs whole graphs, so "reduce-overhead" needs nothing more); ``options`` may
     carry XLA compiler options (see torch.tpu.compiler.custom_compiler_options)."""
     fusion.flush("torch.compile")
-    if options:
-        with compiler_options.custom_compiler_options(dict(options)):
-            return _aot_backend()(gm, example_inputs)
-    return _aot_backend()(gm, example_inputs)
+    with _data_dependent_sizes_allowed(example_inputs), \
+            compiler_options.custom_compiler_options(dict(options or {})):
+        return _aot_backend()(gm, example_inputs)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 from jax import lax
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from .. import dtypes
 from ..casting import convert
@@ -88,6 +89,32 @@ def _diagonal(x, offset=0, dim1=0, dim2=1):
     return jnp.diagonal(x, offset, _dim(dim1, x.ndim), _dim(dim2, x.ndim))
 
 
+# ---- the views' functional inverses (backward graphs of slicing and indexing) ----
+
+def _slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    dim = _dim(dim, x.ndim)
+    start, end, step = slice(start, end, step).indices(x.shape[dim])
+    where = [slice(None)] * x.ndim
+    where[dim] = slice(start, max(start, end), step)
+    return x.at[tuple(where)].set(src.astype(x.dtype))
+
+
+def _select_scatter(x, src, dim, index):
+    dim = _dim(dim, x.ndim)
+    where = [slice(None)] * x.ndim
+    where[dim] = index + x.shape[dim] if index < 0 else index
+    return x.at[tuple(where)].set(src.astype(x.dtype))
+
+
+def _diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
+    d1, d2 = _dim(dim1, x.ndim), _dim(dim2, x.ndim)
+    moved = jnp.moveaxis(x, (d1, d2), (-2, -1))  # the diagonal is the last dim, as torch.diagonal's
+    n = src.shape[-1]
+    rows = np.arange(n) + max(-offset, 0)
+    cols = np.arange(n) + max(offset, 0)
+    return jnp.moveaxis(moved.at[..., rows, cols].set(src.astype(x.dtype)), (-2, -1), (d1, d2))
+
+
 def _unfold(x, dimension, size, step):
     dim = _dim(dimension, x.ndim) if x.ndim else 0
     if x.ndim == 0:
@@ -135,6 +162,10 @@ VIEW_LOWERINGS = {
     aten._to_copy.default: _to_copy,
     aten.view_as_real.default: lambda x: jnp.stack([jnp.real(x), jnp.imag(x)], -1),
     aten.view_as_complex.default: lambda x: lax.complex(x[..., 0], x[..., 1]),
+    aten.slice_scatter.default: _slice_scatter,
+    aten.select_scatter.default: _select_scatter,
+    aten.diagonal_scatter.default: _diagonal_scatter,
+    aten.repeat.default: lambda x, repeats: jnp.tile(x, tuple(repeats)),
     # not a view, but like one it only moves data: functional copy_ (x.copy_(y) on a graph input)
     aten.copy.default: lambda x, src, non_blocking=False: _copy_into_input(x, src),
 }
@@ -177,6 +208,7 @@ FACTORY_LOWERINGS = {
     aten.ones_like.default: _filled(lambda a: 1),
     aten.empty.memory_format: _filled(lambda a: 0),
     aten.empty_like.default: _filled(lambda a: 0),
+    aten.empty_permuted.default: _filled(lambda a: 0),
     aten._efficientzerotensor.default: _filled(lambda a: 0),
 }
 
@@ -208,12 +240,37 @@ def _out_dtypes(node):
     return [dtypes.to_np(v.dtype) if isinstance(v, torch.Tensor) else None for v in vals]
 
 
+_MASK_PUTS = (aten.index_put.default, aten.index_put_.default, aten._index_put_impl.default)
+
+
+def _static_mask_put(node) -> bool:
+    """Whether an index_put by a boolean mask lowers with static shapes: the
+    mask must be the only index, and the values must not have a dimension for
+    the selected elements (how many the mask selects is known only at run time)."""
+    indices = [i.meta.get("val") if isinstance(i, torch.fx.Node) else None for i in node.args[1]]
+    masks = [k for k, i in enumerate(indices) if i is not None and i.dtype in (torch.bool, torch.uint8)]
+    if not masks:
+        return True
+    k = masks[0]
+    if sum(i is not None for i in indices) != 1:
+        return False
+    trailing = node.args[0].meta["val"].dim() - k - indices[k].dim()
+    values = node.args[2].meta["val"]
+    return values.dim() <= trailing or values.shape[values.dim() - trailing - 1] == 1
+
+
 def check_lowerable(gm: torch.fx.GraphModule) -> None:
     """Raise LoweringError naming the first op the lowering cannot handle."""
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
         t = node.target
+        val = node.meta.get("val")
+        if free_unbacked_symbols(val):
+            raise LoweringError(f"{t} has a data-dependent size (a boolean mask, nonzero, ...)")
+        if t in _MASK_PUTS and not _static_mask_put(node):
+            raise LoweringError(f"{t} writes one value per element a boolean mask selects "
+                                "(how many is known only at run time)")
         if t in _PY_OPS or t in VIEW_LOWERINGS or t in FACTORY_LOWERINGS or t is aten.copy_.default:
             continue
         if _graph_kernel(t) is not None:
@@ -297,9 +354,8 @@ def lower(gm: torch.fx.GraphModule, skip_outputs=frozenset(), host=None):
                     kernel = _graph_kernel(t)
                     key = None
                     if kernel.opts.rng:
-                        if base_key is None:
-                            base_key = jax.random.fold_in(jax.random.key(rng_material[0]),
-                                                          rng_material[1])
+                        if base_key is None:  # this call's (seed, counter), as eager ops take it
+                            base_key = registry.make_key(rng_material)
                         key = jax.random.fold_in(base_key, index)
                     meta_args = _meta_value(node.args)
                     meta_kwargs = _meta_value(dict(node.kwargs))

@@ -12,7 +12,7 @@ from . import transformer  # noqa: F401,E402
 from . import decompositions  # noqa: F401,E402
 from . import special, distance  # noqa: F401,E402
 from . import embedding_bag, unpool, margin, grid_sample, antialias, ctc  # noqa: F401,E402
-from . import rnn, sync_batch_norm, reparam  # noqa: F401,E402
+from . import rnn, sync_batch_norm, reparam, grouped_mm  # noqa: F401,E402
 from . import histogram  # noqa: F401,E402
 
 fallback.install()

@@ -198,8 +198,27 @@ with warnings.catch_warnings():
 @register("index_put.default", "_index_put_impl.default", allow_cpu=("indices",))
 def index_put(self, indices, values, accumulate=False, unsafe=False):
     values = values.astype(self.dtype)
+    masks = [k for k, i in enumerate(indices) if i is not None and i.dtype in (np.bool_, np.uint8)]
+    if masks:  # only in graphs: eager turns masks into indices first (_prepare_indices)
+        return _mask_put(self, masks[0], indices[masks[0]], values, accumulate)
     at = self.at[_key(indices)]
     return at.add(values) if accumulate else at.set(values)
+
+
+def _mask_put(self, k, mask, values, accumulate):
+    """``self[:, ..., mask] = values``, the mask on dims k.. and the only index,
+    with values the same for every selected element (the lowering checks):
+    values line up with (dims before k, selected, dims after the mask)."""
+    trailing = self.ndim - k - mask.ndim
+    if values.ndim > trailing:  # drop the (size 1) selected-elements dim, put the mask's dims there
+        values = values.reshape(values.shape[:values.ndim - trailing - 1] + values.shape[values.ndim - trailing:])
+        values = values.reshape(values.shape[:values.ndim - trailing] + (1,) * mask.ndim
+                                + values.shape[values.ndim - trailing:])
+    spread = jnp.broadcast_to(values, self.shape)
+    where = jnp.broadcast_to(mask.astype(bool).reshape((1,) * k + mask.shape + (1,) * trailing), self.shape)
+    if accumulate:
+        return self + jnp.where(where, spread, jnp.zeros((), self.dtype))
+    return jnp.where(where, spread, self)
 
 
 with warnings.catch_warnings():

@@ -349,7 +349,7 @@ class Kernel:
             it = iter(inputs)
             a = [_decode(t, it) for t in pos_t]
             k = {name: _decode(t, it) for name, t in kw_t}
-            key = _make_key(next(it)) if rng else None
+            key = make_key(next(it)) if rng else None
             outs = apply(a, k, promote_dtype, [s[2] for s in out_specs] if out_specs else None, key)
             if mode == "inplace":  # write each result back through its destination view
                 # Destinations that share a storage (views of one flat buffer)
@@ -534,7 +534,8 @@ def _rng_material(args, kwargs):
     return rng.next_key_material(gen)
 
 
-def _make_key(material):
+def make_key(material):
+    """The jax key of one random op (or graph call) from its (seed, seed, counter) material."""
     key = jax.random.fold_in(jax.random.key(material[0]), material[1])
     return jax.random.fold_in(key, material[2])
 
