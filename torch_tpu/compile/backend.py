@@ -25,7 +25,7 @@ from ..device import rng
 from ..eager import fusion, modes
 from ..ops import registry
 from ..storage import access, buffers, views
-from . import lowering, options as compiler_options
+from . import lowering, rewrites, options as compiler_options
 from .host import HostPart
 
 log = logging.getLogger("torch_tpu.compile")
@@ -59,6 +59,7 @@ class CompiledGraph:
     """
 
     def __init__(self, gm, name):
+        rewrites.masked_sums(gm)
         self.gm = gm
         self.name = name
         outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
