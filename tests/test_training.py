@@ -82,3 +82,31 @@ def test_state_dict_save_load_and_move_back():
     model.to("cpu")
     for k, v in model.state_dict().items():
         assert v.device.type == "cpu" and torch.equal(v, values[k]), k
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_grad_scaler_matches_cpu(mode):
+    # torch.amp.GradScaler: unscale and check for inf/NaN, skip the step on an
+    # overflow, back the scale off, grow it every growth_interval good steps
+    def run(device):
+        torch.manual_seed(0)
+        model = nn.Linear(4, 4).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler(device, init_scale=2.0 ** 4, growth_interval=2)
+        scales = []
+        with torch.tpu.set_eager_mode(mode if device == "tpu" else "strict"):
+            for i in range(6):
+                x = torch.full((2, 4), 1e30 if i == 3 else 1.0, device=device)  # step 3 overflows
+                scaler.scale(model(x).pow(2).mean()).backward()
+                scaler.unscale_(opt)
+                scaler.step(opt)
+                scaler.update()
+                opt.zero_grad()
+                scales.append(scaler.get_scale())
+        return scales, model.weight.detach().cpu()
+    cpu_scales, cpu_weight = run("cpu")
+    before = torch_tpu.fallback_ops()
+    tpu_scales, tpu_weight = run("tpu")
+    assert tpu_scales == cpu_scales == [16.0, 32.0, 32.0, 16.0, 16.0, 32.0]
+    torch.testing.assert_close(tpu_weight, cpu_weight)
+    assert not any(k.startswith("aten::_amp") for k in torch_tpu.fallback_ops() if k not in before)

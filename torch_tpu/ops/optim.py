@@ -90,3 +90,32 @@ def fused_adamw_(*args, **kwargs):
 @register_raw("_fused_adam_.default", "_fused_adam_.tensor_lr")
 def fused_adam_(*args, **kwargs):
     _fused_adam(False, *args, **kwargs)
+
+
+# ---- GradScaler (torch.amp): unscale-and-check, and the scale update --------------
+# Written with tpu ops, so the step's flags never leave the device (no host
+# read of found_inf) and fused mode records them like any other op.
+
+@register_raw("_amp_foreach_non_finite_check_and_unscale_.default")
+def _amp_foreach_non_finite_check_and_unscale_(self, found_inf, inv_scale):
+    """Every gradient times inv_scale; found_inf becomes 1 if any value is inf or NaN."""
+    if not self:
+        return
+    peaks = torch.stack(torch._foreach_norm(self, float("inf")))  # NaN and inf survive a max
+    found_inf.copy_(torch.maximum(found_inf, (~torch.isfinite(peaks).all()).to(found_inf.dtype)))
+    torch._foreach_mul_(self, inv_scale.reshape(()))  # GradScaler keeps it as a 1-element tensor
+
+
+@register_raw("_amp_update_scale_.default")
+def _amp_update_scale_(self, growth_tracker, found_inf, scale_growth_factor, scale_backoff_factor,
+                       growth_interval):
+    """After an overflow: scale * backoff and the count restarts.  Else the count
+    of good steps grows, and at growth_interval the scale grows (if that stays finite)."""
+    overflow = found_inf > 0
+    count = growth_tracker + 1
+    grown = self * scale_growth_factor
+    grow = ~overflow & (count == growth_interval)
+    self.copy_(torch.where(overflow, self * scale_backoff_factor,
+                           torch.where(grow & torch.isfinite(grown), grown, self)))
+    growth_tracker.copy_(torch.where(overflow | grow, torch.zeros_like(count), count))
+    return self
