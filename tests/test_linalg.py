@@ -11,7 +11,8 @@ from helpers import assert_same
 warnings.filterwarnings("ignore", message="torch_tpu: .* has no tpu kernel")
 
 OWN = {"mm", "bmm", "addmm", "addmm_", "addmv", "addmv_", "mv", "dot", "vdot", "baddbmm", "baddbmm_",
-       "addbmm", "addbmm_", "addr", "addr_", "_addmm_activation", "_grouped_mm"}
+       "addbmm", "addbmm_", "addr", "addr_", "_addmm_activation", "_grouped_mm", "_int_mm",
+       "_weight_int8pack_mm"}
 
 
 @pytest.fixture(autouse=True)
@@ -375,3 +376,17 @@ def test_grouped_mm_any_dtype_eager_and_compiled():
         torch._grouped_mm(a.to("tpu"), b.to("tpu"), offs=offs.long())
     with pytest.raises(RuntimeError, match="contraction dimension"):
         torch._grouped_mm(a.to("tpu"), b[:, :15].to("tpu"), offs=offs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int8_products(dtype):
+    # torchao's int8 layers: exact int32 sums, and int8 weights with per-channel scales
+    g = torch.Generator().manual_seed(0)
+    a = torch.randint(-128, 128, (32, 64), generator=g, dtype=torch.int8)
+    b = torch.randint(-128, 128, (64, 16), generator=g, dtype=torch.int8)
+    assert_same(torch._int_mm(a.to("tpu"), b.to("tpu")), torch._int_mm(a, b), exact=True)
+    x, scales = torch.randn(8, 64, generator=g).to(dtype), torch.rand(16, generator=g).to(dtype)
+    assert_same(torch._weight_int8pack_mm(x.to("tpu"), b.T.contiguous().to("tpu"), scales.to("tpu")),
+                torch._weight_int8pack_mm(x, b.T.contiguous(), scales), atol=1e-3, rtol=1e-3)
+    with pytest.raises(RuntimeError):
+        torch._int_mm(a.to("tpu"), b[:60].to("tpu"))

@@ -127,3 +127,19 @@ def addr(self, vec1, vec2, beta=1, alpha=1):
         return jnp.logical_or(jnp.logical_and(self, bool(beta)), jnp.logical_and(outer, bool(alpha)))
     outer = vec1[:, None].astype(acc) * vec2[None, :].astype(acc)
     return _fin(_scaled_add(self, outer, beta, alpha))
+
+
+# ---- int8 products (torchao's quantized linear layers) ------------------------------
+
+@register("_int_mm.default")
+def _int_mm(self, mat2):
+    # int8 x int8 -> exact int32 sums
+    return jnp.matmul(self, mat2, preferred_element_type=np.int32)
+
+
+@register("_weight_int8pack_mm.default")
+def _weight_int8pack_mm(self, mat2, scales):
+    # activations (M, K) times int8 weights (N, K) with one scale per output channel
+    acc = _acc_type(self.dtype)
+    product = jnp.matmul(self.astype(acc), mat2.T.astype(acc), precision=jax.lax.Precision.HIGHEST)
+    return (product * scales.astype(acc)).astype(self.dtype)
