@@ -423,7 +423,8 @@ class MaskedOutputs:
     """How a graph runs an op whose ``mask_arg`` picks the outputs computed
     (eager serves it with a raw kernel that returns None for the rest)."""
 
-    def __init__(self, inner: Kernel, mask_position: int, mask_arg: str = "output_mask", mask_of=None):
+    def __init__(self, inner: Kernel, mask_position, mask_arg="output_mask", mask_of=None):
+        # mask_position/mask_arg: one argument's position and name, or tuples of them
         self.inner = inner
         self.opts = inner.opts
         self.mask_position = mask_position
