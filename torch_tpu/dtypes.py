@@ -33,6 +33,16 @@ _BITS_CARRIER = {
 
 ITEMSIZE = {t: n.itemsize for t, n in TORCH_TO_NP.items()}
 
+# ATen's C++ names of the scalar types, as its "not implemented for 'Float'" errors spell them
+_ATEN_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+               torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble", torch.int64: "Long",
+               torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+               torch.bool: "Bool"}
+
+
+def aten_name(dtype: torch.dtype) -> str:
+    return _ATEN_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
 
 def to_np(dtype: torch.dtype) -> np.dtype:
     try:

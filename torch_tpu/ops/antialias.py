@@ -18,15 +18,14 @@ each axis's result rounded and clamped back to uint8.  The plain bilinear and
 bicubic resizes of uint8 images (nn.py) use it too, with their own weights.  float16 / bfloat16,
 which the CPU kernel rejects, compute in float32 (as CUDA's kernel does).
 """
-import functools
-
 import jax.numpy as jnp
 import numpy as np
 import torch
 from jax import lax
 
+from .. import dtypes
 from . import indexing
-from .nn import _up
+from .nn import _cubic_taps, _up
 from .registry import register
 
 
@@ -35,8 +34,8 @@ def _triangle(x):
     return np.where(x < 1, 1 - x, 0).astype(x.dtype)
 
 
-def _keys_cubic(x, a=-0.5):
-    a = x.dtype.type(a)  # ATen's antialias cubic (the plain bicubic uses -0.75)
+def _keys_cubic(x):
+    a = x.dtype.type(-0.5)  # ATen's antialias cubic (the plain bicubic uses -0.75)
     x = np.abs(x)
     near = ((a + 2) * x - (a + 3)) * x * x + 1
     far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
@@ -49,12 +48,10 @@ _FILTERS = {"bilinear": (_triangle, 2), "bicubic": (_keys_cubic, 4)}  # filter, 
 def _weights(n_in, n_out, align_corners, scale, kind, dtype, antialias=True):
     """The (n_out, n_in) resampling matrix of one axis in ``dtype`` (float32 or
     float64: ATen's scalar_t), following its compute_index_ranges_weights.
-    ``antialias=False``: the plain filter (a = -0.75 for cubic), never
-    stretched, which is how the CPU resizes uint8 images without antialias."""
+    ``antialias=False``: the filter never stretched, which is how the CPU
+    resizes uint8 images with plain bilinear."""
     f = np.dtype(dtype).type
     filt, taps = _FILTERS[kind]
-    if kind == "bicubic" and not antialias:
-        filt = functools.partial(_keys_cubic, a=-0.75)
     if align_corners:
         s = f(n_in - 1) / f(n_out - 1) if n_out > 1 else f(0)
     else:
@@ -97,20 +94,14 @@ def _fixed_point(m):
 
 
 def _plain_cubic_weights(n_in, n_out, align_corners, scale):
-    """Plain (not antialiased) bicubic as a matrix: the 4 taps around each
-    source point, a = -0.75, indices clamped to the edge (their weights add up
-    there), in float64; the CPU's uint8 bicubic resize uses these."""
-    if align_corners:
-        s = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
-    else:
-        s = 1.0 / scale if scale is not None and scale > 0 else n_in / n_out
+    """Plain (not antialiased) bicubic as a matrix in float64: the float
+    kernel's 4 edge-clamped taps (their weights add up at the edge); the CPU's
+    uint8 bicubic resize uses these."""
+    index, weights = _cubic_taps(n_in, n_out, align_corners, scale, np.float64)
     m = np.zeros((n_out, n_in))
-    for i in range(n_out):
-        src = s * i if align_corners else s * (i + 0.5) - 0.5
-        i0 = int(np.floor(src))
-        t = np.array([src - i0 + 1, src - i0, 1 - (src - i0), 2 - (src - i0)])
-        for k, w in zip(range(-1, 3), _keys_cubic(t, a=-0.75)):
-            m[i, min(max(i0 + k, 0), n_in - 1)] += w
+    rows = np.arange(n_out)
+    for ix, w in zip(index, weights):
+        np.add.at(m, (rows, ix), w)
     return m
 
 
@@ -169,15 +160,11 @@ _register("bicubic")
 # ---- dtypes: the CPU's NotImplementedError for the ones it has no kernel for ----
 
 _FORWARD_DTYPES = (torch.float32, torch.float64, torch.uint8, torch.float16, torch.bfloat16)
-_ATEN_NAMES = {torch.bool: "Bool", torch.int8: "Char", torch.int16: "Short", torch.int32: "Int",
-               torch.int64: "Long", torch.uint8: "Byte", torch.complex64: "ComplexFloat",
-               torch.complex128: "ComplexDouble"}
 
 
 def _check_dtype(kernel_name, t, allowed):
     if t.dtype not in allowed:
-        name = _ATEN_NAMES.get(t.dtype, str(t.dtype).replace("torch.", ""))
-        raise NotImplementedError(f'"{kernel_name}" not implemented for \'{name}\'')
+        raise NotImplementedError(f'"{kernel_name}" not implemented for \'{dtypes.aten_name(t.dtype)}\'')
 
 
 def _prepare_forward(bound):

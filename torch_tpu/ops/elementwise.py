@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from .. import dtypes
 from .indexing import guard
 from .registry import PROMOTE, Kernel, Options, compute_dtype, out_dtype, register, register_raw, resolve
 
@@ -880,12 +881,10 @@ def _integers_only(name):
     def check(bound):
         dtype = torch.result_type(bound["self"], bound["other"])
         if dtype.is_floating_point or dtype.is_complex:
-            raise NotImplementedError(f'"{name}_tpu" not implemented for \'{_TORCH_TYPE_NAMES[dtype]}\'')
+            raise NotImplementedError(f'"{name}_tpu" not implemented for \'{dtypes.aten_name(dtype)}\'')
     return check
 
 
-_TORCH_TYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
-                     torch.bfloat16: "BFloat16", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
 guard("gcd.default", prepare=_integers_only("gcd"))
 guard("lcm.default", prepare=_integers_only("lcm"))
 

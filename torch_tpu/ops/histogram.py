@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from .. import dtypes
 from . import indexing
 from .factory import _ramp
 from .registry import register
@@ -116,7 +117,7 @@ def _histogram_checks(bound, dd):
                                                  and isinstance(bins[0], torch.Tensor))
     bin_list = [bins] if isinstance(bins, (torch.Tensor, int)) else list(bins)
     if self.dtype not in _FLOATS:
-        raise NotImplementedError(f'"histogramdd" not implemented for \'{_c_name(self.dtype)}\'')
+        raise NotImplementedError(f'"histogramdd" not implemented for \'{dtypes.aten_name(self.dtype)}\'')
     if tensors:
         if len(bin_list) != n:
             raise RuntimeError(f"{name}: expected {n} sequences of bin edges for a {n}-dimensional "
@@ -124,8 +125,8 @@ def _histogram_checks(bound, dd):
         for d, b in enumerate(bin_list):
             if b.dtype != self.dtype:
                 raise RuntimeError(f"{name}: input tensor and bins tensors should have the same dtype, but got "
-                                   f"input with dtype {_c_name(self.dtype).lower()} and bins for dimension {d} "
-                                   f"with dtype {_c_name(b.dtype).lower()}")
+                                   f"input with dtype {dtypes.aten_name(self.dtype).lower()} and bins for dimension {d} "
+                                   f"with dtype {dtypes.aten_name(b.dtype).lower()}")
             if b.dim() != 1:
                 raise RuntimeError(f"{name}: bins tensor should have one dimension, but got {b.dim()} "
                                    f"dimensions in the bins tensor for dimension {d}")
@@ -141,8 +142,8 @@ def _histogram_checks(bound, dd):
     if weight is not None:
         if weight.dtype != self.dtype:
             raise RuntimeError(f"{name}: if weight tensor is provided, input tensor and weight tensor should have "
-                               f"the same dtype, but got input({_c_name(self.dtype).lower()}), and "
-                               f"weight({_c_name(weight.dtype).lower()})")
+                               f"the same dtype, but got input({dtypes.aten_name(self.dtype).lower()}), and "
+                               f"weight({dtypes.aten_name(weight.dtype).lower()})")
         expected = tuple(self.shape[:-1]) if dd else tuple(self.shape)
         if tuple(weight.shape) != expected:
             rows = list(self.shape) if dd else [self.numel(), 1]
@@ -168,13 +169,6 @@ def _histogram_checks(bound, dd):
             raise RuntimeError(f"{name}: dimension {d}'s range [{lo:g}, {hi:g}] is not finite")
         if lo > hi:
             raise RuntimeError(f"{name}: min should not exceed max, but got min {lo:g} max {hi:g} for dimension {d}")
-
-
-def _c_name(dtype):
-    """ATen's scalar type name (Float, Double, Long...)."""
-    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-            torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
-            torch.uint8: "Byte", torch.bool: "Bool"}.get(dtype, str(dtype).replace("torch.", ""))
 
 
 indexing.guard("histogram.bin_ct", "histogram.bins_tensor", prepare=lambda b: _histogram_checks(b, False))

@@ -897,11 +897,16 @@ def upsample_linear1d(self, output_size, align_corners, scales=None):
     return _upsample_linear(self, output_size, align_corners, (scales,))
 
 
+def _resize_image(x, output_size, align_corners, scales, kind):
+    """uint8 images: the CPU's fixed-point resize, not float math."""
+    from .antialias import resize_uint8  # it builds on this module's taps
+    return resize_uint8(x, output_size, align_corners, scales, kind, antialias=False)
+
+
 @register("upsample_bilinear2d.default")
 def upsample_bilinear2d(self, output_size, align_corners, scales_h=None, scales_w=None):
-    if self.dtype == np.uint8:  # images: the CPU's fixed-point path, not float math
-        from .antialias import resize_uint8
-        return resize_uint8(self, output_size, align_corners, (scales_h, scales_w), "bilinear", antialias=False)
+    if self.dtype == np.uint8:
+        return _resize_image(self, output_size, align_corners, (scales_h, scales_w), "bilinear")
     return _upsample_linear(self, output_size, align_corners, (scales_h, scales_w))
 
 
@@ -958,9 +963,8 @@ def _upsample_bicubic(x, output_size, align_corners, scales):
 
 @register("upsample_bicubic2d.default")
 def upsample_bicubic2d(self, output_size, align_corners, scales_h=None, scales_w=None):
-    if self.dtype == np.uint8:  # images: the CPU's fixed-point path, not float math
-        from .antialias import resize_uint8
-        return resize_uint8(self, output_size, align_corners, (scales_h, scales_w), "bicubic", antialias=False)
+    if self.dtype == np.uint8:
+        return _resize_image(self, output_size, align_corners, (scales_h, scales_w), "bicubic")
     return _upsample_bicubic(self, output_size, align_corners, (scales_h, scales_w))
 
 
