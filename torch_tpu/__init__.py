@@ -23,12 +23,14 @@ from .compile import options as _compiler_options  # noqa: E402
 from .device import accelerator as _accelerator  # noqa: E402
 from .device import module as _tpu_module  # noqa: E402
 from .device import pinned as _pinned  # noqa: E402
+from .ops import flex_attention as _flex_attention  # noqa: E402
 from .storage import patches as _storage_patches  # noqa: E402
 
 _storage_patches.install()   # UntypedStorage(n, device="tpu"), storage.resize_
 _accelerator.install()       # torch.accelerator.synchronize / memory_* for tpu
 _pinned.install()            # Tensor.pin_memory() when the accelerator is tpu
 _autocast.install()          # torch.autocast("tpu")
+_flex_attention.install()    # flex_attention accepts tpu tensors
 _compile.install()           # the "tpu" dynamo backend
 _tpu_module.compiler = _compiler_options  # torch.tpu.compiler.custom_compiler_options
 sys.modules["torch.tpu.compiler"] = _compiler_options

@@ -59,6 +59,7 @@ class CompiledGraph:
     """
 
     def __init__(self, gm, name):
+        rewrites.inline_dense_hops(gm)
         rewrites.masked_sums(gm)
         self.gm = gm
         self.name = name

@@ -210,6 +210,11 @@ FACTORY_LOWERINGS = {
     aten.empty_like.default: _filled(lambda a: 0),
     aten.empty_permuted.default: _filled(lambda a: 0),
     aten._efficientzerotensor.default: _filled(lambda a: 0),
+    aten.new_empty.default: _filled(lambda a: 0),
+    aten.new_empty_strided.default: _filled(lambda a: 0),
+    aten.new_zeros.default: _filled(lambda a: 0),
+    aten.new_ones.default: _filled(lambda a: 1),
+    aten.new_full.default: _filled(lambda a: a[2]),
 }
 
 _PY_OPS = {operator.getitem: operator.getitem, operator.mul: operator.mul, operator.add: operator.add,

@@ -568,6 +568,15 @@ def softmax(self, dim, half_to_float=False):
     return back(e / jnp.sum(e, axis=axis, keepdims=True))
 
 
+@register("_safe_softmax.default")
+def safe_softmax(self, dim, dtype=None):
+    """softmax, but 0 (not NaN) on rows that are all -inf (fully masked
+    attention rows), as ATen's _safe_softmax."""
+    x = self if dtype is None else self.astype(dtypes.to_np(dtype))
+    masked_rows = jnp.all(self == -jnp.inf, axis=dim % max(self.ndim, 1), keepdims=True) if self.ndim else self == -jnp.inf
+    return jnp.where(masked_rows, 0, softmax(x, dim))
+
+
 @register("_log_softmax.default")
 def log_softmax(self, dim, half_to_float=False):
     _refuse(self, (jnp.integer, jnp.bool_), "log_softmax")
