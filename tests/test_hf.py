@@ -341,6 +341,10 @@ def test_diffusers_pipeline_matches_cpu(tmp_path, no_fallback):
     got = pipe(generator=torch.Generator().manual_seed(0), **kwargs).images
     assert got.shape == want.shape == (1, 16, 16, 3)
     assert abs(got - want).max() < 1e-4
+    # the usual torch.Generator(pipe.device): latents drawn on tpu, the same image for the same seed
+    first, again = (pipe(generator=torch.Generator(pipe.device).manual_seed(0), **kwargs).images
+                    for _ in range(2))
+    assert first.shape == want.shape and (first == again).all()
 
 
 # ---- tensor parallel -------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Random ops on tpu: distributions (statistics of 100k samples), reproducibility,
 generators.  Values differ from PyTorch's CPU stream; distributions must not."""
 import math
+import pickle
 
 import pytest
 import torch
@@ -81,6 +82,36 @@ def test_cpu_generator():
     p1 = torch.randperm(10, device="tpu", generator=g).cpu()
     g.manual_seed(7)
     assert torch.equal(torch.randperm(10, device="tpu", generator=g).cpu(), p1)
+
+
+def test_tpu_generator():
+    g = torch.Generator(device="tpu").manual_seed(7)
+    assert g.device == torch.device("tpu", 0)
+    a = torch.randn(5, device="tpu", generator=g).cpu()
+    state = g.get_state()
+    b = torch.empty(5, device="tpu").normal_(generator=g).cpu()
+    assert not torch.equal(a, b)
+    # the same seed (given at construction or later) or a restored state repeats the draws
+    assert torch.equal(torch.randn(5, device="tpu", generator=torch.Generator("tpu").manual_seed(7)).cpu(), a)
+    g.set_state(state)
+    assert torch.equal(torch.empty(5, device="tpu").normal_(generator=g).cpu(), b)
+    restored = pickle.loads(pickle.dumps(g))
+    assert restored.device.type == "tpu"
+    assert torch.equal(torch.rand(3, device="tpu", generator=restored).cpu(),
+                       torch.rand(3, device="tpu", generator=g).cpu())
+    with pytest.raises(RuntimeError, match="Invalid device index 5 for tpu"):
+        torch.Generator("tpu:5")
+
+
+def test_generator_type_is_unchanged_for_other_devices():
+    cpu = torch.Generator()
+    assert type(cpu) is torch._C.Generator and cpu.device.type == "cpu"
+    for g in (cpu, torch.default_generator, torch.Generator("tpu"), torch.Generator(device="cpu")):
+        assert isinstance(g, torch.Generator)
+    assert issubclass(torch._C.Generator, torch.Generator)
+    # CPU draws are PyTorch's own
+    assert torch.equal(torch.rand(4, generator=torch.Generator().manual_seed(3)),
+                       torch.rand(4, generator=torch._C.Generator().manual_seed(3)))
 
 
 def test_fork_rng_state():

@@ -21,6 +21,7 @@ from . import profiler as _profiler  # noqa: E402
 from .amp import autocast as _autocast  # noqa: E402
 from .compile import options as _compiler_options  # noqa: E402
 from .device import accelerator as _accelerator  # noqa: E402
+from .device import generator as _generator  # noqa: E402
 from .device import module as _tpu_module  # noqa: E402
 from .device import pinned as _pinned  # noqa: E402
 from .ops import flex_attention as _flex_attention  # noqa: E402
@@ -28,6 +29,7 @@ from .storage import patches as _storage_patches  # noqa: E402
 
 _storage_patches.install()   # UntypedStorage(n, device="tpu"), storage.resize_
 _accelerator.install()       # torch.accelerator.synchronize / memory_* for tpu
+_generator.install()         # torch.Generator(device="tpu")
 _pinned.install()            # Tensor.pin_memory() when the accelerator is tpu
 _autocast.install()          # torch.autocast("tpu")
 _flex_attention.install()    # flex_attention accepts tpu tensors

@@ -303,14 +303,16 @@ def _random_factories():
     aten = torch.ops.aten
 
     def factory(fill, like):
-        def build(arg, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+        def build(arg, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
+                  memory_format=None):
             empty = (aten.empty_like.default(arg, dtype=dtype, device=device) if like else
                      aten.empty.memory_format(arg, dtype=dtype, device=device))
-            return fill(empty)
+            return fill(empty, generator=generator)
         return build
     uniform = aten.uniform.default
     normal = aten.normal_functional.default
     return {aten.rand.default: factory(uniform, False), aten.randn.default: factory(normal, False),
+            aten.rand.generator: factory(uniform, False), aten.randn.generator: factory(normal, False),
             aten.rand_like.default: factory(uniform, True), aten.randn_like.default: factory(normal, True)}
 
 

@@ -1,8 +1,8 @@
 """The device random stream: (seed, counter) -> a fresh JAX key per random op.
 
 ``torch.manual_seed(s)`` calls ``torch.tpu.manual_seed_all(s)``, which resets
-it, so device random numbers are reproducible run to run.  A CPU
-``torch.Generator`` passed to a random op seeds that op from its own stream.
+it, so device random numbers are reproducible run to run.  A ``torch.Generator``
+passed to a random op (a CPU one, or a tpu one) seeds that op from its own stream.
 """
 import os
 import threading
@@ -44,7 +44,7 @@ def set_state(state: torch.Tensor) -> None:
 
 def next_key_material(generator=None) -> np.ndarray:
     """(seed, counter) for one random op, as a uint32 pair for jax.random."""
-    if generator is not None and generator.device.type == "cpu":
+    if generator is not None:  # a CPU generator, or a tpu one (CPU-backed: device/generator.py)
         s = int(torch.randint(0, 2**62, (1,), generator=generator).item())
         return np.array([s % 2**32, s >> 32, 0], dtype=np.uint32)
     with _lock:
