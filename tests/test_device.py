@@ -203,6 +203,27 @@ def test_non_contiguous_sources_and_flags():
     assert torch.equal(back, x.t())
 
 
+def test_copies_keep_layouts_like_cpu():
+    # copies keep a dense tensor's strides (channels_last, a transpose), as PyTorch's do
+    cl = torch.channels_last
+    x = torch.randn(2, 3, 4, 5).to(memory_format=cl)
+    t = x.to("tpu")
+    assert t.stride() == x.stride() and torch.equal(t.cpu(), x)
+    assert t.cpu().stride() == x.stride()
+    assert t.double().stride() == x.double().stride()
+    assert t.contiguous().stride() == x.contiguous().stride()
+    plain = torch.randn(2, 3, 4, 5, device="tpu")
+    assert plain.to(memory_format=cl).stride() == plain.cpu().to(memory_format=cl).stride()
+    assert plain.contiguous(memory_format=cl).is_contiguous(memory_format=cl)
+    assert torch.equal(plain.to(memory_format=cl).cpu(), plain.cpu())
+    # channels_last lets a permute be viewed flat, as on the CPU
+    assert torch.equal(t.permute(0, 2, 3, 1).view(-1, 3).cpu(), x.permute(0, 2, 3, 1).view(-1, 3))
+    y = torch.randn(4, 5).t()
+    assert y.to("tpu").stride() == y.stride() and torch.equal(y.to("tpu").cpu(), y)
+    # a view that is not dense comes back row-major (or channels_last), as PyTorch copies it
+    assert x[:, :, ::2].to("tpu").cpu().stride() == x[:, :, ::2].clone().stride()
+
+
 def test_host_values():
     assert torch.tensor([1, 2, 3], device="tpu").tolist() == [1, 2, 3]
     a = np.arange(6, dtype=np.float32).reshape(2, 3)

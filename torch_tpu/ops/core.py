@@ -8,6 +8,7 @@ from .. import dtypes, logs, runtime
 from ..casting import convert
 from ..eager import fusion, modes
 from ..storage import access, buffers
+from . import registry
 from .registry import Kernel, Options, out_dtype, register_raw, resolve
 
 _CPU = DispatchKeySet(DispatchKey.CPU)
@@ -173,14 +174,28 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
     dtype = dtype or self.dtype
     if target.type == "tpu":
         _check_dtype(dtype)
-        if self.device.type == "tpu":
-            return _same_device_cast(self, dtype=dtype)
+        if self.device.type == "tpu":  # the meta kernel picks the strides memory_format asks for
+            return _same_device_cast(self, dtype=dtype, memory_format=memory_format)
         value = to_device_array(self.to(dtype))
-        out = buffers.wrap(value)
+        strides = _copy_strides(self, memory_format)
+        spec = (tuple(self.shape), strides, value.dtype)
+        out = registry._make_output(registry._to_storage_layout(value, spec), spec)
         modes.after_op("aten::_to_copy", value)
         return out
     host = to_cpu_tensor(self)
-    return host.to(device=target, dtype=dtype, memory_format=memory_format or torch.preserve_format)
+    strides = _copy_strides(self, memory_format)
+    if strides != buffers.contiguous_strides(tuple(self.shape)):  # e.g. channels_last stays so
+        host = torch.empty_strided(self.shape, strides, dtype=host.dtype).copy_(host)
+    return host.to(device=target, dtype=dtype)
+
+
+def _copy_strides(t, memory_format):
+    """The strides PyTorch gives a copy of ``t`` made with ``memory_format``
+    (preserve: ``t``'s own when dense, e.g. channels_last; else row-major)."""
+    if t.is_contiguous() and memory_format in (None, torch.preserve_format, torch.contiguous_format):
+        return buffers.contiguous_strides(tuple(t.shape))
+    meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    return torch.empty_like(meta, memory_format=memory_format or torch.preserve_format).stride()
 
 
 @register_raw("_local_scalar_dense.default")

@@ -88,7 +88,7 @@ def _conv_args(x, stride, padding, dilation, output_padding):
     return _tup(stride, n, (1,)), _tup(padding, n, (0,)), _tup(dilation, n, (1,)), _tup(output_padding, n, (0,))
 
 
-@register("convolution.default")
+@register("convolution.default", layout_from=(0, 1))
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     stride, padding, dilation, output_padding = _conv_args(input, stride, padding, dilation, output_padding)
     y = _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups)
@@ -447,7 +447,8 @@ def _bn_forward(input, weight, bias, running_mean, running_var, training, moment
     return outs
 
 
-_bn_kernel = Kernel(resolve("native_batch_norm.default"), _bn_forward, "functional", Options(meta=False))
+_bn_kernel = Kernel(resolve("native_batch_norm.default"), _bn_forward, "functional",
+                    Options(meta=False, layout_from=(0,)))
 
 
 @register_raw("native_batch_norm.default", "_native_batch_norm_legit.default")

@@ -66,6 +66,10 @@ class Options:
     rng: bool = False            # the implementation draws random numbers (ctx().key)
     allow_cpu: tuple = ()        # argument names that may be CPU tensors (index tensors)
     meta: bool = True            # run PyTorch's meta kernel first
+    # positions of tensor arguments whose channels_last layout the outputs of
+    # the same rank take (ATen's CPU convolution and batch norm do; their meta
+    # kernels answer row-major)
+    layout_from: tuple = ()
 
 
 # ---- what an implementation can ask while it is traced --------------------
@@ -370,6 +374,8 @@ class Kernel:
             out_specs = [(tuple(o.shape), buffers.contiguous_strides(o.shape), np.dtype(o.dtype))
                          for o in shapes]
             single = len(out_specs) == 1
+        if self.opts.layout_from and mode != "inplace":
+            out_specs = _channels_last_like([args[i] for i in self.opts.layout_from if i < len(args)], out_specs)
         log.debug("compile %s for %s", self.name, key)
         _logs.kernel_compile(self, args, kwargs)  # TORCH_TPU_LOGS=recompiles
         traced.__name__ = self.name  # names the op in fused-chain logs and XLA traces
@@ -509,6 +515,18 @@ def _permuted_order(spec):
     if stride is None or len(size) < 2 or stride == buffers.contiguous_strides(size):
         return None
     return views._dense_permutation(size, stride)
+
+
+def _channels_last_like(tensors, out_specs):
+    """``out_specs`` with channels_last strides for the outputs of the rank of
+    the first of ``tensors`` laid out channels_last (PyTorch's suggested format)."""
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.dim() in (4, 5):
+            fmt = torch._prims_common.suggest_memory_format(t)
+            if fmt in (torch.channels_last, torch.channels_last_3d):
+                return [(s[0], torch.empty(s[0], device="meta", memory_format=fmt).stride(), s[2])
+                        if len(s[0]) == t.dim() else s for s in out_specs]
+    return out_specs
 
 
 def _buffer_shape(spec):
