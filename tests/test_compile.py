@@ -1,5 +1,6 @@
 """torch.compile(backend="tpu"): whole graphs as XLA executables, checked
 against eager results."""
+import copy
 import os
 import subprocess
 import sys
@@ -251,6 +252,37 @@ def test_dynamic_shapes(dynamic):
         torch.testing.assert_close(f(x.to("tpu")).cpu(), (x.relu() + 1).sum(0))
 
 
+class _SizedNet(nn.Module):
+    """Tensors made from the input's sizes (factories whose shapes are symbolic
+    under dynamic=True) next to batch norm."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.GELU())
+
+    def forward(self, x):
+        n = x.shape[0]
+        ramp = torch.arange(n, device=x.device, dtype=x.dtype)[:, None] * 0.01
+        return self.body(x) + ramp + torch.ones(n, 1, device=x.device) + x.new_zeros(n, 3)
+
+
+def test_dynamic_shapes_training():
+    # the forward hands the backward its symbolic batch size (a SymInt output);
+    # factories take this call's sizes, not the ones the graph was traced with
+    torch.manual_seed(0)
+    eager = _SizedNet().to("tpu")
+    graph = copy.deepcopy(eager)
+    f = torch.compile(graph, backend="tpu", dynamic=True)
+    for n in (3, 5, 9, 6):
+        x = torch.randn(n, 4, device="tpu")
+        want, got = eager(x), f(x)
+        want.softmax(-1)[:, 0].sum().backward()
+        got.softmax(-1)[:, 0].sum().backward()
+        torch.testing.assert_close(got.cpu(), want.cpu())
+        for p, q in zip(eager.parameters(), graph.parameters()):
+            torch.testing.assert_close(q.grad.cpu(), p.grad.cpu(), rtol=1e-5, atol=1e-6)
+
+
 def test_mark_dynamic():
     f = torch.compile(lambda t: t * 2 + 1, backend="tpu")
     for n in (3, 8):
@@ -282,6 +314,105 @@ def test_unknown_op_falls_back_to_eager_with_a_warning(monkeypatch):
         got = torch.compile(lambda t: t.sin() * 2, backend="tpu")(x.to("tpu"))
     torch.testing.assert_close(got.cpu(), x.sin() * 2)
     assert any("aten.sin.default" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("opt_class", [torch.optim.Adam, torch.optim.RMSprop, torch.optim.Adagrad])
+def test_single_tensor_optimizers_lower(opt_class):
+    # Dynamo writes addcmul_/addcdiv_(value=) as prims.fma: lowered, not a fallback
+    torch.manual_seed(0)
+    eager = nn.Linear(3, 2).to("tpu")
+    graph = copy.deepcopy(eager)
+    eager_opt, graph_opt = (opt_class(m.parameters(), lr=0.1, foreach=False) for m in (eager, graph))
+    step = torch.compile(graph_opt.step, backend="tpu")
+    x = torch.randn(4, 3, device="tpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            eager(x).square().sum().backward()
+            graph(x).square().sum().backward()
+            eager_opt.step()
+            step()
+    assert not [w for w in caught if "torch_tpu: torch.compile" in str(w.message)]
+    for p, q in zip(eager.parameters(), graph.parameters()):
+        torch.testing.assert_close(q.cpu(), p.cpu())
+
+
+def test_torch_cond_lowers_with_gradients():
+    def f(x, w):
+        return torch.cond(x.sum() > 0, lambda x, w: (x * w).sin(), lambda x, w: (x + w).cos(), (x, w))
+    compiled = torch.compile(f, backend="tpu")
+    for sign in (1.0, -1.0):  # one executable serves both branches
+        x, w = torch.randn(5) + 3 * sign, torch.randn(5)
+        eager_in = [t.to("tpu").requires_grad_() for t in (x, w)]
+        graph_in = [t.to("tpu").requires_grad_() for t in (x, w)]
+        before = torch_tpu.compile.stats.as_dict()
+        want, got = f(*eager_in), compiled(*graph_in)
+        want.sum().backward()
+        got.sum().backward()
+        assert torch_tpu.compile.stats.as_dict()["eager_fallbacks"] == before["eager_fallbacks"]
+        torch.testing.assert_close(got.cpu(), want.cpu())
+        for a, b in zip(graph_in, eager_in):
+            torch.testing.assert_close(a.grad.cpu(), b.grad.cpu())
+
+
+def test_while_loop_lowers():
+    from torch._higher_order_ops.while_loop import while_loop
+
+    def f(x):
+        return while_loop(lambda i, x: i < 5, lambda i, x: (i + 1, x * 2 + 1),
+                          (torch.tensor(0, device=x.device), x))
+    x = torch.randn(3, device="tpu")
+    (steps, got), fallbacks = _compile_warnings(f, x)
+    assert not fallbacks
+    want = x.cpu()
+    for _ in range(5):
+        want = want * 2 + 1
+    assert steps.item() == 5
+    torch.testing.assert_close(got.cpu(), want)
+
+
+def test_complex_views_lower():
+    z = torch.randn(4, dtype=torch.cfloat, device="tpu")
+    got, fallbacks = _compile_warnings(lambda t: (t * t.conj()).real.sum() + (t.conj() * 2).imag, z)
+    assert not fallbacks
+    torch.testing.assert_close(got.cpu(), (z * z.conj()).real.sum().cpu() + (z.conj() * 2).imag.cpu())
+
+
+def test_a_graph_that_fails_to_build_runs_eagerly(monkeypatch):
+    # a bug inside the lowering (here: sqrt failing while traced) costs speed,
+    # not the program: a warning, eager kernels, eager results; the optimizer's
+    # step counts (updated on the host) still advance once per step
+    from torch_tpu.compile import lowering
+    real = lowering._graph_kernel
+
+    class Broken:
+        def __init__(self, kernel):
+            self.kernel, self.opts = kernel, kernel.opts
+
+        def promote_dtype(self, *args):
+            return self.kernel.promote_dtype(*args)
+
+        def apply(self, *args):
+            raise TypeError("simulated lowering bug")
+    monkeypatch.setattr(lowering, "_graph_kernel",
+                        lambda op: Broken(real(op)) if op is torch.ops.aten.sqrt.default else real(op))
+    torch.manual_seed(0)
+    eager = nn.Linear(3, 2).to("tpu")
+    graph = copy.deepcopy(eager)
+    eager_opt, graph_opt = (torch.optim.Adam(m.parameters(), lr=0.1, foreach=False) for m in (eager, graph))
+    step = torch.compile(graph_opt.step, backend="tpu")
+    x = torch.randn(4, 3, device="tpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            eager(x).square().sum().backward()
+            graph(x).square().sum().backward()
+            eager_opt.step()
+            step()
+    assert any("failed (TypeError: simulated lowering bug)" in str(w.message) for w in caught)
+    for p, q in zip(eager.parameters(), graph.parameters()):
+        torch.testing.assert_close(q.cpu(), p.cpu())
+        assert graph_opt.state[q]["step"].item() == eager_opt.state[p]["step"].item() == 3
 
 
 def test_disk_cache_serves_a_second_process(tmp_path):

@@ -77,22 +77,23 @@ def test_conv2d(kw):
 
 def test_channels_last_network_keeps_cpu_layouts():
     # conv, batch norm, pooling and activations give channels_last results for
-    # channels_last inputs, layer by layer as on the CPU; so do the weight gradients
+    # channels_last inputs, layer by layer as on the CPU; so do the gradients
     cl = torch.channels_last
     torch.manual_seed(0)
     cpu = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
                         nn.Conv2d(8, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))
     cpu = cpu.to(memory_format=cl)
     tpu = copy.deepcopy(cpu).to("tpu")
-    x, xt = torch.randn(2, 3, 16, 16).to(memory_format=cl), None
-    xt = x.to("tpu")
+    x = torch.randn(2, 3, 16, 16).to(memory_format=cl).requires_grad_()
+    xt = x.detach().to("tpu").requires_grad_()
+    inputs = x, xt
     for cpu_layer, tpu_layer in zip(cpu, tpu):
         x, xt = cpu_layer(x), tpu_layer(xt)
         assert xt.stride() == x.stride(), (type(cpu_layer).__name__, xt.stride(), x.stride())
         assert_same(xt, x.detach(), atol=1e-5, rtol=1e-5)
     x.sum().backward()
     xt.sum().backward()
-    for p, q in zip(cpu.parameters(), tpu.parameters()):
+    for p, q in [inputs, *zip(cpu.parameters(), tpu.parameters())]:
         assert q.grad.stride() == p.grad.stride()
         assert_same(q.grad, p.grad, atol=1e-5, rtol=1e-5)
 

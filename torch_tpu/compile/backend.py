@@ -79,8 +79,14 @@ class CompiledGraph:
         self.xla_options = compiler_options.current()
         vals = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n for n in outputs]
         self.out_plans = [_OutputPlan(v) for v in vals]
+        # Sizes a dynamic-shape forward hands its backward (SymInt outputs): plain
+        # Python numbers while tracing, fixed per signature, so kept on the host.
+        self.scalar_outputs = {} if any(isinstance(v, (int, float, torch.SymInt, torch.SymFloat))
+                                        for v in vals) else None
         self.uses_rng = any(n.op == "call_function" and isinstance(registry.KERNELS.get(n.target), registry.Kernel)
-                            and registry.KERNELS[n.target].opts.rng for n in gm.graph.nodes)
+                            and registry.KERNELS[n.target].opts.rng
+                            for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule)  # cond branches too
+                            for n in sub.graph.nodes)
 
     def __call__(self, args):
         arrays, signature = [], []
@@ -92,14 +98,21 @@ class CompiledGraph:
             else:
                 signature.append(a)
         signature = tuple(signature)
+        exe = self.executables.get(signature)
+        if exe is _ON_EAGER_KERNELS:
+            return self._run_eagerly(args)
+        # the host inputs as they were, in case the graph must run eagerly after all
+        before = [args[i].clone() for i in self.host.input_positions] if exe is None and self.host else None
         host_values = None
         if self.host:  # after the inputs are read: it updates host-only inputs in place
             host_values, packs = self.host.run(args)
             arrays.extend(packs)
-        exe = self.executables.get(signature)
         if exe is None:
             with self.lock:
-                exe = self.executables.get(signature) or self._compile(signature, arrays)
+                try:
+                    exe = self.executables.get(signature) or self._compile(signature, arrays)
+                except Exception as e:  # a lowering bug must not take the program down
+                    return self._fall_back(signature, args, before, e)
         material = rng.next_key_material() if self.uses_rng else _NO_RNG
         try:
             results = (exe(material, *arrays) if not _prof.torch_profiler._is_profiler_enabled
@@ -117,13 +130,34 @@ class CompiledGraph:
                    for i, (r, plan) in enumerate(zip(outputs, self.out_plans))]
         for i, view in self.host_views.items():
             tensors[i] = view(view_bases[i] if view.input is not None else tensors[view.output])
+        if self.scalar_outputs is not None:
+            for i, value in self.scalar_outputs[signature].items():
+                tensors[i] = value
         return tensors
+
+    def _fall_back(self, signature, args, host_inputs, error):
+        """Run this signature's calls on the eager kernels from now on (with
+        the host inputs restored: the eager graph updates them itself)."""
+        stats.eager_fallbacks += 1
+        warnings.warn(f"torch_tpu: torch.compile: building the XLA executable of this {self.name} graph "
+                      f"failed ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
+                      "it runs through the eager tpu kernels instead", stacklevel=3)
+        for i, value in zip(self.host.input_positions if host_inputs else (), host_inputs or ()):
+            args[i].copy_(value)
+        self.executables[signature] = _ON_EAGER_KERNELS
+        return self._run_eagerly(args)
+
+    def _run_eagerly(self, args):
+        outputs = self.gm(*args)
+        args.clear()
+        return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
     def _compile(self, signature, arrays):
         fn = self.fn
         readers = [views.reader(e[1]) if _is_tensor_entry(e) and e[0] == _TPU else None
                    for e in signature]
         layouts = [plan.layout for plan in self.out_plans]
+        scalars = {}
 
         def with_statics(material, *arrays_):
             it = iter(arrays_)
@@ -132,6 +166,10 @@ class CompiledGraph:
             outputs, new_values = fn(material, *full, *it)  # the rest: host values
             outputs = [registry._to_storage_layout(o, lay) if lay is not None and o is not None else o
                        for o, lay in zip(outputs, layouts)]
+            for i, o in enumerate(outputs):
+                if isinstance(o, (int, float)):  # a size computed from static sizes
+                    scalars[i] = o
+                    outputs[i] = None
             return outputs, new_values
 
         start = time.perf_counter()
@@ -146,11 +184,14 @@ class CompiledGraph:
             log.info("torch_tpu: recompiling %s for new input shapes %s (%.2fs)", self.name, shapes, seconds)
         else:
             log.debug("compiled %s in %.2fs", self.name, seconds)
+        if self.scalar_outputs is not None:
+            self.scalar_outputs[signature] = scalars
         self.executables[signature] = exe
         return exe
 
 
 _NO_RNG = np.zeros(3, np.uint32)
+_ON_EAGER_KERNELS = "run on the eager kernels"  # executables entry of a signature that failed to build
 _TPU, _CPU = "tpu-tensor", "cpu-tensor"
 _ON_HOST = "read on the host"  # signature entry of a CPU input only host nodes read
 

@@ -140,6 +140,8 @@ VIEW_LOWERINGS = {
             x.shape[:-1] + (x.shape[-1] * x.dtype.itemsize // dtypes.to_np(dtype).itemsize,)
             if x.ndim else ()),
     aten.alias.default: lambda x: x,
+    aten._conj.default: jnp.conj,  # a lazy-conjugate view: inside a graph, its value
+    aten._neg_view.default: jnp.negative,
     aten.detach.default: lambda x: x,
     aten.lift_fresh_copy.default: lambda x: x,
     aten.clone.default: lambda x, memory_format=None: x,
@@ -178,10 +180,17 @@ def _node_dtype(val):
     return dtypes.to_np(val.dtype)
 
 
+def _static(shape):
+    """The recorded shape when it is concrete; None when it is symbolic
+    (dynamic=True: its example sizes are not this call's)."""
+    shape = tuple(shape)
+    return shape if all(isinstance(d, int) for d in shape) else None
+
+
 def _arange(val, start, end=None, step=1, **_):
     if end is None:
         start, end = 0, start
-    n = val.shape[0]
+    n = (_static(val.shape) or (max(0, math.ceil((end - start) / step)),))[0]
     dt = _node_dtype(val)
     # PyTorch computes start + i*step in a wide accumulator, then casts
     acc = np.float64 if np.issubdtype(dt, np.floating) or any(
@@ -189,32 +198,55 @@ def _arange(val, start, end=None, step=1, **_):
     return (jnp.asarray(start, acc) + jnp.arange(n, dtype=acc) * jnp.asarray(step, acc)).astype(dt)
 
 
-def _filled(fill):
+def _filled(fill, shape_of):
+    """A factory filled with ``fill(args)``; ``shape_of(args)`` is its shape
+    from this call's arguments, used when the recorded shape is symbolic."""
     def build(val, *args, **_):
-        return jnp.full(tuple(val.shape), fill(args), _node_dtype(val))
+        shape = _static(val.shape) or tuple(shape_of(args))
+        return jnp.full(shape, fill(args), _node_dtype(val))
     return build
+
+
+def _size(a):
+    return a[0]
+
+
+def _like(a):
+    return a[0].shape
+
+
+def _new(a):
+    return a[1]
 
 
 FACTORY_LOWERINGS = {
     aten.arange.default: _arange,
     aten.arange.start: _arange,
     aten.arange.start_step: _arange,
-    aten.scalar_tensor.default: _filled(lambda a: a[0]),
-    aten.full.default: _filled(lambda a: a[1]),
-    aten.full_like.default: _filled(lambda a: a[1]),
-    aten.zeros.default: _filled(lambda a: 0),
-    aten.zeros_like.default: _filled(lambda a: 0),
-    aten.ones.default: _filled(lambda a: 1),
-    aten.ones_like.default: _filled(lambda a: 1),
-    aten.empty.memory_format: _filled(lambda a: 0),
-    aten.empty_like.default: _filled(lambda a: 0),
-    aten.empty_permuted.default: _filled(lambda a: 0),
-    aten._efficientzerotensor.default: _filled(lambda a: 0),
-    aten.new_empty.default: _filled(lambda a: 0),
-    aten.new_empty_strided.default: _filled(lambda a: 0),
-    aten.new_zeros.default: _filled(lambda a: 0),
-    aten.new_ones.default: _filled(lambda a: 1),
-    aten.new_full.default: _filled(lambda a: a[2]),
+    aten.scalar_tensor.default: _filled(lambda a: a[0], lambda a: ()),
+    aten.full.default: _filled(lambda a: a[1], _size),
+    aten.full_like.default: _filled(lambda a: a[1], _like),
+    aten.zeros.default: _filled(lambda a: 0, _size),
+    aten.zeros_like.default: _filled(lambda a: 0, _like),
+    aten.ones.default: _filled(lambda a: 1, _size),
+    aten.ones_like.default: _filled(lambda a: 1, _like),
+    aten.empty.memory_format: _filled(lambda a: 0, _size),
+    aten.empty_like.default: _filled(lambda a: 0, _like),
+    aten.empty_permuted.default: _filled(lambda a: 0, _size),
+    aten._efficientzerotensor.default: _filled(lambda a: 0, _size),
+    aten.new_empty.default: _filled(lambda a: 0, _new),
+    aten.new_empty_strided.default: _filled(lambda a: 0, _new),
+    aten.new_zeros.default: _filled(lambda a: 0, _new),
+    aten.new_ones.default: _filled(lambda a: 1, _new),
+    aten.new_full.default: _filled(lambda a: a[2], _new),
+}
+
+# prims that Dynamo or decompositions put in graphs; the result takes the node's dtype
+_prims = torch.ops.prims
+PRIM_LOWERINGS = {
+    # Dynamo writes addcmul_/addcdiv_(value=) and add_(alpha=tensor) as fma(a, b, c) = a*b + c
+    _prims.fma.default: lambda a, b, c: a * b + c,
+    _prims.convert_element_type.default: lambda x, dtype: x,
 }
 
 _PY_OPS = {operator.getitem: operator.getitem, operator.mul: operator.mul, operator.add: operator.add,
@@ -276,9 +308,15 @@ def check_lowerable(gm: torch.fx.GraphModule) -> None:
         if t in _MASK_PUTS and not _static_mask_put(node):
             raise LoweringError(f"{t} writes one value per element a boolean mask selects "
                                 "(how many is known only at run time)")
-        if t in _PY_OPS or t in VIEW_LOWERINGS or t in FACTORY_LOWERINGS or t is aten.copy_.default:
+        if (t in _PY_OPS or t in VIEW_LOWERINGS or t in FACTORY_LOWERINGS or t in PRIM_LOWERINGS
+                or t is aten.copy_.default):
             continue
         if _graph_kernel(t) is not None:
+            continue
+        if t in CONTROL_FLOW_LOWERINGS:
+            for a in node.args:
+                if isinstance(a, torch.fx.Node) and a.op == "get_attr":
+                    check_lowerable(getattr(gm, a.target))
             continue
         raise LoweringError(f"no JAX lowering for {t}")
 
@@ -355,6 +393,11 @@ def lower(gm: torch.fx.GraphModule, skip_outputs=frozenset(), host=None):
                     env[node] = VIEW_LOWERINGS[t](*args, **kwargs)
                 elif t in FACTORY_LOWERINGS:
                     env[node] = FACTORY_LOWERINGS[t](node.meta["val"], *args, **kwargs)
+                elif t in CONTROL_FLOW_LOWERINGS:
+                    env[node] = CONTROL_FLOW_LOWERINGS[t](rng_material, *args, **kwargs)
+                elif t in PRIM_LOWERINGS:
+                    value = PRIM_LOWERINGS[t](*args, **kwargs)
+                    env[node] = convert(jnp.asarray(value), _node_dtype(node.meta["val"]))
                 else:
                     kernel = _graph_kernel(t)
                     key = None
@@ -378,6 +421,40 @@ def lower(gm: torch.fx.GraphModule, skip_outputs=frozenset(), host=None):
         raise AssertionError("graph has no output")
     run.mutated_inputs = written
     return run
+
+
+# ---- torch.cond / while_loop as lax.cond / lax.while_loop --------------------------
+
+def _subgraph(gm):
+    """A lowered subgraph as ``(rng_material, *inputs) -> tuple of outputs``."""
+    run = lower(gm)
+
+    def call(rng_material, *inputs):
+        out = run(rng_material, *inputs)[0]
+        return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+    return call
+
+
+def _cond(rng_material, pred, true_gm, false_gm, operands):
+    branches = [_subgraph(g) for g in (true_gm, false_gm)]
+    pred = jnp.asarray(pred).reshape(())
+    return lax.cond(pred, *(lambda ops, b=b: b(rng_material, *ops) for b in branches), tuple(operands))
+
+
+def _while_loop(rng_material, cond_gm, body_gm, carried, additional):
+    test, body = _subgraph(cond_gm), _subgraph(body_gm)
+    carried = tuple(jnp.asarray(c) for c in carried)
+
+    def step(carry):  # the carry keeps its dtypes (lax.while_loop requires it)
+        return tuple(jnp.asarray(n, c.dtype) for n, c in zip(body(rng_material, *carry, *additional), carry))
+    return lax.while_loop(lambda carry: jnp.asarray(test(rng_material, *carry, *additional)[0]).reshape(()),
+                          step, carried)
+
+
+CONTROL_FLOW_LOWERINGS = {
+    torch.ops.higher_order.cond: _cond,
+    torch.ops.higher_order.while_loop: _while_loop,
+}
 
 
 def env_lookup(out, env):

@@ -97,7 +97,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     return y
 
 
-@register_masked("convolution_backward.default")
+@register_masked("convolution_backward.default", layout_from=(1, 2))
 def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
                          transposed, output_padding, groups, output_mask):
     stride, padding, dilation, output_padding = _conv_args(input, stride, padding, dilation, output_padding)
@@ -479,7 +479,7 @@ def _native_batch_norm_legit_no_training(input, weight, bias, running_mean, runn
     return _bn_forward(input, weight, bias, running_mean, running_var, False, momentum, eps)
 
 
-@register_masked("native_batch_norm_backward.default")
+@register_masked("native_batch_norm_backward.default", layout_from=(1,))
 def native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean,
                                save_invstd, train, eps, output_mask):
     x, dy = _up(input), _up(grad_out)

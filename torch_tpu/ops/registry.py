@@ -159,19 +159,20 @@ def register_raw(*names: str):
     return decorate
 
 
-def register_masked(name: str, mask_arg="output_mask", mask_of=None):
+def register_masked(name: str, mask_arg="output_mask", mask_of=None, layout_from=()):
     """Register an op whose ``mask_arg`` (a bool list, or a value ``mask_of``
     maps to one) selects the outputs computed (a backward op's gradients).
     ``mask_arg`` may be a tuple of names (separate bool flags): ``mask_of``
     then gets the tuple of their values.
     The implementation returns only the selected outputs (already in their
-    final dtypes); the others come back as undefined tensors (None), as on CPU."""
+    final dtypes); the others come back as undefined tensors (None), as on CPU.
+    ``layout_from``: as ``Options.layout_from``."""
     op = resolve(name)
     names = [a.name for a in op._schema.arguments]
     pos = tuple(map(names.index, mask_arg)) if isinstance(mask_arg, tuple) else names.index(mask_arg)
 
     def decorate(impl):
-        inner = Kernel(op, impl, "functional", Options(meta=False))
+        inner = Kernel(op, impl, "functional", Options(meta=False, layout_from=layout_from))
         graph = MaskedOutputs(inner, pos, mask_arg, mask_of)
 
         def kernel(*args, **kwargs):
