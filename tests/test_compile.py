@@ -319,22 +319,29 @@ def test_unknown_op_falls_back_to_eager_with_a_warning(monkeypatch):
 @pytest.mark.parametrize("opt_class", [torch.optim.Adam, torch.optim.RMSprop, torch.optim.Adagrad])
 def test_single_tensor_optimizers_lower(opt_class):
     # Dynamo writes addcmul_/addcdiv_(value=) as prims.fma: lowered, not a fallback
+    pairs, _, caught = _three_optimizer_steps(opt_class)
+    assert not [w for w in caught if "torch_tpu: torch.compile" in str(w.message)]
+    for p, q in pairs:
+        torch.testing.assert_close(q.cpu(), p.cpu())
+
+
+def _three_optimizer_steps(opt_class):
+    """Three steps of a single-tensor optimizer, eager and compiled, on copies of
+    one model: ([(eager param, compiled param)], (eager opt, compiled opt), warnings)."""
     torch.manual_seed(0)
     eager = nn.Linear(3, 2).to("tpu")
     graph = copy.deepcopy(eager)
-    eager_opt, graph_opt = (opt_class(m.parameters(), lr=0.1, foreach=False) for m in (eager, graph))
-    step = torch.compile(graph_opt.step, backend="tpu")
+    opts = [opt_class(m.parameters(), lr=0.1, foreach=False) for m in (eager, graph)]
+    step = torch.compile(opts[1].step, backend="tpu")
     x = torch.randn(4, 3, device="tpu")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):
             eager(x).square().sum().backward()
             graph(x).square().sum().backward()
-            eager_opt.step()
+            opts[0].step()
             step()
-    assert not [w for w in caught if "torch_tpu: torch.compile" in str(w.message)]
-    for p, q in zip(eager.parameters(), graph.parameters()):
-        torch.testing.assert_close(q.cpu(), p.cpu())
+    return list(zip(eager.parameters(), graph.parameters())), opts, caught
 
 
 def test_torch_cond_lowers_with_gradients():
@@ -396,21 +403,9 @@ def test_a_graph_that_fails_to_build_runs_eagerly(monkeypatch):
             raise TypeError("simulated lowering bug")
     monkeypatch.setattr(lowering, "_graph_kernel",
                         lambda op: Broken(real(op)) if op is torch.ops.aten.sqrt.default else real(op))
-    torch.manual_seed(0)
-    eager = nn.Linear(3, 2).to("tpu")
-    graph = copy.deepcopy(eager)
-    eager_opt, graph_opt = (torch.optim.Adam(m.parameters(), lr=0.1, foreach=False) for m in (eager, graph))
-    step = torch.compile(graph_opt.step, backend="tpu")
-    x = torch.randn(4, 3, device="tpu")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for _ in range(3):
-            eager(x).square().sum().backward()
-            graph(x).square().sum().backward()
-            eager_opt.step()
-            step()
+    pairs, (eager_opt, graph_opt), caught = _three_optimizer_steps(torch.optim.Adam)
     assert any("failed (TypeError: simulated lowering bug)" in str(w.message) for w in caught)
-    for p, q in zip(eager.parameters(), graph.parameters()):
+    for p, q in pairs:
         torch.testing.assert_close(q.cpu(), p.cpu())
         assert graph_opt.state[q]["step"].item() == eager_opt.state[p]["step"].item() == 3
 
