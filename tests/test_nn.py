@@ -437,6 +437,28 @@ def test_margin_loss_target_errors():
         assert str(tpu_error.value) == str(cpu_error.value)
 
 
+@pytest.mark.parametrize("case", ["embedding", "cross_entropy", "negative_target", "nll_loss2d", "ignored_ok"])
+def test_indices_outside_the_table_raise_like_cpu(case):
+    # not a silent NaN: the same error type and message as the CPU
+    x, table = torch.randn(2, 3), torch.randn(3, 4)
+    calls = {
+        "embedding": (F.embedding, torch.tensor([1, 3]), table),
+        "cross_entropy": (F.cross_entropy, x, torch.tensor([0, 5])),
+        "negative_target": (F.cross_entropy, x, torch.tensor([-2, 1])),
+        "nll_loss2d": (F.nll_loss, torch.randn(1, 3, 2, 2), torch.tensor([[[0, 1], [7, 2]]])),
+        "ignored_ok": (lambda a, b: F.cross_entropy(a, b, ignore_index=9), x, torch.tensor([9, 2])),
+    }
+    fn, *args = calls[case]
+    if case == "ignored_ok":
+        assert_same(fn(*[a.to("tpu") for a in args]), fn(*args))
+        return
+    with pytest.raises(IndexError) as cpu_error:
+        fn(*args)
+    with pytest.raises(IndexError) as tpu_error:
+        fn(*[a.to("tpu") for a in args])
+    assert str(tpu_error.value) == str(cpu_error.value)
+
+
 # ---- dropout -------------------------------------------------------------------
 
 def test_dropout_statistics_and_backward():

@@ -84,6 +84,14 @@ def test_cpu_generator():
     assert torch.equal(torch.randperm(10, device="tpu", generator=g).cpu(), p1)
 
 
+def test_random_range_error_matches_cpu():
+    with pytest.raises(RuntimeError) as cpu_error:
+        torch.randint(5, 2, (3,))
+    with pytest.raises(RuntimeError) as tpu_error:
+        torch.randint(5, 2, (3,), device="tpu")
+    assert str(tpu_error.value) == str(cpu_error.value)
+
+
 def test_tpu_generator():
     g = torch.Generator(device="tpu").manual_seed(7)
     assert g.device == torch.device("tpu", 0)

@@ -14,6 +14,7 @@ import numpy as np
 from jax import lax
 
 from ..storage import access
+from . import indexing
 from .registry import Kernel, Options, register, register_masked, register_raw, resolve, rng_key
 
 HIGHEST = lax.Precision.HIGHEST
@@ -621,6 +622,13 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     return jnp.take(weight, indices, axis=0)
 
 
+def _check_embedding_indices(bound):
+    """An index outside the table is PyTorch's IndexError, not a row of NaNs
+    (JAX clamps or fills out-of-range gathers)."""
+    indexing._check_range(bound["indices"], 0, bound["weight"].shape[0],
+                          lambda v: IndexError("index out of range in self"))
+
+
 @register("embedding_renorm.default")
 def embedding_renorm(weight, indices, max_norm, norm_type):
     """Rows that ``indices`` use, scaled down to norm ``max_norm`` where larger
@@ -691,6 +699,24 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
 @register("nll_loss_backward.default", "nll_loss2d_backward.default")
 def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
     return _nll_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight)
+
+
+def _check_targets(bound):
+    """A class index outside [0, classes) other than ignore_index raises as on
+    the CPU (the loss would otherwise silently be NaN)."""
+    target, ignore = bound["target"], bound["ignore_index"]
+    classes = bound["self"].shape[1 if bound["self"].dim() > 1 else 0]
+    if target.numel() and target.device.type == "tpu":
+        lo, hi = (int(v) for v in np.asarray(_target_range(access.read(target), ignore)))
+        for v in (hi, lo):
+            if not 0 <= v < classes:
+                raise IndexError(f"Target {v} is out of bounds.")
+
+
+@jax.jit
+def _target_range(target, ignore_index):
+    kept = jnp.where(target == ignore_index, 0, target)
+    return jnp.stack([jnp.min(kept), jnp.max(kept)])
 
 
 @register("mse_loss.default")
@@ -1098,3 +1124,7 @@ def channel_shuffle(self, groups):
     rest = self.shape[2:]
     x = self.reshape((n, groups, c // groups) + rest)
     return jnp.swapaxes(x, 1, 2).reshape(self.shape)
+
+
+indexing.guard("embedding.default", prepare=_check_embedding_indices)
+indexing.guard("nll_loss_forward.default", "nll_loss2d_forward.default", prepare=_check_targets)

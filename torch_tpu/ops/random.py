@@ -244,3 +244,12 @@ def rrelu_with_noise_out(self, noise, lower=0.125, upper=1.0 / 3.0, training=Fal
 @register_raw("rrelu_with_noise_.default")
 def rrelu_with_noise_(self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
     return self.copy_(_rrelu(self, noise, lower, upper, training, generator))
+
+
+def _check_random_range(bound):
+    low, high = bound.get("from", 0), bound.get("to")
+    if high is not None and low >= high:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+
+
+indexing.guard("random.from", prepare=_check_random_range)
