@@ -6,6 +6,7 @@ op fell back to the CPU.  The Accelerate device comes from
 ``ACCELERATE_TORCH_DEVICE=tpu`` (Accelerate 1.15 has no tpu branch; see
 docs/huggingface.md).
 """
+import copy
 import json
 import os
 import subprocess
@@ -461,4 +462,27 @@ def test_moe_model_compiles_with_grouped_mm(no_fallback):
         warnings.simplefilter("always")
         got = torch.compile(model, backend="tpu")(**{k: v.to("tpu") for k, v in inputs.items()})[0]
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
+    assert not [w for w in caught if "torch_tpu: torch.compile" in str(w.message)]  # lowered, not eager
+
+
+def test_dynamic_shapes_training_across_sequence_lengths(no_fallback):
+    # torch.compile(dynamic=True): one symbolic graph serves every length; GPT-2's
+    # graph reads sizes (sym_size), divides by them and returns views sized by them
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=2, n_positions=32,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    eager = transformers.GPT2LMHeadModel(config).to("tpu")
+    graph = copy.deepcopy(eager)
+    compiled = torch.compile(graph, backend="tpu", dynamic=True)
+    torch._dynamo.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for length in (8, 12, 16):
+            ids = torch.randint(0, 64, (2, length), device="tpu")
+            want, got = eager(input_ids=ids, labels=ids).loss, compiled(input_ids=ids, labels=ids).loss
+            want.backward()
+            got.backward()
+            torch.testing.assert_close(got.cpu(), want.cpu())
+    for p, q in zip(eager.parameters(), graph.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad.cpu(), rtol=1e-4, atol=1e-6)
     assert not [w for w in caught if "torch_tpu: torch.compile" in str(w.message)]  # lowered, not eager

@@ -212,6 +212,13 @@ class _HostView:
         return base
 
 
+def _mentions_node(args):
+    """Whether (possibly nested) op arguments include a graph value."""
+    found = []
+    torch.fx.node.map_arg(args, found.append)
+    return bool(found)
+
+
 def _host_views(gm, outputs):
     """{output index: _HostView} for the outputs that are tpu graph inputs, or
     views of them or of other (computed) outputs, with static view arguments."""
@@ -221,7 +228,7 @@ def _host_views(gm, outputs):
         ops = []
         while (isinstance(node, torch.fx.Node) and node.op == "call_function"
                and isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
-               and not any(isinstance(a, torch.fx.Node) for a in (*node.args[1:], *node.kwargs.values()))):
+               and not _mentions_node((node.args[1:], node.kwargs))):  # sizes may be graph values
             ops.append((node.target, tuple(node.args[1:]), dict(node.kwargs)))
             node = node.args[0]
         val = outputs[i].meta.get("val") if isinstance(outputs[i], torch.fx.Node) else None

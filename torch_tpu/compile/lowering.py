@@ -253,7 +253,9 @@ _PY_OPS = {operator.getitem: operator.getitem, operator.mul: operator.mul, opera
            operator.sub: operator.sub, operator.floordiv: operator.floordiv,
            operator.truediv: operator.truediv, operator.neg: operator.neg, math.ceil: math.ceil,
            math.floor: math.floor, torch.sym_int: int, torch.sym_float: float,
-           torch.sym_max: max, torch.sym_min: min}
+           torch.sym_max: max, torch.sym_min: min,
+           # a size read off a graph value (static once traced)
+           aten.sym_size.int: lambda x, dim: x.shape[dim], aten.sym_numel.default: lambda x: x.size}
 
 
 def _meta_value(v):
