@@ -142,8 +142,9 @@ class CompiledGraph:
         warnings.warn(f"torch_tpu: torch.compile: building the XLA executable of this {self.name} graph "
                       f"failed ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
                       "it runs through the eager tpu kernels instead", stacklevel=3)
-        for i, value in zip(self.host.input_positions if host_inputs else (), host_inputs or ()):
-            args[i].copy_(value)
+        if host_inputs is not None:
+            for i, value in zip(self.host.input_positions, host_inputs):
+                args[i].copy_(value)
         self.executables[signature] = _ON_EAGER_KERNELS
         return self._run_eagerly(args)
 

@@ -190,7 +190,8 @@ def _static(shape):
 def _arange(val, start, end=None, step=1, **_):
     if end is None:
         start, end = 0, start
-    n = (_static(val.shape) or (max(0, math.ceil((end - start) / step)),))[0]
+    shape = _static(val.shape)
+    n = shape[0] if shape is not None else max(0, math.ceil((end - start) / step))
     dt = _node_dtype(val)
     # PyTorch computes start + i*step in a wide accumulator, then casts
     acc = np.float64 if np.issubdtype(dt, np.floating) or any(
@@ -202,7 +203,9 @@ def _filled(fill, shape_of):
     """A factory filled with ``fill(args)``; ``shape_of(args)`` is its shape
     from this call's arguments, used when the recorded shape is symbolic."""
     def build(val, *args, **_):
-        shape = _static(val.shape) or tuple(shape_of(args))
+        shape = _static(val.shape)
+        if shape is None:  # a 0-d result's () is a static shape too
+            shape = tuple(shape_of(args))
         return jnp.full(shape, fill(args), _node_dtype(val))
     return build
 
