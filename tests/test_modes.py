@@ -217,3 +217,18 @@ def test_changing_python_numbers_reuse_executables():
     for v in (3.0, 4.5, 1e-3, 7):
         torch.testing.assert_close((x / v).cpu(), torch.arange(1.0, 4.0) / v, rtol=0, atol=0)
     assert len(div.cache) == entries + 1  # the int 7: one more signature (int), not one per value
+
+
+def test_fused_copy_into_a_fresh_tensor_then_a_view_of_it():
+    # A language model's shifted labels: .contiguous() copies a slice into a
+    # new storage, .view(-1) flattens it, and cross_entropy's target check
+    # reads it while the copy is still pending (the pending buffer once
+    # claimed the storage's flat shape and the reader got the 2-d value).
+    logits = torch.randn(30, 8)
+    ids = torch.randint(0, 8, (2, 16))
+    expected = F.cross_entropy(logits, ids[..., 1:].contiguous().view(-1))
+    with torch.tpu.set_eager_mode("fused"):
+        target = ids.to("tpu")[..., 1:].contiguous().view(-1)
+        loss = F.cross_entropy(logits.to("tpu"), target)
+        assert target.cpu().shape == (30,)
+        torch.testing.assert_close(loss.cpu(), expected)

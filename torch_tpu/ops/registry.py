@@ -380,8 +380,9 @@ class Kernel:
         log.debug("compile %s for %s", self.name, key)
         _logs.kernel_compile(self, args, kwargs)  # TORCH_TPU_LOGS=recompiles
         traced.__name__ = self.name  # names the op in fused-chain logs and XLA traces
-        if mode == "inplace":
-            out_buffers = [(spec[0], spec[1]) for spec in in_place_specs]
+        if mode == "inplace":  # a write covering its whole buffer returns the value's shape
+            out_buffers = [(spec[2] if views.covers_buffer(spec) else spec[0], spec[1])
+                           for spec in in_place_specs]
         else:
             out_buffers = [(_buffer_shape(s), s[2]) for s in out_specs]
         return _Entry(jax.jit(traced), out_specs, single, out_buffers)
