@@ -20,6 +20,7 @@ os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from torch.utils.data import default_collate  # noqa: E402
 
 import torch_tpu  # noqa: E402
 
@@ -293,6 +294,50 @@ def test_accelerate_prepare_and_train(model_dirs, accelerate_on_tpu, no_fallback
             optimizer.zero_grad()
             losses.append(loss.item())
     assert losses[-1] < losses[0]
+
+
+# ---- PEFT adapters ---------------------------------------------------------------------
+
+def _lora_finetune(path, device, mode, compiled, steps=3):
+    """Losses of a few LoRA (q/v) AdamW steps, and the model."""
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(0)
+    model = peft.get_peft_model(_load(path, device_map=device), peft.LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+    batch = {k: v.to(device) for k, v in default_collate(_lm_dataset(4)).items()}
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-2)
+
+    def step():
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss
+    step = torch.compile(step, backend="tpu") if compiled else step
+    with torch.tpu.set_eager_mode(mode):
+        return [step().item() for _ in range(steps)], model
+
+
+@pytest.mark.parametrize("mode,compiled", [("fused", False), pytest.param("strict", True, marks=pytest.mark.slow)],
+                         ids=["fused", "compiled"])
+def test_peft_lora_finetune_matches_cpu(model_dirs, tmp_path, mode, compiled, no_fallback):
+    peft = pytest.importorskip("peft")
+    expected, cpu_model = _lora_finetune(model_dirs["llama"], "cpu", "strict", False)
+    losses, model = _lora_finetune(model_dirs["llama"], "tpu", mode, compiled)
+    torch.testing.assert_close(losses, expected, rtol=1e-5, atol=1e-5)
+    assert expected[-1] < expected[0]
+    # only the adapters trained: the base weights are the saved ones
+    lora = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert lora and all("lora_" in n for n in lora)
+    # the adapter saves from tpu and loads onto tpu; merging folds it into the weights
+    model.save_pretrained(tmp_path / "adapter")
+    reloaded = peft.PeftModel.from_pretrained(_load(model_dirs["llama"], device_map="tpu"), tmp_path / "adapter")
+    ids = _ids(8)
+    want = cpu_model.merge_and_unload()(ids).logits
+    torch.testing.assert_close(reloaded(ids.to("tpu")).logits.cpu(), want, rtol=1e-4, atol=1e-5)
+    merged = reloaded.merge_and_unload()
+    assert not any("lora_" in n for n, _ in merged.named_parameters())
+    torch.testing.assert_close(merged(ids.to("tpu")).logits.cpu(), want, rtol=1e-4, atol=1e-5)
 
 
 # ---- diffusers -------------------------------------------------------------------------
