@@ -129,6 +129,26 @@ def test_fork_rng_state():
     assert torch.equal(torch.rand(4, device="tpu").cpu(), a)
 
 
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non_reentrant", "reentrant"])
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_activation_checkpointing_replays_dropout(reentrant, mode):
+    # torch.utils.checkpoint recomputes the forward in backward with the
+    # device RNG state it saved: the same dropout mask, the same gradients
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.5), torch.nn.GELU(),
+                              torch.nn.Linear(16, 4)).to("tpu")
+    x = torch.randn(4, 8, device="tpu")
+    grads = []
+    with torch.tpu.set_eager_mode(mode):
+        for checkpointed in (True, False):
+            torch.manual_seed(1)
+            xi = x.clone().requires_grad_()
+            y = torch.utils.checkpoint.checkpoint(net, xi, use_reentrant=reentrant) if checkpointed else net(xi)
+            y.sum().backward()
+            grads.append(xi.grad.cpu())
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
+
+
 def test_bernoulli():
     p = torch.full((N,), 0.3, device="tpu")
     assert abs(torch.bernoulli(p).cpu().mean().item() - 0.3) < 0.01

@@ -339,6 +339,12 @@ def eager_cache_stats() -> dict:
 
 class _TpuModule(types.ModuleType):
     @property
+    def _initialized(self):
+        # torch.utils.checkpoint saves and restores a device's RNG state only
+        # when its module says it is initialized (torch.cuda's attribute)
+        return runtime.is_initialized()
+
+    @property
     def eager_mode(self):
         return modes.current()
 
