@@ -368,6 +368,35 @@ def test_shape_mismatch_error():
         torch.ones(3, device="tpu") + torch.ones(4, device="tpu")
 
 
+_MISTAKES = {
+    "matmul shapes": lambda d: torch.randn(2, 3, device=d) @ torch.randn(4, 5, device=d),
+    "linear in_features": lambda d: torch.nn.functional.linear(torch.randn(3, 5, device=d), torch.randn(2, 4, device=d)),
+    "conv channels": lambda d: torch.nn.functional.conv2d(torch.randn(1, 2, 8, 8, device=d), torch.randn(4, 3, 3, 3, device=d)),
+    "broadcast": lambda d: torch.randn(2, 3, device=d) * torch.randn(4, device=d),
+    "where broadcast": lambda d: torch.where(torch.ones(2, dtype=torch.bool, device=d), torch.randn(3, device=d), 0.0),
+    "float @ double": lambda d: torch.randn(2, 2, device=d) @ torch.randn(2, 2, dtype=torch.float64, device=d),
+    "addmm dtypes": lambda d: torch.addmm(torch.randn(2, dtype=torch.float64, device=d), torch.randn(2, 2, device=d),
+                                          torch.randn(2, 2, device=d)),
+    "bmm dtypes": lambda d: torch.bmm(torch.randn(1, 2, 2, device=d), torch.randn(1, 2, 2, dtype=torch.float64, device=d)),
+    "dot dtypes": lambda d: torch.dot(torch.randn(2, device=d), torch.randn(2, dtype=torch.float64, device=d)),
+    "softmax dim": lambda d: torch.randn(2, 3, device=d).softmax(2),
+    "log_softmax dim": lambda d: torch.randn(2, 3, device=d).log_softmax(-3),
+    "class targets as floats": lambda d: torch.nn.functional.cross_entropy(torch.randn(3, 4, device=d),
+                                                                           torch.tensor([1.0, 2.0, 3.0], device=d)),
+}
+
+
+@pytest.mark.parametrize("mistake", list(_MISTAKES))
+def test_common_mistakes_raise_the_cpus_error(mistake):
+    # the same exception type and words as on the CPU: never a silent
+    # promotion or wrap-around, never the meta kernel's own phrasing
+    with pytest.raises(Exception) as on_cpu:
+        _MISTAKES[mistake]("cpu")
+    with pytest.raises(type(on_cpu.value)) as on_tpu:
+        _MISTAKES[mistake]("tpu")
+    assert str(on_tpu.value) == str(on_cpu.value)
+
+
 def test_unsupported_dtype_error():
     with pytest.raises(TypeError, match="does not support dtype"):
         torch.ones(3, device="tpu").to(torch.complex32)

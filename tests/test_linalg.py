@@ -153,7 +153,7 @@ def test_shape_errors_match():
         torch.mm(a, b)
     with pytest.raises(RuntimeError) as tpu_err:
         torch.mm(a.to("tpu"), b.to("tpu"))
-    assert "3, 4" in str(tpu_err.value) and "5, 2" in str(tpu_err.value)  # the meta kernel's wording
+    assert str(tpu_err.value) == str(cpu_err.value)  # the CPU's wording, not the meta kernel's
     with pytest.raises(RuntimeError):
         torch.bmm(torch.randn(2, 3, 4, device="tpu"), torch.randn(3, 4, 2, device="tpu"))
 

@@ -8,6 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import torch
+
+from ..dtypes import aten_name
+from . import indexing
 from .registry import PROMOTE, out_dtype, register
 
 DEFAULT = PROMOTE.DEFAULT
@@ -143,3 +147,39 @@ def _weight_int8pack_mm(self, mat2, scales):
     acc = _acc_type(self.dtype)
     product = jnp.matmul(self.astype(acc), mat2.T.astype(acc), precision=jax.lax.Precision.HIGHEST)
     return (product * scales.astype(acc)).astype(self.dtype)
+
+
+# ---- mixed operand dtypes raise, in the CPU's words (never silently promoted) ----
+
+_C_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
+            torch.bfloat16: "c10::BFloat16"}
+
+
+def _same_dtypes(*checks):
+    """A guard: for each (first, second, message) the two arguments' dtypes must agree."""
+    def prepare(bound):
+        for first, second, message in checks:
+            a, b = bound[first].dtype, bound[second].dtype
+            if a != b:
+                raise RuntimeError(message(a, b))
+    return prepare
+
+
+def _mm_message(a, b):
+    return f"expected m1 and m2 to have the same dtype, but got: {_C_NAMES.get(a, a)} != {_C_NAMES.get(b, b)}"
+
+
+def _found(a, b):
+    return f"expected scalar type {aten_name(a)} but found {aten_name(b)}"
+
+
+indexing.guard("mm.default", prepare=_same_dtypes(("self", "mat2", _mm_message)))
+indexing.guard("addmm.default", prepare=_same_dtypes(
+    ("self", "mat2", lambda a, b: f"self and mat2 must have the same dtype, but got {aten_name(a)} and {aten_name(b)}"),
+    ("mat1", "mat2", _mm_message)))
+indexing.guard("bmm.default", prepare=_same_dtypes(("self", "mat2", _found)))
+indexing.guard("baddbmm.default", prepare=_same_dtypes(("batch1", "batch2", _found), ("self", "batch2", _found)))
+indexing.guard("mv.default", prepare=_same_dtypes(
+    ("self", "vec", lambda a, b: f"mv: expected both tensors to have the same dtype, but got {aten_name(a)} and {aten_name(b)}")))
+indexing.guard("dot.default", prepare=_same_dtypes(
+    ("self", "tensor", lambda a, b: f"dot : expected both vectors to have same dtype, but found {aten_name(a)} and {aten_name(b)}")))

@@ -11,8 +11,10 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 from jax import lax
 
+from .. import dtypes
 from ..storage import access
 from . import indexing
 from .registry import Kernel, Options, register, register_masked, register_raw, resolve, rng_key
@@ -705,6 +707,8 @@ def _check_targets(bound):
     """A class index outside [0, classes) other than ignore_index raises as on
     the CPU (the loss would otherwise silently be NaN)."""
     target, ignore = bound["target"], bound["ignore_index"]
+    if target.dtype not in (torch.long, torch.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {dtypes.aten_name(target.dtype)}")
     classes = bound["self"].shape[1 if bound["self"].dim() > 1 else 0]
     if target.numel() and target.device.type == "tpu":
         lo, hi = (int(v) for v in np.asarray(_target_range(access.read(target), ignore)))

@@ -12,6 +12,7 @@ import torch
 from jax import lax
 
 from .. import dtypes
+from . import indexing
 from ..eager import modes
 from ..storage import access
 from . import errors
@@ -583,6 +584,17 @@ def log_softmax(self, dim, half_to_float=False):
     x, axis, back = _softmax_axis(_cast_acc(self), dim)
     shifted = x - jnp.max(x, axis=axis, keepdims=True, initial=-jnp.inf)
     return back(shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=axis, keepdims=True)))
+
+
+def _dim_in_range(bound):
+    """softmax over a dimension the tensor lacks raises as on the CPU (the
+    kernel would wrap it around)."""
+    n, dim = max(bound["self"].dim(), 1), bound["dim"]
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+
+
+indexing.guard("_softmax.default", "_log_softmax.default", "_safe_softmax.default", prepare=_dim_in_range)
 
 
 @register("_softmax_backward_data.default")

@@ -421,10 +421,10 @@ class Kernel:
             return self.op(*margs, **mkw)
         except NotImplementedError:
             return None
-        except (RuntimeError, ValueError, IndexError, TypeError) as e:
+        except (RuntimeError, ValueError, IndexError, TypeError, AssertionError) as e:
             if "meta" in str(e).lower() and "tensor" in str(e).lower() and "implement" in str(e).lower():
                 return None
-            raise errors.rewrite_meta_error(e, self.name) from None
+            raise errors.rewrite_meta_error(e, self.name, args) from None
 
 
 class MaskedOutputs:
