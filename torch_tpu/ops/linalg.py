@@ -7,7 +7,6 @@ integer products stay integer and exact.
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 import torch
 
 from ..dtypes import aten_name

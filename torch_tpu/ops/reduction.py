@@ -12,10 +12,9 @@ import torch
 from jax import lax
 
 from .. import dtypes
-from . import indexing
 from ..eager import modes
 from ..storage import access
-from . import errors
+from . import errors, indexing
 from .registry import out_dtype, register, register_raw
 
 _HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
