@@ -381,6 +381,8 @@ _MISTAKES = {
     "dot dtypes": lambda d: torch.dot(torch.randn(2, device=d), torch.randn(2, dtype=torch.float64, device=d)),
     "softmax dim": lambda d: torch.randn(2, 3, device=d).softmax(2),
     "log_softmax dim": lambda d: torch.randn(2, 3, device=d).log_softmax(-3),
+    "index_put value shape": lambda d: torch.zeros(3, 4, device=d).__setitem__(
+        (slice(None), torch.tensor([0, 1], device=d)), torch.zeros(3, 3, device=d)),
     "class targets as floats": lambda d: torch.nn.functional.cross_entropy(torch.randn(3, 4, device=d),
                                                                            torch.tensor([1.0, 2.0, 3.0], device=d)),
 }

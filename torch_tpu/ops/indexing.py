@@ -177,6 +177,29 @@ def _prepare_indices(bound):
             out.append(idx)
             dim += 1
     bound["indices"] = out
+    if "values" in bound:
+        _check_values_fit(self, out, bound["values"])
+
+
+def _check_values_fit(self, indices, values):
+    """``x[indices] = values`` needs values expandable to the indexing result
+    (else the CPU's message, not a JAX broadcasting failure)."""
+    advanced = [k for k, i in enumerate(indices) if i is not None]
+    if not advanced:
+        return
+    middle = list(torch.broadcast_shapes(*(indices[k].shape for k in advanced)))
+    plain = [self.shape[d] for d in range(self.dim()) if d >= len(indices) or indices[d] is None]
+    if advanced == list(range(advanced[0], advanced[-1] + 1)):  # adjacent: the result keeps their place
+        before = [self.shape[d] for d in range(advanced[0])]
+        result = before + middle + plain[len(before):]
+    else:
+        result = middle + plain
+    v = list(values.shape)
+    fits = len(v) <= len(result) or all(s == 1 for s in v[:len(v) - len(result)])
+    fits = fits and all(a in (1, b) for a, b in zip(reversed(v), reversed(result)))
+    if not fits:
+        raise RuntimeError(f"shape mismatch: value tensor of shape {v} cannot be broadcast to "
+                           f"indexing result of shape {result}")
 
 
 def _key(indices):
