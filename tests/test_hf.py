@@ -510,6 +510,7 @@ def test_moe_model_compiles_with_grouped_mm(no_fallback):
     assert not [w for w in caught if "torch_tpu: torch.compile" in str(w.message)]  # lowered, not eager
 
 
+@pytest.mark.slow  # 35 s; test_compile's test_dynamic_shapes_training covers the path by default
 def test_dynamic_shapes_training_across_sequence_lengths(no_fallback):
     # torch.compile(dynamic=True): one symbolic graph serves every length; GPT-2's
     # graph reads sizes (sym_size), divides by them and returns views sized by them
