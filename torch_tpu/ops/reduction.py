@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 from jax import lax
+from torch._prims_common import canonicalize_dim
 
 from .. import dtypes
 from ..eager import modes
@@ -588,9 +589,7 @@ def log_softmax(self, dim, half_to_float=False):
 def _dim_in_range(bound):
     """softmax over a dimension the tensor lacks raises as on the CPU (the
     kernel would wrap it around)."""
-    n, dim = max(bound["self"].dim(), 1), bound["dim"]
-    if not -n <= dim < n:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    canonicalize_dim(bound["self"].dim(), bound["dim"])
 
 
 indexing.guard("_softmax.default", "_log_softmax.default", "_safe_softmax.default", prepare=_dim_in_range)

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+from torch._prims_common import canonicalize_dim
 
 from .. import dtypes
 from ..eager import modes
@@ -264,11 +265,7 @@ def _check_other_dims(t, axis):
 def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
     x = _tpu_value(self, "aten::unique_consecutive")
     if dim is not None:
-        ndim = max(self.dim(), 1)
-        if not -ndim <= dim < ndim:
-            raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], "
-                             f"but got {dim})")
-        axis = dim % ndim
+        axis = canonicalize_dim(self.dim(), dim)
         _check_other_dims(self, axis)
     else:
         x, axis = x.reshape(-1), 0
@@ -314,10 +311,7 @@ def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False
     # inverse and counts, as on the CPU
     if self.dim() == 0:
         raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
-    if not -self.dim() <= dim < self.dim():
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-self.dim()}, "
-                         f"{self.dim() - 1}], but got {dim})")
-    axis = dim % self.dim()
+    axis = canonicalize_dim(self.dim(), dim)
     _check_other_dims(self, axis)
     x = _tpu_value(self, "aten::unique_dim")
     n = int(_distinct_slices(x, axis)) if x.shape[axis] else 0
