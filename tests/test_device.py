@@ -383,6 +383,7 @@ _MISTAKES = {
     "log_softmax dim": lambda d: torch.randn(2, 3, device=d).log_softmax(-3),
     "index_put value shape": lambda d: torch.zeros(3, 4, device=d).__setitem__(
         (slice(None), torch.tensor([0, 1], device=d)), torch.zeros(3, 3, device=d)),
+    "unique_consecutive of a 0-d tensor along a dim": lambda d: torch.unique_consecutive(torch.tensor(3, device=d), dim=0),
     "class targets as floats": lambda d: torch.nn.functional.cross_entropy(torch.randn(3, 4, device=d),
                                                                            torch.tensor([1.0, 2.0, 3.0], device=d)),
 }

@@ -261,12 +261,20 @@ def _check_other_dims(t, axis):
         raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
 
 
+def _unique_axis(self, dim):
+    """The axis unique(dim=) works along, with the CPU's errors."""
+    if self.dim() == 0:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    axis = canonicalize_dim(self.dim(), dim)
+    _check_other_dims(self, axis)
+    return axis
+
+
 @register_raw("unique_consecutive.default")
 def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
     x = _tpu_value(self, "aten::unique_consecutive")
     if dim is not None:
-        axis = canonicalize_dim(self.dim(), dim)
-        _check_other_dims(self, axis)
+        axis = _unique_axis(self, dim)
     else:
         x, axis = x.reshape(-1), 0
     n = int(_run_count(x, axis)) if x.shape[axis] else 0
@@ -309,10 +317,7 @@ def _unique_dim_kernel(x, axis, n):
 def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):
     # torch.unique(x, dim=d): distinct slices, always sorted and always with
     # inverse and counts, as on the CPU
-    if self.dim() == 0:
-        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
-    axis = canonicalize_dim(self.dim(), dim)
-    _check_other_dims(self, axis)
+    axis = _unique_axis(self, dim)
     x = _tpu_value(self, "aten::unique_dim")
     n = int(_distinct_slices(x, axis)) if x.shape[axis] else 0
     values, inverse, counts = _unique_dim_kernel(x, axis, n)
