@@ -15,3 +15,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _device_checks_belong_to_their_test():
+    # An index check fails at the next wait for the device (as CUDA's
+    # device-side asserts do): wait at the end of each test, so a failure
+    # left pending is reported by the test that caused it, not the next one.
+    yield
+    torch_tpu.eager.checks.raise_failed()

@@ -1,4 +1,6 @@
 """Comparing tpu results with PyTorch's CPU results."""
+import contextlib
+
 import pytest
 import torch
 
@@ -60,3 +62,12 @@ def run_both(fn, *args, exact=False, **kwargs):
     tpu = fn(*to_tpu(list(args)), **{k: to_tpu(v) for k, v in kwargs.items()})
     assert_same(tpu, cpu, exact=exact)
     return tpu, cpu
+
+
+@contextlib.contextmanager
+def raises_at_sync(exception, match=None):
+    """Expect ``exception`` from the block or, for a check on device values
+    (an index range), at the next wait for the device, as on CUDA."""
+    with pytest.raises(exception, match=match) as info:
+        yield info
+        torch.tpu.synchronize()

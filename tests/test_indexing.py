@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import torch_tpu
-from helpers import assert_same, run_both, sample, strict, to_tpu  # noqa: F401  (strict: no CPU fallback)
+from helpers import assert_same, raises_at_sync, run_both, sample, strict, to_tpu  # noqa: F401  (strict: no CPU fallback)
 
 
 _x = sample
@@ -41,11 +41,11 @@ def test_index_non_contiguous():
 
 def test_index_out_of_range():
     x = torch.zeros(3, 4, device="tpu")
-    with pytest.raises(IndexError, match="out of bounds for dimension 0 with size 3"):
+    with raises_at_sync(IndexError, match="out of bounds for dimension 0 with size 3"):
         x[torch.tensor([0, 3], device="tpu")]
-    with pytest.raises(IndexError, match="out of bounds for dimension 1 with size 4"):
+    with raises_at_sync(IndexError, match="out of bounds for dimension 1 with size 4"):
         x[:, torch.tensor([-5])]
-    with pytest.raises(IndexError):
+    with raises_at_sync(IndexError):
         x[torch.tensor([True, False])]
 
 
@@ -92,7 +92,7 @@ def test_setitem_through_view():
 
 def test_index_put_out_of_range():
     t = torch.zeros(3, device="tpu")
-    with pytest.raises(IndexError):
+    with raises_at_sync(IndexError):
         t[torch.tensor([5], device="tpu")] = 1.0
 
 
@@ -129,9 +129,9 @@ def test_gather_out_and_errors():
     out = torch.empty(0, device="tpu")
     torch.gather(x.to("tpu"), 0, index.to("tpu"), out=out)
     assert_same(out, torch.gather(x, 0, index), exact=True)
-    with pytest.raises(RuntimeError, match="index 4 is out of bounds for dimension 0 with size 4"):
+    with raises_at_sync(RuntimeError, match="index 4 is out of bounds for dimension 0 with size 4"):
         torch.gather(x.to("tpu"), 0, torch.tensor([[4]], device="tpu"))
-    with pytest.raises(RuntimeError, match="out of bounds"):
+    with raises_at_sync(RuntimeError, match="out of bounds"):
         torch.gather(x.to("tpu"), 1, torch.tensor([[-1]], device="tpu"))
 
 
@@ -179,9 +179,9 @@ def test_scatter_in_place_non_contiguous_and_errors():
     got = x.to("tpu")
     got.t().scatter_(1, index.to("tpu"), src.to("tpu"))
     assert_same(got, expect, exact=True)
-    with pytest.raises(RuntimeError, match="out of bounds"):
+    with raises_at_sync(RuntimeError, match="out of bounds"):
         torch.zeros(3, device="tpu").scatter_(0, torch.tensor([3], device="tpu"), 1.0)
-    with pytest.raises(RuntimeError, match="out of bounds"):
+    with raises_at_sync(RuntimeError, match="out of bounds"):
         torch.zeros(3, device="tpu").scatter_add_(0, torch.tensor([-1], device="tpu"),
                                                   torch.ones(1, device="tpu"))
 
@@ -219,9 +219,9 @@ def test_index_select(dim):
 
 def test_index_select_errors_and_backward():
     x = torch.zeros(3, 2, device="tpu")
-    with pytest.raises(IndexError, match="index out of range in self"):
+    with raises_at_sync(IndexError, match="index out of range in self"):
         x.index_select(0, torch.tensor([3], device="tpu"))
-    with pytest.raises(IndexError, match="index out of range in self"):
+    with raises_at_sync(IndexError, match="index out of range in self"):
         x.index_select(0, torch.tensor([-1], device="tpu"))
     a = _x(4, 3).requires_grad_()
     at = to_tpu(a)
@@ -251,11 +251,11 @@ def test_index_add_copy_fill():
 
 def test_index_add_copy_fill_errors():
     x = torch.zeros(3, 2, device="tpu")
-    with pytest.raises(IndexError, match="index out of range in self"):
+    with raises_at_sync(IndexError, match="index out of range in self"):
         x.index_add_(0, torch.tensor([3], device="tpu"), torch.ones(1, 2, device="tpu"))
-    with pytest.raises(IndexError, match="index_copy_"):
+    with raises_at_sync(IndexError, match="index_copy_"):
         x.index_copy_(0, torch.tensor([7], device="tpu"), torch.ones(1, 2, device="tpu"))
-    with pytest.raises(IndexError, match="out of bounds"):
+    with raises_at_sync(IndexError, match="out of bounds"):
         x.index_fill_(0, torch.tensor([3], device="tpu"), 1.0)
 
 
@@ -277,7 +277,7 @@ def test_index_reduce(reduce, include_self):
 
 def test_index_reduce_errors():
     x = torch.zeros(3, 2, device="tpu")
-    with pytest.raises(IndexError, match="index out of range in self"):
+    with raises_at_sync(IndexError, match="index out of range in self"):
         x.index_reduce(0, torch.tensor([3], device="tpu"), torch.ones(1, 2, device="tpu"), "amax")
 
 
@@ -292,9 +292,9 @@ def test_take_put():
     uniq = torch.tensor([[0, -2], [5, 7]])
     run_both(lambda a, i, s: a.put(i, s), x, uniq, src, exact=True)
     run_both(lambda a, i, s: a.clone().put_(i, s, accumulate=True), x, torch.tensor([[1, 1], [1, 3]]), src)
-    with pytest.raises(IndexError, match="out of range: tried to access index 12 on a tensor of 12"):
+    with raises_at_sync(IndexError, match="out of range: tried to access index 12 on a tensor of 12"):
         torch.take(x.to("tpu"), torch.tensor([12], device="tpu"))
-    with pytest.raises(IndexError, match="out of range"):
+    with raises_at_sync(IndexError, match="out of range"):
         x.to("tpu").put_(torch.tensor([-13], device="tpu"), torch.ones(1, device="tpu"))
 
 
@@ -318,7 +318,7 @@ def test_masked_scatter_and_select():
     run_both(torch.masked_select, x, mask, exact=True)
     run_both(torch.masked_select, x, mask[0], exact=True)  # broadcast mask
     run_both(lambda a, m: torch.masked_select(a.t(), m.t()), x, mask, exact=True)
-    with pytest.raises(RuntimeError, match="Number of elements of source"):
+    with raises_at_sync(RuntimeError, match="Number of elements of source"):
         x.to("tpu").masked_scatter(torch.ones(3, 4, dtype=torch.bool, device="tpu"),
                                    torch.ones(2, device="tpu"))
 

@@ -1,4 +1,5 @@
 """The three eager modes run the same programs to the same results."""
+import math
 import os
 import subprocess
 import sys
@@ -232,3 +233,50 @@ def test_fused_copy_into_a_fresh_tensor_then_a_view_of_it():
         loss = F.cross_entropy(logits.to("tpu"), target)
         assert target.cpu().shape == (30,)
         torch.testing.assert_close(loss.cpu(), expected)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_index_checks_raise_at_the_op_in_debug_and_at_the_next_wait_otherwise(mode):
+    """An index on the device is checked like a CUDA device-side assert: debug
+    raises at the op; strict and fused at the next host read or synchronize,
+    before the value, and only once.  Type and message are the CPU's."""
+    table = torch.randn(5, 3, device="tpu")
+    bad, good = torch.tensor([1, 7], device="tpu"), torch.tensor([4, 0], device="tpu")
+    with torch.tpu.set_eager_mode(mode):
+        if mode == "debug":
+            with pytest.raises(IndexError, match="index out of range in self"):
+                F.embedding(bad, table)
+            return
+        rows = F.embedding(bad, table)  # returns at once
+        with pytest.raises(IndexError, match="index out of range in self"):
+            rows.sum().item()
+        torch.tpu.synchronize()  # reported once
+        logits = torch.randn(2, 5, device="tpu")
+        F.cross_entropy(logits, torch.tensor([1, 5], device="tpu"))
+        with pytest.raises(IndexError, match="Target 5 is out of bounds."):
+            torch.tpu.synchronize()
+        torch.testing.assert_close(F.embedding(good, table).cpu(), table.cpu()[[4, 0]])
+
+
+def test_index_checks_do_not_cut_a_fused_chain():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(10, 8), nn.Flatten(), nn.Linear(24, 10)).to("tpu")
+    tokens, targets = torch.randint(0, 10, (4, 3), device="tpu"), torch.randint(0, 10, (4,), device="tpu")
+    with torch.tpu.set_eager_mode("fused"):
+        torch.tpu.synchronize()
+        before = fusion.stats.flushes
+        loss = F.cross_entropy(model(tokens), targets)
+        loss.backward()
+        assert fusion.stats.flushes == before  # the embedding's and the loss's index checks are recorded too
+        assert math.isfinite(loss.item())
+
+
+def test_a_loop_that_never_reads_keeps_few_index_checks():
+    from torch_tpu.eager import checks
+    table, index = torch.randn(5, 3, device="tpu"), torch.tensor([1, 2], device="tpu")
+    for _ in range(400):
+        F.embedding(index, table)
+    torch.tpu.synchronize()
+    for _ in range(400):
+        F.embedding(index, table)
+    assert len(checks._pending) <= 5 * checks._LIMIT

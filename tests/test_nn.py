@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torch_tpu
-from helpers import assert_same
+from helpers import assert_same, raises_at_sync
 
 warnings.filterwarnings("ignore", message="torch_tpu: .* has no tpu kernel")
 
@@ -454,7 +454,7 @@ def test_indices_outside_the_table_raise_like_cpu(case):
         return
     with pytest.raises(IndexError) as cpu_error:
         fn(*args)
-    with pytest.raises(IndexError) as tpu_error:
+    with raises_at_sync(IndexError) as tpu_error:
         fn(*[a.to("tpu") for a in args])
     assert str(tpu_error.value) == str(cpu_error.value)
 

@@ -48,13 +48,14 @@ class LazyBuffer:
 
 
 class _Node:
-    __slots__ = ("fn", "refs", "outputs", "prefix")
+    __slots__ = ("fn", "refs", "outputs", "prefix", "urgent")
 
-    def __init__(self, fn, refs, outputs, prefix):
+    def __init__(self, fn, refs, outputs, prefix, urgent=False):
         self.fn = fn
         self.refs = refs          # per input: ("x", external index) or ("n", node, slot)
         self.outputs = outputs    # weakrefs to the LazyBuffers it produces
         self.prefix = prefix      # structural hash of the pending program up to this node
+        self.urgent = urgent      # read with every host read (a deferred check): in its first chain
 
 
 class Stats:
@@ -86,8 +87,9 @@ def pending_ops() -> int:
     return len(_nodes)
 
 
-def record(fn, inputs, out_buffers):
-    """Record one op: ``fn(*inputs)`` producing buffers of ``out_buffers`` [(shape, dtype)]."""
+def record(fn, inputs, out_buffers, urgent=False):
+    """Record one op: ``fn(*inputs)`` producing buffers of ``out_buffers`` [(shape, dtype)].
+    ``urgent``: its results are read with every host read (``checks``)."""
     with _lock:
         refs = []
         for x in inputs:
@@ -102,7 +104,7 @@ def record(fn, inputs, out_buffers):
         outs = [LazyBuffer(shape, dtype, index, slot) for slot, (shape, dtype) in enumerate(out_buffers)]
         refs = tuple(refs)
         prefix = _prefix_after(fn, refs)
-        _nodes.append(_Node(fn, refs, [weakref.ref(o) for o in outs], prefix))
+        _nodes.append(_Node(fn, refs, [weakref.ref(o) for o in outs], prefix, urgent))
         full = len(_nodes) >= MAX_PENDING_OPS
         if prefix in _read_points and not full:
             _launch_early(index)
@@ -158,7 +160,7 @@ def flush(reason="sync", first=None) -> None:
         groups = [range(len(nodes))]
         if SPLIT_AT_HOST_READS and type(first) is LazyBuffer and first.value is None:
             _read_points.add(nodes[first.node].prefix)
-            needed = _ancestors(nodes, first.node)
+            needed = _read_set(nodes, first.node)
             if len(needed) < len(nodes):
                 groups = [sorted(needed), [i for i in range(len(nodes)) if i not in needed]]
         computed = {}  # (node, slot) -> array: results an earlier group hands a later one
@@ -186,7 +188,7 @@ def _launch_early(index):
     """Launch the ops node ``index`` needs (a predicted host read) and keep the
     other pending ops pending, rewired to the values just launched."""
     nodes, external = _take_pending()
-    needed = _ancestors(nodes, index)
+    needed = _read_set(nodes, index)
     rest = [i for i in range(len(nodes)) if i not in needed]
     renumbered = {i: k for k, i in enumerate(rest)}
     group = sorted(needed)
@@ -213,9 +215,15 @@ def _launch_early(index):
         _nodes.append(node)
 
 
-def _ancestors(nodes, index):
-    """Indices of the nodes that node ``index`` depends on, itself included."""
-    seen, stack = {index}, [index]
+def _read_set(nodes, index):
+    """The nodes a host read of node ``index`` waits for: those it depends on,
+    itself included, and the pending checks with theirs."""
+    return _ancestors(nodes, [index] + [i for i, n in enumerate(nodes) if n.urgent])
+
+
+def _ancestors(nodes, roots):
+    """Indices of the nodes that ``roots`` depend on, themselves included."""
+    seen, stack = set(roots), list(roots)
     while stack:
         for r in nodes[stack.pop()].refs:
             if r[0] == "n" and r[1] not in seen:

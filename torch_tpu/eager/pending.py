@@ -41,9 +41,10 @@ def _ready(x) -> bool:
 
 
 def wait_all() -> None:
-    from . import fusion
+    from . import checks, fusion
     fusion.flush("synchronize")
     with _lock:
         items = list(_pending)
         _pending.clear()
     jax.block_until_ready(items)
+    checks.raise_failed()

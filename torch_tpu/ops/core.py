@@ -6,7 +6,7 @@ from torch._C import DispatchKey, DispatchKeySet
 
 from .. import dtypes, logs, runtime
 from ..casting import convert
-from ..eager import fusion, modes
+from ..eager import checks, fusion, modes
 from ..storage import access, buffers
 from . import registry
 from .registry import Kernel, Options, out_dtype, register_raw, resolve
@@ -116,6 +116,7 @@ def _read_for_host(t, what):
     # each step; the ops this value needs go first, as their own chain.
     logs.host_read(t, what)  # TORCH_TPU_LOGS=sync
     fusion.flush("host read", first=buffers.get_buffer(t.untyped_storage()))
+    checks.raise_failed()  # a failed index check raises before its results reach the host
     return access.read(t)
 
 

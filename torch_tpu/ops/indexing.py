@@ -2,10 +2,11 @@
 index_select/add/copy/fill, masked ops, nonzero, take/put.
 
 Out-of-range indices: XLA clamps or drops them silently, PyTorch raises.  So
-each op with an index argument checks its range on the host before running:
-a CPU index tensor is checked directly, a tpu one through a tiny jitted
-min/max whose two numbers are read back (one device sync per call).  The
-messages and exception types are PyTorch's CPU ones.
+each op with an index argument checks its range: a CPU index tensor directly,
+before the op; a tpu one through its min and max, computed on the device with
+the op and looked at when the host next waits (``eager/checks.py``: no sync
+per op, as CUDA's device-side asserts).  The messages and exception types are
+PyTorch's CPU ones.
 
 Data-dependent shapes (nonzero, masked_select, boolean-mask indexing): the
 count is read to the host, then a jitted kernel runs with that static size.
@@ -20,7 +21,7 @@ import torch
 from jax import lax
 
 from .. import dtypes
-from ..eager import modes
+from ..eager import checks, modes
 from ..storage import access, buffers
 from . import core, errors
 from .registry import _LIB, KERNELS, Kernel, _siblings, out_dtype, register, register_raw, resolve
@@ -30,9 +31,12 @@ _aten = torch.ops.aten
 
 # ---- host-side checks ---------------------------------------------------------
 
-@jax.jit
-def _min_max(idx):
+def _min_max_of(idx):
     return jnp.stack([jnp.min(idx).astype(np.int64), jnp.max(idx).astype(np.int64)])
+
+
+_min_max = jax.jit(_min_max_of)
+_MIN_MAX = ((2,), np.dtype(np.int64))  # its result's shape and dtype
 
 
 def _value(t):
@@ -52,15 +56,22 @@ def _index_range(index):
 
 
 def _check_range(index, low, high, error):
-    """Raise ``error(bad_value)`` unless every index lies in [low, high)."""
-    r = _index_range(index)
-    if r is None:
+    """Raise ``error(bad_value)`` unless every index lies in [low, high): at
+    once for a CPU index, at the next host wait for a tpu one (``checks``)."""
+    if index.numel() == 0:
         return
-    lo, hi = r
-    if hi >= high:
-        raise error(hi)
-    if lo < low:
-        raise error(lo)
+
+    def verdict(lo_hi):
+        lo, hi = (int(v) for v in lo_hi)
+        return error(hi) if hi >= high else error(lo) if lo < low else None
+
+    if index.device.type == "cpu":
+        host = dtypes.numpy_from_cpu_tensor(index)
+        failure = verdict((host.min(), host.max()))
+        if failure is not None:
+            raise failure
+        return
+    checks.defer(index, _min_max_of, _MIN_MAX, verdict)
 
 
 def _dim_size(t, dim):

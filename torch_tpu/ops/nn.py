@@ -6,6 +6,7 @@ interpolation sources) are computed with NumPy at trace time, so they are
 constants of the compiled program.  Half types compute in float32 like the
 CPU kernels' accumulation type.
 """
+import functools
 import itertools
 
 import jax
@@ -15,6 +16,7 @@ import torch
 from jax import lax
 
 from .. import dtypes
+from ..eager import checks
 from ..storage import access
 from . import indexing
 from .registry import Kernel, Options, register, register_masked, register_raw, resolve, rng_key
@@ -710,17 +712,19 @@ def _check_targets(bound):
     if target.dtype not in (torch.long, torch.uint8):
         raise RuntimeError(f"expected target dtype to be Long or Byte, but got {dtypes.aten_name(target.dtype)}")
     classes = bound["self"].shape[1 if bound["self"].dim() > 1 else 0]
-    if target.numel() and target.device.type == "tpu":
-        lo, hi = (int(v) for v in np.asarray(_target_range(access.read(target), ignore)))
-        for v in (hi, lo):
-            if not 0 <= v < classes:
-                raise IndexError(f"Target {v} is out of bounds.")
+    if target.numel() and target.device.type == "tpu":  # checked at the next host wait (``checks``)
+        checks.defer(target, _target_range, indexing._MIN_MAX, functools.partial(_target_verdict, classes),
+                     np.int64(ignore))
 
 
-@jax.jit
 def _target_range(target, ignore_index):
     kept = jnp.where(target == ignore_index, 0, target)
-    return jnp.stack([jnp.min(kept), jnp.max(kept)])
+    return jnp.stack([jnp.min(kept), jnp.max(kept)]).astype(np.int64)
+
+
+def _target_verdict(classes, lo_hi):
+    bad = [int(v) for v in lo_hi[::-1] if not 0 <= v < classes]  # the CPU names the larger first
+    return IndexError(f"Target {bad[0]} is out of bounds.") if bad else None
 
 
 @register("mse_loss.default")

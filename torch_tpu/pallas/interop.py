@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from .. import dtypes, runtime
+from ..eager import checks
 from ..storage import access, buffers
 
 
@@ -21,6 +22,7 @@ def to_jax(t: torch.Tensor) -> jax.Array:
     if t.device.type != "tpu":
         raise RuntimeError(f"to_jax expects a tensor on the tpu device, got one on {t.device}; "
                            "move it with .to('tpu') first")
+    checks.raise_failed()  # the caller will see device values: pending index checks first
     return access.read(t.detach())
 
 
