@@ -110,3 +110,64 @@ def test_grad_scaler_matches_cpu(mode):
     assert tpu_scales == cpu_scales == [16.0, 32.0, 32.0, 16.0, 16.0, 32.0]
     torch.testing.assert_close(tpu_weight, cpu_weight)
     assert not any(k.startswith("aten::_amp") for k in torch_tpu.fallback_ops() if k not in before)
+
+
+_FUSED_STEPS = {
+    "sgd": (torch._fused_sgd_, 2, dict(weight_decay=0.0, momentum=0.0, lr=0.01, dampening=0.0, nesterov=False,
+                                         maximize=False, is_first_step=False)),
+    "sgd_momentum_first": (torch._fused_sgd_, 3, dict(weight_decay=0.01, momentum=0.9, lr=0.01, dampening=0.1,
+                                                       nesterov=False, maximize=False, is_first_step=True)),
+    "sgd_momentum": (torch._fused_sgd_, 3, dict(weight_decay=0.01, momentum=0.9, lr=0.01, dampening=0.1,
+                                                 nesterov=False, maximize=True, is_first_step=False)),
+    "sgd_nesterov": (torch._fused_sgd_, 3, dict(weight_decay=0.0, momentum=0.9, lr=0.01, dampening=0.0,
+                                                 nesterov=True, maximize=False, is_first_step=False)),
+    "adagrad": (torch._fused_adagrad_, 3, dict(lr=0.05, lr_decay=0.1, weight_decay=0.01, eps=1e-10,
+                                                maximize=True)),
+}
+
+
+@pytest.mark.parametrize("scaled", [False, True], ids=["plain", "grad_scale"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", list(_FUSED_STEPS))
+def test_fused_optimizer_steps_match_cpu(case, dtype, scaled):
+    # torch.optim.SGD/Adagrad(fused=True): params, grads (unscaled in place
+    # under a GradScaler) and state as the CPU kernels leave them
+    op, lists, kwargs = _FUSED_STEPS[case]
+    g = torch.Generator().manual_seed(0)
+    tensors = [[torch.randn(n, generator=g, dtype=dtype) for n in (7, 33, 64)] for _ in range(lists)]
+    if op is torch._fused_adagrad_:
+        tensors = [tensors[0], tensors[1], [s.abs() for s in tensors[2]], [torch.tensor(3.0)] * 3]
+    elif lists == 2:
+        tensors.append([])  # no momentum buffers without momentum
+    extra = dict(grad_scale=torch.tensor(4.0), found_inf=torch.tensor(0.0)) if scaled else {}
+    on_cpu = [[t.clone() for t in ts] for ts in tensors]
+    on_tpu = [[t.to("tpu") for t in ts] for ts in tensors]
+    op(*on_cpu, **kwargs, **extra)
+    op(*on_tpu, **kwargs, **{k: v.to("tpu") for k, v in extra.items()})
+    # the CPU's SGD kernel is compiled with FMA contraction: a momentum or
+    # weight-decay update (a * b + c * d) may differ by an ulp there
+    exact = dict(rtol=0, atol=0) if case in ("sgd", "adagrad") else {}
+    for cpu_list, tpu_list in zip(on_cpu, on_tpu):
+        for c, t in zip(cpu_list, tpu_list):
+            torch.testing.assert_close(t.cpu(), c, **exact)
+
+
+def test_fused_sgd_with_grad_scaler_skips_an_overflowing_step():
+    def run(device):
+        torch.manual_seed(0)
+        model = nn.Linear(4, 4).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=True)
+        scaler = torch.amp.GradScaler(device, init_scale=2.0 ** 4, growth_interval=2)
+        for i in range(4):
+            x = torch.full((2, 4), 1e30 if i == 2 else 1.0, device=device)  # step 2 overflows
+            scaler.scale(model(x).pow(2).mean()).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+        return model.weight.detach().cpu(), scaler.get_scale()
+    before = dict(torch_tpu.fallback_ops())
+    tpu_weight, tpu_scale = run("tpu")
+    cpu_weight, cpu_scale = run("cpu")
+    assert tpu_scale == cpu_scale
+    torch.testing.assert_close(tpu_weight, cpu_weight)
+    assert torch_tpu.fallback_ops() == before, "the fused step ran on the CPU"

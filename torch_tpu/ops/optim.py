@@ -1,5 +1,5 @@
 """Fused optimizer ops (``torch.optim.AdamW(fused=True)``, the Trainer's
-default ``adamw_torch_fused``): the whole parameter list is updated by one
+default ``adamw_torch_fused``; SGD and Adagrad too): the whole parameter list is updated by one
 jitted XLA executable, then every state tensor gets its new buffer.
 
 The registry's in-place wrapper writes only one list argument, and these ops
@@ -64,10 +64,7 @@ def _scalar(x):
 
 def _fused_adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1,
                 beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
-    if not self:
-        return
-    # GradScaler: a step with inf/nan gradients is skipped entirely
-    if found_inf is not None and float(found_inf.cpu().item()) != 0.0:
+    if not self or _skipped(found_inf):  # GradScaler: a step with inf/nan gradients does nothing
         return
     inv_scale = 1.0 / _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0)
     read = lambda ts: [access.read(t) for t in ts]  # noqa: E731
@@ -90,6 +87,97 @@ def fused_adamw_(*args, **kwargs):
 @register_raw("_fused_adam_.default", "_fused_adam_.tensor_lr")
 def fused_adam_(*args, **kwargs):
     _fused_adam(False, *args, **kwargs)
+
+
+def _skipped(found_inf):
+    """GradScaler found inf/nan gradients: the fused step does nothing (as on the CPU)."""
+    return found_inf is not None and float(found_inf.cpu().item()) != 0.0
+
+
+def _as_param_dtype(value, p):
+    # The CPU kernels round a double hyperparameter to the parameter's dtype,
+    # then compute in its opmath type.
+    return jnp.asarray(value).astype(p.dtype).astype(_opmath(p).dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _sgd_fn(momentum: bool, nesterov: bool, maximize: bool, first: bool, scaled: bool, decay: bool):
+    def step(params, grads, bufs, lr, wd, mom, dampening, grad_scale):
+        new_p, new_g, new_b = [], [], []
+        for i, (p, g) in enumerate(zip(params, grads)):
+            p32, g32 = _opmath(p), _opmath(g)
+            if scaled:
+                g32 = g32 / grad_scale.astype(g32.dtype)
+                new_g.append(g32.astype(g.dtype))
+            if maximize:
+                g32 = -g32
+            if decay:  # skipped at 0, as on the CPU (p * 0 is NaN for an infinite p)
+                g32 = g32 + p32 * _as_param_dtype(wd, p)
+            if momentum:
+                m = _as_param_dtype(mom, p)
+                b = g32 if first else _opmath(bufs[i]) * m + g32 * _as_param_dtype(1 - dampening, p)
+                new_b.append(b.astype(bufs[i].dtype))
+                g32 = g32 + b * m if nesterov else b
+            new_p.append((p32 + g32 * (-lr).astype(p32.dtype)).astype(p.dtype))
+        return new_p, new_g, new_b
+    return jax.jit(step)
+
+
+@register_raw("_fused_sgd_.default", "_fused_sgd_.tensor_lr")
+def fused_sgd_(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening, nesterov,
+               maximize, is_first_step, grad_scale=None, found_inf=None):
+    if momentum == 0 and momentum_buffer_list:
+        raise RuntimeError("Expected momentum_buffer_list.empty() to be true, but got false.")
+    if not self or _skipped(found_inf):
+        return
+    read = lambda ts: [access.read(t) for t in ts]  # noqa: E731
+    fn = _sgd_fn(momentum != 0, bool(nesterov), bool(maximize), bool(is_first_step), grad_scale is not None,
+                 weight_decay != 0)
+    new_p, new_g, new_b = fn(read(self), read(grads), read(momentum_buffer_list) if momentum != 0 else [],
+                             _scalar(lr), jnp.asarray(float(weight_decay)), jnp.asarray(float(momentum)),
+                             jnp.asarray(float(dampening)),
+                             _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0))
+    for ts, vals in ((self, new_p), (grads, new_g), (momentum_buffer_list, new_b)):
+        for t, v in zip(ts, vals):
+            access.write(t, v)
+
+
+@functools.lru_cache(maxsize=None)
+def _adagrad_fn(maximize: bool, scaled: bool, decay: bool):
+    def step(params, grads, sums, steps, lr, lr_decay, wd, eps, grad_scale):
+        new_p, new_g, new_s = [], [], []
+        for p, g, acc, t in zip(params, grads, sums, steps):
+            p32, g32 = _opmath(p), _opmath(g)
+            if scaled:
+                g32 = g32 / grad_scale.astype(g32.dtype)
+                new_g.append(g32.astype(g.dtype))
+            if maximize:
+                g32 = -g32
+            if decay:
+                g32 = g32 + p32 * _as_param_dtype(wd, p)
+            total = _opmath(acc) + g32 * g32
+            new_s.append(total.astype(acc.dtype))
+            # the CPU reads the step as a float and decays the rate in double
+            clr = lr.astype(np.float64) / (1.0 + (t.astype(np.float32).astype(np.float64) - 1.0) * lr_decay)
+            std = jnp.sqrt(total) + _as_param_dtype(eps, p)
+            new_p.append((p32 - _as_param_dtype(clr, p) * g32 / std).astype(p.dtype))
+        return new_p, new_g, new_s
+    return jax.jit(step)
+
+
+@register_raw("_fused_adagrad_.default", "_fused_adagrad_.tensor_lr")
+def fused_adagrad_(self, grads, state_sums, state_steps, *, lr, lr_decay, weight_decay, eps, maximize,
+                   grad_scale=None, found_inf=None):
+    if not self or _skipped(found_inf):
+        return
+    read = lambda ts: [access.read(t) for t in ts]  # noqa: E731
+    new_p, new_g, new_s = _adagrad_fn(bool(maximize), grad_scale is not None, weight_decay != 0)(
+        read(self), read(grads), read(state_sums), read(state_steps), _scalar(lr),
+        jnp.asarray(float(lr_decay)), jnp.asarray(float(weight_decay)), jnp.asarray(float(eps)),
+        _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0))
+    for ts, vals in ((self, new_p), (grads, new_g), (state_sums, new_s)):
+        for t, v in zip(ts, vals):
+            access.write(t, v)
 
 
 # ---- GradScaler (torch.amp): unscale-and-check, and the scale update --------------
