@@ -1,6 +1,7 @@
 """Fused optimizer ops (``torch.optim.AdamW(fused=True)``, the Trainer's
-default ``adamw_torch_fused``; SGD and Adagrad too): the whole parameter list is updated by one
-jitted XLA executable, then every state tensor gets its new buffer.
+default ``adamw_torch_fused``; SGD and Adagrad too): the whole parameter list
+is updated by one jitted XLA executable, then every state tensor gets its new
+buffer.
 
 The registry's in-place wrapper writes only one list argument, and these ops
 write four or five, so they are raw kernels over ``storage.access``.
@@ -56,6 +57,17 @@ def _adam_fn(adamw: bool, amsgrad: bool, maximize: bool):
     return jax.jit(step)
 
 
+def _read_all(tensors):
+    return [access.read(t) for t in tensors]
+
+
+def _write_all(pairs):
+    """Give each tensor of each (tensors, new values) pair its new buffer."""
+    for tensors, values in pairs:
+        for t, v in zip(tensors, values):
+            access.write(t, v)
+
+
 def _scalar(x):
     if isinstance(x, torch.Tensor):
         return access.read(x) if x.device.type == "tpu" else jnp.asarray(x.item())
@@ -67,16 +79,13 @@ def _fused_adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, stat
     if not self or _skipped(found_inf):  # GradScaler: a step with inf/nan gradients does nothing
         return
     inv_scale = 1.0 / _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0)
-    read = lambda ts: [access.read(t) for t in ts]  # noqa: E731
     fn = _adam_fn(adamw, bool(amsgrad), bool(maximize))
     new_p, new_m, new_v, new_max = fn(
-        read(self), read(grads), read(exp_avgs), read(exp_avg_sqs),
-        read(max_exp_avg_sqs) if amsgrad else [], read(state_steps),
+        _read_all(self), _read_all(grads), _read_all(exp_avgs), _read_all(exp_avg_sqs),
+        _read_all(max_exp_avg_sqs) if amsgrad else [], _read_all(state_steps),
         _scalar(lr), _scalar(beta1), _scalar(beta2), _scalar(weight_decay), _scalar(eps), inv_scale)
-    for ts, vals in ((self, new_p), (exp_avgs, new_m), (exp_avg_sqs, new_v),
-                     (max_exp_avg_sqs if amsgrad else [], new_max)):
-        for t, v in zip(ts, vals):
-            access.write(t, v)
+    _write_all(((self, new_p), (exp_avgs, new_m), (exp_avg_sqs, new_v),
+                (max_exp_avg_sqs if amsgrad else [], new_max)))
 
 
 @register_raw("_fused_adamw_.default", "_fused_adamw_.tensor_lr")
@@ -130,16 +139,13 @@ def fused_sgd_(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr,
         raise RuntimeError("Expected momentum_buffer_list.empty() to be true, but got false.")
     if not self or _skipped(found_inf):
         return
-    read = lambda ts: [access.read(t) for t in ts]  # noqa: E731
     fn = _sgd_fn(momentum != 0, bool(nesterov), bool(maximize), bool(is_first_step), grad_scale is not None,
                  weight_decay != 0)
-    new_p, new_g, new_b = fn(read(self), read(grads), read(momentum_buffer_list) if momentum != 0 else [],
+    new_p, new_g, new_b = fn(_read_all(self), _read_all(grads), _read_all(momentum_buffer_list),
                              _scalar(lr), jnp.asarray(float(weight_decay)), jnp.asarray(float(momentum)),
                              jnp.asarray(float(dampening)),
                              _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0))
-    for ts, vals in ((self, new_p), (grads, new_g), (momentum_buffer_list, new_b)):
-        for t, v in zip(ts, vals):
-            access.write(t, v)
+    _write_all(((self, new_p), (grads, new_g), (momentum_buffer_list, new_b)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -170,14 +176,11 @@ def fused_adagrad_(self, grads, state_sums, state_steps, *, lr, lr_decay, weight
                    grad_scale=None, found_inf=None):
     if not self or _skipped(found_inf):
         return
-    read = lambda ts: [access.read(t) for t in ts]  # noqa: E731
     new_p, new_g, new_s = _adagrad_fn(bool(maximize), grad_scale is not None, weight_decay != 0)(
-        read(self), read(grads), read(state_sums), read(state_steps), _scalar(lr),
+        _read_all(self), _read_all(grads), _read_all(state_sums), _read_all(state_steps), _scalar(lr),
         jnp.asarray(float(lr_decay)), jnp.asarray(float(weight_decay)), jnp.asarray(float(eps)),
         _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0))
-    for ts, vals in ((self, new_p), (grads, new_g), (state_sums, new_s)):
-        for t, v in zip(ts, vals):
-            access.write(t, v)
+    _write_all(((self, new_p), (grads, new_g), (state_sums, new_s)))
 
 
 # ---- GradScaler (torch.amp): unscale-and-check, and the scale update --------------
