@@ -49,3 +49,6 @@ GRADIENT = {
 BFLOAT16 = {
 }
 
+# complex64: expected failures
+COMPLEX64 = {
+}

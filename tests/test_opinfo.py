@@ -8,7 +8,8 @@ the CPU and on a tpu copy of the sample, and requires, for the first 8 samples:
   * no op ran through the CPU fallback (``torch_tpu.fallback_ops()`` unchanged);
   * tpu outputs on tpu.
 test_gradient compares vector-Jacobian products for the first 3 samples; test_bfloat16
-repeats the forward check in bfloat16 for a subset of common ops.
+repeats the forward check in bfloat16 for a subset of common ops, test_complex64 in
+complex64 for every entry that supports it (a spread of common ones by default).
 
 Known failures are listed in tests/opinfo_expected_failures.py and run as
 xfail(strict=True): an entry that starts passing fails the run until it is removed
@@ -33,10 +34,10 @@ _DEFAULT = set(H.DEFAULT_ENTRIES)
 _HOW = "delete it from tests/opinfo_expected_failures.py (or run tests/tools/update_opinfo_expectations.py)"
 
 
-def _params(names, known):
+def _params(names, known, default=_DEFAULT):
     params = []
     for name in names:
-        marks = [] if name in _DEFAULT else [pytest.mark.slow]
+        marks = [] if name in default else [pytest.mark.slow]
         reason = known.get(name)
         if reason is not None:
             if reason.startswith(("crash", "timeout")):
@@ -72,13 +73,20 @@ def test_bfloat16(name):
     _check("bfloat16", name)
 
 
+@pytest.mark.parametrize("name", _params([n for n in _ALL if H.supports_complex64(H.ops()[n])],
+                                         expected.COMPLEX64, default=set(H.COMPLEX_DEFAULT_ENTRIES)))
+def test_complex64(name):
+    _check("complex64", name)
+
+
 def test_expectations_name_real_entries():
     """Every name in the expectations file and the subsets is an op_db entry."""
     ops = H.ops()
-    for var in ("FORWARD", "GRADIENT", "BFLOAT16"):
+    for var in ("FORWARD", "GRADIENT", "BFLOAT16", "COMPLEX64"):
         stale = sorted(set(getattr(expected, var)) - set(ops))
         assert not stale, f"{var} in tests/opinfo_expected_failures.py names unknown entries: {stale}"
     assert not set(H.DEFAULT_ENTRIES) - set(ops)
+    assert not set(H.COMPLEX_DEFAULT_ENTRIES) - set(ops)
     assert not set(H.BF16_ENTRIES) - set(ops)
 
 

@@ -73,6 +73,18 @@ BF16_ENTRIES = [
     "nn.functional.scaled_dot_product_attention", "cat", "transpose", "reshape", "cumsum",
 ]
 
+# The complex64 default run (``--runslow``: every entry that supports complex64 on the CPU).
+COMPLEX_DEFAULT_ENTRIES = [
+    "add", "mul", "div.no_rounding_mode", "neg", "abs", "angle", "exp", "log", "sqrt", "sin", "tanh",
+    "pow", "sgn", "conj_physical", "real", "imag", "sum", "mean", "prod", "cumsum", "matmul", "mm",
+    "linalg.vector_norm", "fft.fft", "fft.ifft", "cat", "reshape", "transpose", "flip", "where",
+]
+
+
+def supports_complex64(op) -> bool:
+    return torch.complex64 in op.supported_dtypes("cpu")
+
+
 # The default (non-slow) run: a fixed spread over op families.
 DEFAULT_ENTRIES = [
     # pointwise
@@ -700,9 +712,9 @@ def run_check(check, name, dtype=None):
     try:
         if check == "forward":
             return check_forward(op, dtype)
-        if check == "bfloat16":
-            r = check_forward(op, torch.bfloat16)
-            r.check = "bfloat16"
+        if check in ("bfloat16", "complex64"):
+            r = check_forward(op, getattr(torch, check))
+            r.check = check
             return r
         if check == "gradient":
             return check_gradient(op)

@@ -23,7 +23,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 RESULTS = os.path.join(HERE, "opinfo_results.json")
-CHECKS = ("forward", "gradient", "bfloat16")
+CHECKS = ("forward", "gradient", "bfloat16", "complex64")
 
 
 def all_jobs(entries=None, checks=CHECKS):
@@ -38,6 +38,8 @@ def all_jobs(entries=None, checks=CHECKS):
     for n in names:
         for c in checks:
             if c == "bfloat16" and n not in H.BF16_ENTRIES:
+                continue
+            if c == "complex64" and not H.supports_complex64(H.ops()[n]):
                 continue
             jobs.append((c, n))
     return jobs

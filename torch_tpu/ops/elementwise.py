@@ -301,6 +301,8 @@ def _entr(x):
 
 
 def _angle(x):
+    if jnp.iscomplexobj(x):  # arg(z) = atan2(imag, real), as std::arg
+        return jnp.arctan2(jnp.imag(x), jnp.real(x))
     return jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.asarray(math.pi, x.dtype), 0).astype(x.dtype))
 
 
