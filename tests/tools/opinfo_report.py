@@ -47,6 +47,7 @@ def report(results, meta=None, top=25, out=sys.stdout):
     fwd, fwd_n, fwd_skip, fwd_meta = count("forward")
     grad, grad_n, grad_skip, _ = count("gradient")
     bf, bf_n, _, _ = count("bfloat16")
+    cx, cx_n, cx_skip, _ = count("complex64")
     if meta:
         p(f"OpInfo sweep of {meta.get('time')} (torch {meta.get('torch')})")
     p(f"{fwd} of {fwd_n} OpInfo entries pass forward float32 without fallback; "
@@ -56,8 +57,10 @@ def report(results, meta=None, top=25, out=sys.stdout):
       f"entries without float32 run in their first integer/bool dtype")
     if bf_n:
         p(f"  bfloat16 subset: {bf} of {bf_n} pass")
+    if cx_n:
+        p(f"  complex64: {cx} of {cx_n - cx_skip} entries run pass")
 
-    for check in ("forward", "gradient", "bfloat16"):
+    for check in ("forward", "gradient", "bfloat16", "complex64"):
         fails = [r for r in by[check].values() if r["status"] == "fail"]
         if not fails:
             continue

@@ -80,7 +80,7 @@ def _read(path):
 
 
 def _dead(check, entry, kind, reason):
-    return {"entry": entry, "dtype": "bfloat16" if check == "bfloat16" else "", "check": check,
+    return {"entry": entry, "dtype": check if check in ("bfloat16", "complex64") else "", "check": check,
             "status": "fail", "kind": kind, "reason": reason, "missing": [], "samples": 0, "seconds": 0.0}
 
 

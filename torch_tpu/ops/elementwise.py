@@ -283,6 +283,8 @@ def _digamma(x):
 
 
 def _exp2(x):
+    if jnp.iscomplexobj(x):  # 2**z = exp(z ln 2)
+        return jnp.exp(x * jnp.asarray(math.log(2), jnp.real(x).dtype))
     # split off the integer part so that 2**n is exact (XLA's exp2 is exp(x ln 2))
     n = jnp.round(x)
     n_int = jnp.clip(jnp.where(jnp.isfinite(n), n, 0), -2000, 2000).astype(jnp.int32)
@@ -458,8 +460,24 @@ register("copysign.Tensor", "copysign.Scalar", promote=INT_TO_FLOAT)(jnp.copysig
 register("nextafter.default", promote=NO_OPMATH)(jnp.nextafter)
 
 
+def log_add_exp_complex(x, y):
+    """log(exp(x) + exp(y)) for complex values as ATen computes it: around the
+    operand with the larger real part; NaN-infectious; equal infinite real parts
+    handled apart (logaddexp, and each step of logcumsumexp)."""
+    x, y = jnp.broadcast_arrays(x, y)
+    x_smaller = jnp.real(x) < jnp.real(y)
+    low, high = jnp.where(x_smaller, x, y), jnp.where(x_smaller, y, x)
+    nan = jnp.isnan(x) | jnp.isnan(y)  # jnp.isnan of a complex value: either part
+    same_inf = ~jnp.isfinite(jnp.real(low)) & (jnp.real(low) == jnp.real(high))
+    out = jnp.log1p(jnp.exp(low - high)) + high
+    out = jnp.where(same_inf, jnp.where(jnp.real(low) < 0, low, jnp.log(jnp.exp(low) + jnp.exp(high))), out)
+    return jnp.where(nan, jnp.asarray(complex(jnp.nan, jnp.nan), x.dtype), out)
+
+
 @register("logaddexp.default", promote=DEFAULT)
 def logaddexp(self, other):
+    if jnp.iscomplexobj(self) or jnp.iscomplexobj(other):
+        return log_add_exp_complex(self, other)
     m = jnp.maximum(self, other)
     # equal infinities: the formula would give inf - inf = NaN
     return jnp.where(jnp.isinf(self) & (self == other), self,

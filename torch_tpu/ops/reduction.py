@@ -16,6 +16,7 @@ from .. import dtypes
 from ..eager import modes
 from ..storage import access
 from . import errors, indexing
+from .elementwise import log_add_exp_complex
 from .registry import out_dtype, register, register_raw
 
 _HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
@@ -258,7 +259,9 @@ def count_nonzero(self, dim=None):
 # ---- logsumexp and norms ---------------------------------------------------------
 
 def _logsumexp(x, dims, keepdim):
-    m = jnp.max(x, axis=dims, keepdims=True, initial=-jnp.inf)
+    # complex: shifted by the largest real part, as the CPU (so the imaginary
+    # part is the principal log's)
+    m = jnp.max(jnp.real(x), axis=dims, keepdims=True, initial=-jnp.inf)
     # An infinite max would turn x - m into nan; shift by 0 there instead.
     m = jnp.where(jnp.isfinite(m), m, jnp.zeros((), m.dtype))
     s = jnp.log(jnp.sum(jnp.exp(x - m), axis=dims, keepdims=True)) + m
@@ -402,7 +405,14 @@ def logcumsumexp(self, dim):
     _refuse(self, (jnp.integer, jnp.bool_), "logcumsumexp_out_cpu")
     x = self.astype(_acc(self.dtype))
     axis = _axis(dim, self.ndim)
-    return (x if axis is None else lax.cumlogsumexp(x, axis=axis)).astype(self.dtype)
+    if axis is None:
+        return x.astype(self.dtype)
+    if jnp.iscomplexobj(x):  # the CPU's left fold: the imaginary part depends on the order
+        folded = lax.scan(lambda acc, v: (log_add_exp_complex(v, acc),) * 2,
+                          jnp.full(x.shape[:axis] + x.shape[axis + 1:], -jnp.inf, x.dtype),
+                          jnp.moveaxis(x, axis, 0))[1]
+        return jnp.moveaxis(folded, 0, axis).astype(self.dtype)
+    return lax.cumlogsumexp(x, axis=axis).astype(self.dtype)
 
 
 # ---- sorting and selection -----------------------------------------------------------
