@@ -81,8 +81,21 @@ COMPLEX_DEFAULT_ENTRIES = [
 ]
 
 
+# The float64 default run (``--runslow``: every entry that supports float64 on the CPU).
+FLOAT64_DEFAULT_ENTRIES = [
+    "add", "mul", "div.no_rounding_mode", "exp", "log", "sin", "pow", "sum", "mean", "var", "cumsum",
+    "matmul", "addmm", "linalg.solve", "linalg.eigh", "softmax", "nn.functional.layer_norm",
+    "nn.functional.conv2d", "nn.functional.scaled_dot_product_attention",
+    "nn.functional.interpolate.bilinear", "nn.functional.interpolate.linear", "nn.functional.cross_entropy",
+]
+
+
 def supports_complex64(op) -> bool:
     return torch.complex64 in op.supported_dtypes("cpu")
+
+
+def supports_float64(op) -> bool:
+    return torch.float64 in op.supported_dtypes("cpu")
 
 
 # The default (non-slow) run: a fixed spread over op families.
@@ -712,7 +725,7 @@ def run_check(check, name, dtype=None):
     try:
         if check == "forward":
             return check_forward(op, dtype)
-        if check in ("bfloat16", "complex64"):
+        if check in ("bfloat16", "complex64", "float64"):
             r = check_forward(op, getattr(torch, check))
             r.check = check
             return r

@@ -48,6 +48,7 @@ def report(results, meta=None, top=25, out=sys.stdout):
     grad, grad_n, grad_skip, _ = count("gradient")
     bf, bf_n, _, _ = count("bfloat16")
     cx, cx_n, cx_skip, _ = count("complex64")
+    f64, f64_n, f64_skip, _ = count("float64")
     if meta:
         p(f"OpInfo sweep of {meta.get('time')} (torch {meta.get('torch')})")
     p(f"{fwd} of {fwd_n} OpInfo entries pass forward float32 without fallback; "
@@ -59,8 +60,10 @@ def report(results, meta=None, top=25, out=sys.stdout):
         p(f"  bfloat16 subset: {bf} of {bf_n} pass")
     if cx_n:
         p(f"  complex64: {cx} of {cx_n - cx_skip} entries run pass")
+    if f64_n:
+        p(f"  float64: {f64} of {f64_n - f64_skip} entries run pass")
 
-    for check in ("forward", "gradient", "bfloat16", "complex64"):
+    for check in ("forward", "gradient", "bfloat16", "complex64", "float64"):
         fails = [r for r in by[check].values() if r["status"] == "fail"]
         if not fails:
             continue

@@ -23,7 +23,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 RESULTS = os.path.join(HERE, "opinfo_results.json")
-CHECKS = ("forward", "gradient", "bfloat16", "complex64")
+CHECKS = ("forward", "gradient", "bfloat16", "complex64", "float64")
 
 
 def all_jobs(entries=None, checks=CHECKS):
@@ -40,6 +40,8 @@ def all_jobs(entries=None, checks=CHECKS):
             if c == "bfloat16" and n not in H.BF16_ENTRIES:
                 continue
             if c == "complex64" and not H.supports_complex64(H.ops()[n]):
+                continue
+            if c == "float64" and not H.supports_float64(H.ops()[n]):
                 continue
             jobs.append((c, n))
     return jobs
@@ -80,7 +82,7 @@ def _read(path):
 
 
 def _dead(check, entry, kind, reason):
-    return {"entry": entry, "dtype": check if check in ("bfloat16", "complex64") else "", "check": check,
+    return {"entry": entry, "dtype": check if check in ("bfloat16", "complex64", "float64") else "", "check": check,
             "status": "fail", "kind": kind, "reason": reason, "missing": [], "samples": 0, "seconds": 0.0}
 
 

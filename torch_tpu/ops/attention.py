@@ -151,7 +151,10 @@ def fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_g
     which also raises PyTorch's errors for invalid ones)."""
     if dropout_p or query.dim() not in (3, 4) or key.dim() != query.dim() or value.dim() != query.dim():
         return False
-    if not query.is_floating_point() or not (query.dtype == key.dtype == value.dtype):
+    # the fused kernel computes in float32: float64 takes the composite, in float64 as the CPU
+    if query.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return False
+    if not query.dtype == key.dtype == value.dtype:
         return False
     if query.is_nested or key.is_nested or value.is_nested:
         return False

@@ -850,17 +850,24 @@ def _upsample_nearest(x, output_size, scales, exact=False):
     return x
 
 
-def _linear_taps(n_in, n_out, align_corners, scale):
-    """(i0, i1, w0, w1) of linear interpolation along one dim (area_pixel_compute_source_index)."""
-    o = np.arange(n_out).astype(np.float32)
+def _ratio(n_in, n_out, align_corners, scale, f):
+    """Source pixels per destination pixel in the math type ``f`` (area_pixel_compute_scale)."""
     if align_corners:
-        ratio = np.float32((n_in - 1) / (n_out - 1)) if n_out > 1 else np.float32(0)
-        src = ratio * o
-    else:
-        src = np.maximum(_scale(n_in, n_out, scale) * (o + np.float32(0.5)) - np.float32(0.5), 0)
+        return f((n_in - 1) / (n_out - 1)) if n_out > 1 else f(0)
+    return f(1.0 / scale) if scale is not None and scale > 0 else f(n_in / n_out)  # compute_scales_value
+
+
+def _linear_taps(n_in, n_out, align_corners, scale, dtype):
+    """(i0, i1, w0, w1) of linear interpolation along one dim
+    (area_pixel_compute_source_index), in the op's math dtype as the CPU
+    computes them (float64 for double, else float32)."""
+    f = np.dtype(dtype).type
+    o = np.arange(n_out).astype(f)
+    ratio = _ratio(n_in, n_out, align_corners, scale, f)
+    src = ratio * o if align_corners else np.maximum(ratio * (o + f(0.5)) - f(0.5), 0)
     i0 = src.astype(np.int64)
     i1 = i0 + (i0 < n_in - 1)
-    w1 = np.clip(src - i0, 0, 1).astype(np.float32)
+    w1 = np.clip(src - i0, 0, 1).astype(f)
     return i0, i1, 1 - w1, w1
 
 
@@ -869,7 +876,7 @@ def _upsample_linear(x, output_size, align_corners, scales):
     y = _up(x)
     for i, (n_out, s) in enumerate(zip(output_size, scales)):
         axis = x.ndim - nsp + i
-        i0, i1, w0, w1 = _linear_taps(x.shape[axis], n_out, align_corners, s)
+        i0, i1, w0, w1 = _linear_taps(x.shape[axis], n_out, align_corners, s, y.dtype)
         shape = [1] * x.ndim
         shape[axis] = n_out
         y = (jnp.take(y, jnp.asarray(i0), axis=axis) * jnp.asarray(w0, y.dtype).reshape(shape)
@@ -960,12 +967,8 @@ def _cubic_taps(n_in, n_out, align_corners, scale, dtype):
     computes them (float64 for double, else float32)."""
     f = np.dtype(dtype).type
     o = np.arange(n_out).astype(f)
-    if align_corners:
-        ratio = f((n_in - 1) / (n_out - 1)) if n_out > 1 else f(0)
-        src = ratio * o
-    else:
-        ratio = f(1.0 / scale) if scale is not None and scale > 0 else f(n_in / n_out)  # compute_scales_value
-        src = ratio * (o + f(0.5)) - f(0.5)  # may be < 0
+    ratio = _ratio(n_in, n_out, align_corners, scale, f)
+    src = ratio * o if align_corners else ratio * (o + f(0.5)) - f(0.5)  # may be < 0
     base = np.floor(src)
     t = (src - base).astype(f)
     a = f(_CUBIC_A)
