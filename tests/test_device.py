@@ -370,6 +370,9 @@ def test_shape_mismatch_error():
 
 _MISTAKES = {
     "matmul shapes": lambda d: torch.randn(2, 3, device=d) @ torch.randn(4, 5, device=d),
+    "addmv sizes": lambda d: torch.addmv(torch.ones(4, device=d), torch.ones(3, 2, device=d), torch.ones(2, device=d)),
+    "addmv int sizes": lambda d: torch.addmv(*(torch.ones(n, dtype=torch.int64, device=d) for n in [(4,), (3, 2), (2,)]),
+                                             beta=0.6),
     "linear in_features": lambda d: torch.nn.functional.linear(torch.randn(3, 5, device=d), torch.randn(2, 4, device=d)),
     "conv channels": lambda d: torch.nn.functional.conv2d(torch.randn(1, 2, 8, 8, device=d), torch.randn(4, 3, 3, 3, device=d)),
     "broadcast": lambda d: torch.randn(2, 3, device=d) * torch.randn(4, device=d),

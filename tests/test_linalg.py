@@ -79,6 +79,28 @@ def test_addmm_family(beta, alpha):
     check(lambda s, a, b: torch.addr(s, a, b, **kw), r(5, 3), r(5), r(3))
 
 
+@pytest.mark.parametrize("beta,alpha", [(0.6, 0.2), (1.6, 2.2), (-0.6, -1.7), (0.4, 3)])
+def test_integer_addmm_family_truncates_fractional_scalars(beta, alpha):
+    # ATen casts beta and alpha to an integral result's type first (0.6 -> 0), not after the product
+    g = torch.Generator().manual_seed(0)
+    m, a, b = (torch.randint(-5, 5, shape, generator=g) for shape in [(3, 4), (3, 2), (2, 4)])
+    for fn in (lambda m, a, b: torch.addmm(m, a, b, beta=beta, alpha=alpha),
+               lambda m, a, b: torch.addmv(m[:, 0], a, b[:, 0], beta=beta, alpha=alpha),
+               lambda m, a, b: torch.baddbmm(m[None], a[None], b[None], beta=beta, alpha=alpha),
+               lambda m, a, b: torch.addbmm(m, a[None], b[None], beta=beta, alpha=alpha)):
+        assert torch.equal(fn(m.to("tpu"), a.to("tpu"), b.to("tpu")).cpu(), fn(m, a, b))
+
+
+@pytest.mark.parametrize("name", ["beta", "alpha"])
+def test_integer_addr_refuses_float_scalars_like_cpu(name):
+    m, v = torch.ones(2, 2, dtype=torch.int64), torch.ones(2, dtype=torch.int64)
+    with pytest.raises(RuntimeError) as on_cpu:
+        torch.addr(m, v, v, **{name: 0.5})
+    with pytest.raises(RuntimeError) as on_tpu:
+        torch.addr(m.to("tpu"), v.to("tpu"), v.to("tpu"), **{name: 0.5})
+    assert str(on_tpu.value) == str(on_cpu.value)
+
+
 def test_beta_zero_ignores_nan():
     s = torch.full((3, 2), float("nan"))
     a, b = r(3, 4, grad=False), r(4, 2, grad=False)

@@ -78,6 +78,7 @@ COMPLEX_DEFAULT_ENTRIES = [
     "add", "mul", "div.no_rounding_mode", "neg", "abs", "angle", "exp", "log", "sqrt", "sin", "tanh",
     "pow", "sgn", "conj_physical", "real", "imag", "sum", "mean", "prod", "cumsum", "matmul", "mm",
     "linalg.vector_norm", "fft.fft", "fft.ifft", "cat", "reshape", "transpose", "flip", "where",
+    "exp2", "logaddexp", "logsumexp", "logcumsumexp",
 ]
 
 

@@ -43,6 +43,8 @@ def _fin(x):
 
 def _scaled_add(self, product, beta, alpha):
     """beta * self + alpha * product; beta == 0 ignores self (NaN/inf included), as on CPU."""
+    if not jnp.issubdtype(out_dtype(), jnp.inexact):  # ATen casts them to an integral result's type first
+        beta, alpha = (_truncated(v, out_dtype()) for v in (beta, alpha))
     acc = product.dtype
     scaled = product * jnp.asarray(alpha).astype(acc) if not _is_one(alpha) else product
     if _is_zero(beta):
@@ -52,6 +54,12 @@ def _scaled_add(self, product, beta, alpha):
         return s + scaled
     b = jnp.asarray(beta).astype(acc)
     return jnp.where(b == 0, jnp.zeros((), acc), b * s) + scaled
+
+
+def _truncated(x, dtype):
+    if isinstance(x, float):  # a static number keeps the fast paths for 0 and 1
+        return int(x)
+    return x if isinstance(x, (int, bool)) else jnp.asarray(x).astype(dtype)
 
 
 def _is_one(x):
@@ -182,3 +190,28 @@ indexing.guard("mv.default", prepare=_same_dtypes(
     ("self", "vec", lambda a, b: f"mv: expected both tensors to have the same dtype, but got {aten_name(a)} and {aten_name(b)}")))
 indexing.guard("dot.default", prepare=_same_dtypes(
     ("self", "tensor", lambda a, b: f"dot : expected both vectors to have same dtype, but found {aten_name(a)} and {aten_name(b)}")))
+
+
+def _integral_addr_scalars(bound):
+    """addr refuses a float beta or alpha for integral tensors (the others truncate)."""
+    common = torch.result_type(bound["vec1"], bound["vec2"])
+    if not (common.is_floating_point or common.is_complex):
+        for name in ("beta", "alpha"):
+            if isinstance(bound.get(name), float):
+                raise RuntimeError(f"For integral input tensors, argument {name} must not be a floating point number.")
+
+
+indexing.guard("addr.default", prepare=_integral_addr_scalars)
+
+
+def _addmv_sizes(bound):
+    """The CPU's size check, before the meta kernel (which words it as a broadcast)."""
+    self, mat, vec = bound["self"], bound["mat"], bound["vec"]
+    if mat.dim() == 2 and vec.dim() == 1 and self.dim() <= 1:
+        if mat.shape[1] != vec.shape[0] or (self.numel() not in (1, mat.shape[0])):
+            size = self.shape[0] if self.dim() else self.numel()
+            raise RuntimeError(f"size mismatch, got input ({size}), mat ({mat.shape[0]}x{mat.shape[1]}), "
+                               f"vec ({vec.shape[0]})")
+
+
+indexing.guard("addmv.default", prepare=_addmv_sizes)
