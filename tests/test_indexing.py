@@ -355,3 +355,12 @@ def test_no_fallback():
     torch_tpu.fallback_ops()  # strict mode above makes any fallback an error
     assert not any(k.startswith(("aten::index", "aten::gather", "aten::scatter", "aten::nonzero"))
                    for k in torch_tpu.fallback_ops())
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int64])
+def test_index_reduce_extremes_of_small_integers(reduce, dtype):
+    # include_self=False starts amax from the dtype's lowest value (0 for uint8, not -255)
+    x = torch.tensor([5, 100, 7], dtype=dtype)
+    index, source = torch.tensor([0, 0, 2]), torch.tensor([3, 9, 1], dtype=dtype)
+    run_both(lambda a, i, s: a.index_reduce(0, i, s, reduce, include_self=False), x, index, source, exact=True)

@@ -385,15 +385,6 @@ def index_fill(self, dim, index, value):
     return out.at[_along(dim, out.ndim, index)].set(jnp.asarray(value).astype(self.dtype)).reshape(self.shape)
 
 
-def _reduce_identity(reduce, dtype):
-    if reduce in ("mean", "sum"):
-        return 0
-    if reduce == "prod":
-        return 1
-    big = jnp.inf if jnp.issubdtype(dtype, jnp.inexact) else jnp.iinfo(dtype).max
-    return -big if reduce == "amax" else big
-
-
 @register("index_reduce.default")
 def index_reduce(self, dim, index, source, reduce, *, include_self=True):
     """Source slice i reduced into self's slice index[i] along ``dim``; with
@@ -405,7 +396,7 @@ def index_reduce(self, dim, index, source, reduce, *, include_self=True):
     where = _along(dim, out.ndim, index)
     src = _as_1d(source).astype(out.dtype)
     if not include_self:
-        out = out.at[where].set(jnp.asarray(_reduce_identity(reduce, out.dtype), out.dtype))
+        out = out.at[where].set(jnp.asarray(_identity(reduce, out.dtype), out.dtype))
     at = out.at[where]
     if reduce == "prod":
         out = at.multiply(src)
