@@ -74,13 +74,13 @@ def test_bfloat16(name):
     _check("bfloat16", name)
 
 
-@pytest.mark.parametrize("name", _params([n for n in _ALL if H.supports_complex64(H.ops()[n])],
+@pytest.mark.parametrize("name", _params([n for n in _ALL if H.applies("complex64", n)],
                                          expected.COMPLEX64, default=set(H.COMPLEX_DEFAULT_ENTRIES)))
 def test_complex64(name):
     _check("complex64", name)
 
 
-@pytest.mark.parametrize("name", _params([n for n in _ALL if H.supports_float64(H.ops()[n])],
+@pytest.mark.parametrize("name", _params([n for n in _ALL if H.applies("float64", n)],
                                          expected.FLOAT64, default=set(H.FLOAT64_DEFAULT_ENTRIES)))
 def test_float64(name):
     _check("float64", name)

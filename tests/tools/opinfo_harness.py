@@ -91,12 +91,18 @@ FLOAT64_DEFAULT_ENTRIES = [
 ]
 
 
-def supports_complex64(op) -> bool:
-    return torch.complex64 in op.supported_dtypes("cpu")
+# Checks that repeat the forward check in another dtype (named by it).
+DTYPE_CHECKS = ("bfloat16", "complex64", "float64")
 
 
-def supports_float64(op) -> bool:
-    return torch.float64 in op.supported_dtypes("cpu")
+def applies(check, name) -> bool:
+    """Whether ``check`` runs for entry ``name``: bfloat16 on its subset, the other
+    dtype checks where the OpInfo supports the dtype on the CPU."""
+    if check == "bfloat16":
+        return name in BF16_ENTRIES
+    if check in DTYPE_CHECKS:
+        return getattr(torch, check) in ops()[name].supported_dtypes("cpu")
+    return True
 
 
 # The default (non-slow) run: a fixed spread over op families.
@@ -726,7 +732,7 @@ def run_check(check, name, dtype=None):
     try:
         if check == "forward":
             return check_forward(op, dtype)
-        if check in ("bfloat16", "complex64", "float64"):
+        if check in DTYPE_CHECKS:
             r = check_forward(op, getattr(torch, check))
             r.check = check
             return r

@@ -27,7 +27,7 @@ CHECKS = ("forward", "gradient", "bfloat16", "complex64", "float64")
 
 
 def all_jobs(entries=None, checks=CHECKS):
-    """[(check, entry)] in op_db order; bfloat16 only for the bf16 subset."""
+    """[(check, entry)] in op_db order, each check where it applies (``H.applies``)."""
     sys.path.insert(0, HERE)
     import opinfo_harness as H
     names = list(H.ops()) if entries is None else list(entries)
@@ -37,13 +37,8 @@ def all_jobs(entries=None, checks=CHECKS):
     jobs = []
     for n in names:
         for c in checks:
-            if c == "bfloat16" and n not in H.BF16_ENTRIES:
-                continue
-            if c == "complex64" and not H.supports_complex64(H.ops()[n]):
-                continue
-            if c == "float64" and not H.supports_float64(H.ops()[n]):
-                continue
-            jobs.append((c, n))
+            if H.applies(c, n):
+                jobs.append((c, n))
     return jobs
 
 
@@ -82,7 +77,7 @@ def _read(path):
 
 
 def _dead(check, entry, kind, reason):
-    return {"entry": entry, "dtype": check if check in ("bfloat16", "complex64", "float64") else "", "check": check,
+    return {"entry": entry, "dtype": "" if check in ("forward", "gradient") else check, "check": check,
             "status": "fail", "kind": kind, "reason": reason, "missing": [], "samples": 0, "seconds": 0.0}
 
 

@@ -52,7 +52,7 @@ def defer(t, summary, out, verdict, *extra) -> None:
     else:
         value = fn(fusion.resolve(buf), *extra)
         if mode is modes.EagerMode.DEBUG:
-            _raise_first([verdict], [value])
+            _raise_first([(value, verdict)])
             return
     with _lock:
         _pending.append((value, verdict))
@@ -69,11 +69,13 @@ def raise_failed() -> None:
             return
         items = _pending[:]
         _pending.clear()
-    _raise_first([v for _, v in items], [fusion.resolve(value) for value, _ in items])
+    _raise_first(items)
 
 
-def _raise_first(verdicts, values):
-    for verdict, host in zip(verdicts, jax.device_get(values)):
+def _raise_first(items):
+    """Read the numbers of ``items`` [(value, verdict)] in one transfer; raise the first failure."""
+    hosts = jax.device_get([fusion.resolve(value) for value, _ in items])
+    for (_, verdict), host in zip(items, hosts):
         error = verdict(np.asarray(host))
         if error is not None:
             raise error
@@ -86,7 +88,7 @@ def _look_at_finished():
             finished[:len(finished) // 2] = [True] * (len(finished) // 2)
         done = [item for item, f in zip(_pending, finished) if f]
         _pending[:] = [item for item, f in zip(_pending, finished) if not f]
-    _raise_first([v for _, v in done], [fusion.resolve(value) for value, _ in done])
+    _raise_first(done)
 
 
 def _finished(value):

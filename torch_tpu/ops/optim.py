@@ -109,19 +109,28 @@ def _as_param_dtype(value, p):
     return jnp.asarray(value).astype(p.dtype).astype(_opmath(p).dtype)
 
 
+def _step_grad(p, g, grad_scale, maximize, wd, new_grads):
+    """The fused SGD/Adagrad kernels' common start, in the opmath type: a
+    GradScaler's gradient unscaled (and stored back, appended to ``new_grads``),
+    negated to maximize, plus weight decay (``wd`` None: none, as the CPU skips
+    it at 0, where p * 0 would be NaN for an infinite p).  Returns (p, g)."""
+    p32, g32 = _opmath(p), _opmath(g)
+    if grad_scale is not None:
+        g32 = g32 / grad_scale.astype(g32.dtype)
+        new_grads.append(g32.astype(g.dtype))
+    if maximize:
+        g32 = -g32
+    if wd is not None:
+        g32 = g32 + p32 * _as_param_dtype(wd, p)
+    return p32, g32
+
+
 @functools.lru_cache(maxsize=None)
 def _sgd_fn(momentum: bool, nesterov: bool, maximize: bool, first: bool, scaled: bool, decay: bool):
     def step(params, grads, bufs, lr, wd, mom, dampening, grad_scale):
         new_p, new_g, new_b = [], [], []
         for i, (p, g) in enumerate(zip(params, grads)):
-            p32, g32 = _opmath(p), _opmath(g)
-            if scaled:
-                g32 = g32 / grad_scale.astype(g32.dtype)
-                new_g.append(g32.astype(g.dtype))
-            if maximize:
-                g32 = -g32
-            if decay:  # skipped at 0, as on the CPU (p * 0 is NaN for an infinite p)
-                g32 = g32 + p32 * _as_param_dtype(wd, p)
+            p32, g32 = _step_grad(p, g, grad_scale if scaled else None, maximize, wd if decay else None, new_g)
             if momentum:
                 m = _as_param_dtype(mom, p)
                 b = g32 if first else _opmath(bufs[i]) * m + g32 * _as_param_dtype(1 - dampening, p)
@@ -153,14 +162,7 @@ def _adagrad_fn(maximize: bool, scaled: bool, decay: bool):
     def step(params, grads, sums, steps, lr, lr_decay, wd, eps, grad_scale):
         new_p, new_g, new_s = [], [], []
         for p, g, acc, t in zip(params, grads, sums, steps):
-            p32, g32 = _opmath(p), _opmath(g)
-            if scaled:
-                g32 = g32 / grad_scale.astype(g32.dtype)
-                new_g.append(g32.astype(g.dtype))
-            if maximize:
-                g32 = -g32
-            if decay:
-                g32 = g32 + p32 * _as_param_dtype(wd, p)
+            p32, g32 = _step_grad(p, g, grad_scale if scaled else None, maximize, wd if decay else None, new_g)
             total = _opmath(acc) + g32 * g32
             new_s.append(total.astype(acc.dtype))
             # the CPU reads the step as a float and decays the rate in double
