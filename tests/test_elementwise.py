@@ -216,6 +216,9 @@ BINARY = {
     "clamp_min": torch.clamp_min, "clamp_max": torch.clamp_max,
 }
 TRANSCENDENTAL = {"pow", "atan2", "logaddexp", "logaddexp2", "xlogy", "xlog1py", "hypot"}
+# exact in half dtypes too: one rounding of the float result (trunc division rounds
+# the quotient to the half dtype before truncating, as the CPU does)
+HALF_EXACT = {"add", "sub", "mul", "div", "div_trunc", "minimum", "maximum"}
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
@@ -227,7 +230,15 @@ def test_binary_float(name, dtype):
     if name in TRANSCENDENTAL:
         check(fn, a, b, **_tol(dtype, 1e-5, 1e-5))
     else:
-        check(fn, a, b, exact=dtype in (torch.float32, torch.float64))
+        check(fn, a, b, exact=dtype in (torch.float32, torch.float64) or name in HALF_EXACT)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_half_trunc_division_rounds_the_quotient_first(dtype):
+    # -39.5 / -0.574 = 68.79, which rounds to 69 in bfloat16 before truncation
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(4096, generator=g) * 20).to(dtype), torch.randn(4096, generator=g).to(dtype)
+    check(lambda a, b: torch.div(a, b, rounding_mode="trunc"), a, b, exact=True)
 
 
 INT_BINARY = ["add", "sub", "mul", "div", "rsub", "add_alpha", "sub_alpha", "div_trunc", "div_floor",

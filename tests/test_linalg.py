@@ -232,6 +232,16 @@ def test_decompositions_match_cpu(strict, dtype):
     _close(torch.linalg.matrix_exp(tA / 4), torch.linalg.matrix_exp(A / 4))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_matrix_exp_is_the_float32_result_rounded(dtype):
+    # JAX's expm takes float32 and wider; the CPU's own bfloat16 matrix_exp
+    # returns inf on ordinary inputs, so the reference is float32
+    A = (torch.randn(3, 4, 4, generator=torch.Generator().manual_seed(0)) / 2).to(dtype)
+    got = torch.linalg.matrix_exp(A.to("tpu"))
+    assert got.dtype == dtype
+    assert_same(got, torch.linalg.matrix_exp(A.float()).to(dtype), atol=1e-2, rtol=1e-2)
+
+
 def test_svd_eigh_reconstruct_and_broadcast(strict):
     A = r(2, 5, 3, grad=False)
     U, S, Vh = torch.linalg.svd(A.to("tpu"), full_matrices=False)

@@ -270,6 +270,24 @@ def test_layer_norm_ops_and_bf16():
           r(8, dtype=torch.bfloat16), r(8, dtype=torch.bfloat16), atol=5e-2, rtol=5e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("params", ["same", "float32", "none"])
+def test_half_norms_save_statistics_in_the_cpu_dtype(dtype, params):
+    """The CPU saves mean/rstd in the input's half dtype, or in float32 when the
+    weights are float32 ("mixed type"); PyTorch's meta kernels disagree with it."""
+    x = torch.randn(2, 4, 6).to(dtype)
+    pdt = {"same": dtype, "float32": torch.float32, "none": None}[params]
+    w6, w4 = (None, None) if pdt is None else (torch.randn(6).to(pdt), torch.randn(4).to(pdt))
+    ops = [lambda x, w6, w4: torch.ops.aten.native_layer_norm(x, [6], w6, w6, 1e-5),
+           lambda x, w6, w4: torch.ops.aten.native_group_norm(x, w4, w4, 2, 4, 6, 2, 1e-5)]
+    for op in ops:
+        want = op(x, w6, w4)
+        got = op(*(None if t is None else t.to("tpu") for t in (x, w6, w4)))
+        assert [t.dtype for t in got] == [t.dtype for t in want]
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g.cpu(), w, atol=2e-2, rtol=2e-2)
+
+
 def test_layer_norm_weight_only_grad():
     x = r(3, 4, grad=False)
     check(lambda w, b: F.layer_norm(x.to(w.device), (4,), w, b), r(4), r(4, grad=False))

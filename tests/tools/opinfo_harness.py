@@ -63,14 +63,16 @@ N_GRAD = 3             # samples compared per entry (gradient)
 MAX_SAMPLE_NUMEL = 1 << 16   # skip samples holding more elements than this (all tensors together)
 MAX_SCAN = 64          # samples looked at to find N that fit
 
-# The bfloat16 subset: common ops that models run in bfloat16.
-BF16_ENTRIES = [
+# The bfloat16 default run (``--runslow``: every entry that supports bfloat16 on the CPU):
+# common ops that models run in bfloat16.
+BF16_DEFAULT_ENTRIES = [
     "add", "sub", "mul", "div.no_rounding_mode", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos",
     "tanh", "sigmoid", "pow", "clamp", "where", "maximum", "sum", "mean", "amax", "var",
     "softmax", "log_softmax", "matmul", "mm", "bmm", "addmm", "nn.functional.linear",
     "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu", "nn.functional.layer_norm",
     "nn.functional.rms_norm", "nn.functional.embedding", "nn.functional.cross_entropy",
     "nn.functional.scaled_dot_product_attention", "cat", "transpose", "reshape", "cumsum",
+    "div.trunc_rounding", "native_layer_norm",
 ]
 
 # The complex64 default run (``--runslow``: every entry that supports complex64 on the CPU).
@@ -96,10 +98,8 @@ DTYPE_CHECKS = ("bfloat16", "complex64", "float64")
 
 
 def applies(check, name) -> bool:
-    """Whether ``check`` runs for entry ``name``: bfloat16 on its subset, the other
-    dtype checks where the OpInfo supports the dtype on the CPU."""
-    if check == "bfloat16":
-        return name in BF16_ENTRIES
+    """Whether ``check`` runs for entry ``name``: the dtype checks where the OpInfo
+    supports the dtype on the CPU."""
     if check in DTYPE_CHECKS:
         return getattr(torch, check) in ops()[name].supported_dtypes("cpu")
     return True

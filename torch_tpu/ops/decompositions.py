@@ -482,8 +482,9 @@ def linalg_eigvals(self):
 def linalg_matrix_exp(self):
     if self.size == 0:
         return self
+    if self.dtype in (jnp.bfloat16, jnp.float16):  # JAX's expm takes float32 and wider
+        return jsl.expm(self.astype(jnp.float32)).astype(self.dtype)
     return jsl.expm(self)
-
 
 
 

@@ -120,7 +120,8 @@ def _trunc_div(a, b):
     a, b = _operands(a, b)
     if _is_exact(a):
         return lax.div(a, b)  # C truncation
-    return jnp.trunc(_true_div(a, b))
+    # a half result: the CPU rounds the float quotient to it, then truncates
+    return jnp.trunc(_round_to(_true_div(a, b), out_dtype()))
 
 
 def _floor_div(a, b):

@@ -518,7 +518,18 @@ def _norm_axes(x, normalized_shape):
     return tuple(range(x.ndim - len(normalized_shape), x.ndim))
 
 
-@register("native_layer_norm.default")
+def _stats_dtypes(input, weight, bias):
+    """A norm's (output, mean, rstd) dtypes on the CPU (None: the meta kernel's):
+    the statistics are float32 for half inputs with float32 weights ("mixed
+    type"), else in the input's dtype."""
+    mixed = input.dtype in (torch.bfloat16, torch.float16) and any(
+        p is not None and p.dtype == torch.float32 for p in (weight, bias))
+    stats = torch.float32 if mixed else input.dtype
+    return None, stats, stats
+
+
+@register("native_layer_norm.default",
+          out_dtypes=lambda args, kwargs: _stats_dtypes(args[0], *args[2:4]))
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
     x = _up(input)
     axes = _norm_axes(x, normalized_shape)
@@ -556,7 +567,8 @@ def _grouped(x, N, C, HxW, group):
     return x.reshape(N, group, (C // group) * HxW)
 
 
-@register("native_group_norm.default")
+@register("native_group_norm.default",
+          out_dtypes=lambda args, kwargs: _stats_dtypes(*args[:3]))
 def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
     x = _grouped(_up(input), N, C, HxW, group)
     mean = jnp.mean(x, axis=-1)

@@ -70,6 +70,9 @@ class Options:
     # the same rank take (ATen's CPU convolution and batch norm do; their meta
     # kernels answer row-major)
     layout_from: tuple = ()
+    # (args, kwargs) -> the outputs' torch dtypes (None: the meta kernel's), for
+    # ops whose CPU kernel picks other dtypes than their meta kernel does
+    out_dtypes: object = None
 
 
 # ---- what an implementation can ask while it is traced --------------------
@@ -349,6 +352,9 @@ class Kernel:
             if mode == "out":
                 metas = metas[:len(self.out_names)] if len(metas) >= len(self.out_names) else metas
             out_specs = [(tuple(m.shape), m.stride(), dtypes.to_np(m.dtype)) for m in metas]
+            if self.opts.out_dtypes is not None and mode == "functional":
+                out_specs = [spec if d is None else spec[:2] + (dtypes.to_np(d),)
+                             for spec, d in zip(out_specs, self.opts.out_dtypes(args, kwargs))]
 
         def traced(*inputs):
             it = iter(inputs)
