@@ -46,7 +46,7 @@ def report(results, meta=None, top=25, out=sys.stdout):
 
     fwd, fwd_n, fwd_skip, fwd_meta = count("forward")
     grad, grad_n, grad_skip, _ = count("gradient")
-    bf, bf_n, _, _ = count("bfloat16")
+    bf, bf_n, bf_skip, _ = count("bfloat16")
     cx, cx_n, cx_skip, _ = count("complex64")
     f64, f64_n, f64_skip, _ = count("float64")
     if meta:
@@ -57,7 +57,7 @@ def report(results, meta=None, top=25, out=sys.stdout):
       f"{fwd_meta} of the passes compared on shape/dtype only (random or undefined values); "
       f"entries without float32 run in their first integer/bool dtype")
     if bf_n:
-        p(f"  bfloat16 subset: {bf} of {bf_n} pass")
+        p(f"  bfloat16: {bf} of {bf_n - bf_skip} entries run pass")
     if cx_n:
         p(f"  complex64: {cx} of {cx_n - cx_skip} entries run pass")
     if f64_n:
