@@ -59,6 +59,12 @@ def _check(check, name):
     assert r.status == "pass", f"{name} [{r.check} {r.dtype}] {r.kind}: {r.reason}"
 
 
+def _dtype_params(check, default):
+    """A dtype check's entries: those whose OpInfo supports the dtype on the CPU;
+    ``default`` runs without --runslow, and ``expected.<CHECK>`` holds its known failures."""
+    return _params([n for n in _ALL if H.applies(check, n)], getattr(expected, check.upper()), default=set(default))
+
+
 @pytest.mark.parametrize("name", _params(_ALL, expected.FORWARD))
 def test_forward(name):
     _check("forward", name)
@@ -69,20 +75,17 @@ def test_gradient(name):
     _check("gradient", name)
 
 
-@pytest.mark.parametrize("name", _params([n for n in _ALL if H.applies("bfloat16", n)],
-                                         expected.BFLOAT16, default=set(H.BF16_DEFAULT_ENTRIES)))
+@pytest.mark.parametrize("name", _dtype_params("bfloat16", H.BF16_DEFAULT_ENTRIES))
 def test_bfloat16(name):
     _check("bfloat16", name)
 
 
-@pytest.mark.parametrize("name", _params([n for n in _ALL if H.applies("complex64", n)],
-                                         expected.COMPLEX64, default=set(H.COMPLEX_DEFAULT_ENTRIES)))
+@pytest.mark.parametrize("name", _dtype_params("complex64", H.COMPLEX_DEFAULT_ENTRIES))
 def test_complex64(name):
     _check("complex64", name)
 
 
-@pytest.mark.parametrize("name", _params([n for n in _ALL if H.applies("float64", n)],
-                                         expected.FLOAT64, default=set(H.FLOAT64_DEFAULT_ENTRIES)))
+@pytest.mark.parametrize("name", _dtype_params("float64", H.FLOAT64_DEFAULT_ENTRIES))
 def test_float64(name):
     _check("float64", name)
 
