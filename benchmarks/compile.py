@@ -43,13 +43,14 @@ def main():
         eager = results[(config, "cpu-eager")][0] if (config, "cpu-eager") in results else None
         inductor = results[(config, "cpu-inductor")][0] if (config, "cpu-inductor") in results else None
         for variant in args.variants:
-            t, first = results[(config, variant)]
+            t, first, alone = results[(config, variant)]
             rate = f"{flops / t / 1e9:.1f} ({flops / t / peak:.0%})" if flops else "-"
             rows.append([config, variant, f"{t * 1000:.1f}", f"{first:.1f}",
                          f"{eager / t:.2f}x" if eager else "-",
-                         f"{inductor / t:.2f}x" if inductor else "-", rate])
+                         f"{inductor / t:.2f}x" if inductor else "-", rate,
+                         f"{alone * 1000:.1f}" if alone else "-"])
     print(table(rows, ["config", "variant", "ms/step", "first call s", "vs CPU eager",
-                       "vs inductor", "model GFLOP/s (of GEMM peak)"]))
+                       "vs inductor", "model GFLOP/s (of GEMM peak)", "XLA executables alone ms"]))
 
 
 if __name__ == "__main__":

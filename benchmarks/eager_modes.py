@@ -50,10 +50,11 @@ def main():
     for config in args.configs:
         base = results.get((config, "cpu-eager"), (None,))[0]
         for variant in args.variants:
-            t, first = results[(config, variant)]
+            t, first, alone = results[(config, variant)]
             rows.append([config, variant, f"{t * 1000:.1f}", f"{first:.1f}",
-                         f"{base / t:.2f}x" if base else "-"])
-    print(table(rows, ["config", "variant", "ms/step (median)", "first step s", "speed vs CPU eager"]))
+                         f"{base / t:.2f}x" if base else "-", f"{alone * 1000:.1f}" if alone else "-"])
+    print(table(rows, ["config", "variant", "ms/step (median)", "first step s", "speed vs CPU eager",
+                       "XLA executables alone ms"]))
     chain = chain_latency()
     print(table([[k, f"{v * 1e6:.1f}", f"{chain['cpu'] / v:.2f}x"] for k, v in chain.items()],
                 ["100-op chain", "µs/op", "speed vs CPU eager"]))

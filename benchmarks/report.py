@@ -117,13 +117,14 @@ def main():
         ind = train.get((config, "cpu-inductor"), (None,))[0]
         for variant in args.variants:
             if (config, variant) not in train:
-                rows.append([config, variant, "failed", "-", "-", "-"])
+                rows.append([config, variant, "failed", "-", "-", "-", "-"])
                 continue
-            t, first = train[(config, variant)]
+            t, first, alone = train[(config, variant)]
             rows.append([config, variant, f"{t * 1000:.1f}", f"{first:.2f}",
-                         f"{base / t:.2f}x" if base else "-", f"{ind / t:.2f}x" if ind else "-"])
+                         f"{base / t:.2f}x" if base else "-", f"{ind / t:.2f}x" if ind else "-",
+                         f"{alone * 1000:.1f}" if alone else "-"])
     step_table = _md_table(rows, ["config", "variant", "ms/step (median)", "first step s (compile)",
-                                  "speed vs CPU eager", "speed vs inductor"])
+                                  "speed vs CPU eager", "speed vs inductor", "XLA executables alone ms"])
     op_cols = ["torch CPU", "jax.jit", "tpu debug", "tpu strict"]
     op_table = _md_table([[name] + [f"{row[c]:.1f}" for c in op_cols] for name, row in ops.items()],
                          ["op (µs per call)"] + op_cols)

@@ -4,6 +4,7 @@ import argparse
 import statistics
 import time
 
+import jax
 import torch
 from tqdm import tqdm
 
@@ -45,8 +46,38 @@ def time_steps(step, steps, warmup):
     return times[len(times) // 2], first
 
 
+def executables_alone(step, repeat=5):
+    """Seconds per step that the step's whole-graph XLA executables (fused
+    chains, compiled graphs) take on their own: one step's calls are captured
+    with their inputs, then replayed back to back, each waited for, with no
+    Python in between.  The floor the step time reaches as host overhead goes
+    to zero; inputs are not donated, so replaying them is safe."""
+    calls, original = [], jax.stages.Compiled.__call__
+
+    def capture(exe, *args):
+        calls.append((exe, args))
+        return original(exe, *args)
+    jax.stages.Compiled.__call__ = capture
+    try:
+        step().item()
+    finally:
+        jax.stages.Compiled.__call__ = original
+    best = float("inf")
+    for _ in range(repeat + 1):  # the first replay warms up
+        start = time.perf_counter()
+        for exe, args in calls:
+            jax.block_until_ready(exe(*args))
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+# the variants whose step runs as whole-graph executables (see executables_alone)
+WHOLE_GRAPH_VARIANTS = ("tpu-fused", "tpu-compiled")
+
+
 def run(config, variant, steps, warmup):
-    """variant: cpu-eager, cpu-inductor, tpu-debug, tpu-strict, tpu-fused, tpu-compiled."""
+    """variant: cpu-eager, cpu-inductor, tpu-debug, tpu-strict, tpu-fused, tpu-compiled.
+    Returns (median step s, first step s, executables-alone s or None)."""
     model, batch = build(config)
     device = "tpu" if variant.startswith("tpu") else "cpu"
     model = model.to(device)
@@ -60,7 +91,9 @@ def run(config, variant, steps, warmup):
         step = torch.compile(step, backend="tpu")
     mode = variant.split("-")[1] if variant in ("tpu-debug", "tpu-strict", "tpu-fused") else "strict"
     with torch.tpu.set_eager_mode(mode):
-        return time_steps(step, steps, warmup)
+        median, first = time_steps(step, steps, warmup)
+        alone = executables_alone(step) if variant in WHOLE_GRAPH_VARIANTS else None
+    return median, first, alone
 
 
 def parse_args(doc, variants):
@@ -78,26 +111,31 @@ def run_rounds(jobs, steps, warmup, rounds, keep_going=False):
     """Run every (config, variant) job ``rounds`` times, round-robin, so a
     burst of load on a shared machine hits one round of every variant rather
     than all rounds of one.  Returns ({job: (median step s, first step s of
-    round 1)}, {job: error text}); with ``keep_going`` a failing job is
-    recorded instead of raised."""
-    times, first, errors = {}, {}, {}
+    round 1, median executables-alone s or None)}, {job: error text}); with
+    ``keep_going`` a failing job is recorded instead of raised."""
+    times, first, alone, errors = {}, {}, {}, {}
     with tqdm(total=len(jobs) * rounds, desc="benchmarks", unit="run") as bar:
         for _ in range(rounds):
             for job in jobs:
                 if job not in errors:
                     try:
-                        t, f = run(*job, steps, warmup)
+                        t, f, a = run(*job, steps, warmup)
                         times.setdefault(job, []).append(t)
                         first.setdefault(job, f)
+                        if a is not None:
+                            alone.setdefault(job, []).append(a)
                     except Exception as e:
                         if not keep_going:
                             raise
                         errors[job] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
                 bar.update()
-    return {job: (statistics.median(ts), first[job]) for job, ts in times.items()}, errors
+    return {job: (statistics.median(ts), first[job],
+                  statistics.median(alone[job]) if job in alone else None)
+            for job, ts in times.items()}, errors
 
 
 def run_all(args):
-    """{(config, variant): (median step s, first step s)} with a progress bar."""
+    """{(config, variant): (median step s, first step s, executables-alone s
+    or None)} with a progress bar."""
     jobs = [(c, v) for c in args.configs for v in args.variants]
     return run_rounds(jobs, args.steps, args.warmup, args.rounds)[0]

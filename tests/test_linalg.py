@@ -242,6 +242,20 @@ def test_half_matrix_exp_is_the_float32_result_rounded(dtype):
     assert_same(got, torch.linalg.matrix_exp(A.float()).to(dtype), atol=1e-2, rtol=1e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("beta,alpha", [(0.6, 0.2), (1, 1), (2.5, -0.3), (0, 1.5), (1e-9, 1.0)])
+def test_half_addr_rounds_every_operation_as_the_cpu(dtype, beta, alpha):
+    # The CPU computes beta*self + (alpha*vec1)*vec2 rounding each operation to
+    # the half dtype; one float32 evaluation rounded once differed on ~30% of
+    # elements.  beta=1e-9 is 0 in half precision: self (NaN included) is ignored.
+    g = torch.Generator().manual_seed(0)
+    s = (torch.randn(17, 23, generator=g) * 3).to(dtype)
+    s[0, 0] = float("nan")
+    v1, v2 = (torch.randn(17, generator=g) * 2).to(dtype), torch.randn(23, generator=g).to(dtype)
+    got = torch.addr(s.to("tpu"), v1.to("tpu"), v2.to("tpu"), beta=beta, alpha=alpha)
+    assert_same(got, torch.addr(s, v1, v2, beta=beta, alpha=alpha), exact=True)
+
+
 def test_svd_eigh_reconstruct_and_broadcast(strict):
     A = r(2, 5, 3, grad=False)
     U, S, Vh = torch.linalg.svd(A.to("tpu"), full_matrices=False)

@@ -7,10 +7,9 @@ the CPU and on a tpu copy of the sample, and requires, for the first 8 samples:
     tolerances, widened by the OpInfo's own hints);
   * no op ran through the CPU fallback (``torch_tpu.fallback_ops()`` unchanged);
   * tpu outputs on tpu.
-test_gradient compares vector-Jacobian products for the first 3 samples; test_bfloat16
-repeats the forward check in bfloat16 for a subset of common ops; test_complex64 and
-test_float64 in complex64 and float64 for every entry that supports them (a spread
-of common ones by default).
+test_gradient compares vector-Jacobian products for the first 3 samples; test_bfloat16,
+test_float16, test_complex64 and test_float64 repeat the forward check in that dtype
+for every entry that supports it on the CPU (a spread of common ones by default).
 
 Known failures are listed in tests/opinfo_expected_failures.py and run as
 xfail(strict=True): an entry that starts passing fails the run until it is removed
@@ -80,6 +79,11 @@ def test_bfloat16(name):
     _check("bfloat16", name)
 
 
+@pytest.mark.parametrize("name", _dtype_params("float16", H.FLOAT16_DEFAULT_ENTRIES))
+def test_float16(name):
+    _check("float16", name)
+
+
 @pytest.mark.parametrize("name", _dtype_params("complex64", H.COMPLEX_DEFAULT_ENTRIES))
 def test_complex64(name):
     _check("complex64", name)
@@ -93,13 +97,14 @@ def test_float64(name):
 def test_expectations_name_real_entries():
     """Every name in the expectations file and the subsets is an op_db entry."""
     ops = H.ops()
-    for var in ("FORWARD", "GRADIENT", "BFLOAT16", "COMPLEX64", "FLOAT64"):
+    for var in ("FORWARD", "GRADIENT", "BFLOAT16", "FLOAT16", "COMPLEX64", "FLOAT64"):
         stale = sorted(set(getattr(expected, var)) - set(ops))
         assert not stale, f"{var} in tests/opinfo_expected_failures.py names unknown entries: {stale}"
     assert not set(H.DEFAULT_ENTRIES) - set(ops)
     assert not set(H.COMPLEX_DEFAULT_ENTRIES) - set(ops)
     assert not set(H.FLOAT64_DEFAULT_ENTRIES) - set(ops)
     assert not set(H.BF16_DEFAULT_ENTRIES) - set(ops)
+    assert not set(H.FLOAT16_DEFAULT_ENTRIES) - set(ops)
 
 
 def test_tolerances_are_principled():

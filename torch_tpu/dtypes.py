@@ -48,7 +48,7 @@ def to_np(dtype: torch.dtype) -> np.dtype:
     try:
         return TORCH_TO_NP[dtype]
     except KeyError:
-        raise TypeError(f"tpu does not support the dtype {dtype}") from None
+        raise TypeError(f"the tpu device does not support dtype {dtype}") from None
 
 
 def to_torch(dtype) -> torch.dtype:

@@ -18,6 +18,9 @@ sys.path.insert(0, HERE)
 
 import opinfo_sweep  # noqa: E402
 
+# the checks that repeat the forward check in another dtype (as opinfo_harness.DTYPE_CHECKS)
+DTYPE_CHECKS = [c for c in opinfo_sweep.CHECKS if c not in ("forward", "gradient")]
+
 
 def _packet(name):
     """aten::sin.out -> aten::sin: kernels are registered per functional op and cover .out / _ siblings."""
@@ -46,9 +49,6 @@ def report(results, meta=None, top=25, out=sys.stdout):
 
     fwd, fwd_n, fwd_skip, fwd_meta = count("forward")
     grad, grad_n, grad_skip, _ = count("gradient")
-    bf, bf_n, bf_skip, _ = count("bfloat16")
-    cx, cx_n, cx_skip, _ = count("complex64")
-    f64, f64_n, f64_skip, _ = count("float64")
     if meta:
         p(f"OpInfo sweep of {meta.get('time')} (torch {meta.get('torch')})")
     p(f"{fwd} of {fwd_n} OpInfo entries pass forward float32 without fallback; "
@@ -56,14 +56,12 @@ def report(results, meta=None, top=25, out=sys.stdout):
     p(f"  forward: {fwd_skip} skipped (no CPU float32 support / no runnable sample), "
       f"{fwd_meta} of the passes compared on shape/dtype only (random or undefined values); "
       f"entries without float32 run in their first integer/bool dtype")
-    if bf_n:
-        p(f"  bfloat16: {bf} of {bf_n - bf_skip} entries run pass")
-    if cx_n:
-        p(f"  complex64: {cx} of {cx_n - cx_skip} entries run pass")
-    if f64_n:
-        p(f"  float64: {f64} of {f64_n - f64_skip} entries run pass")
+    for check in DTYPE_CHECKS:
+        passed, n, skipped, _ = count(check)
+        if n:
+            p(f"  {check}: {passed} of {n - skipped} entries run pass")
 
-    for check in ("forward", "gradient", "bfloat16", "complex64", "float64"):
+    for check in ("forward", "gradient", *DTYPE_CHECKS):
         fails = [r for r in by[check].values() if r["status"] == "fail"]
         if not fails:
             continue

@@ -23,7 +23,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 RESULTS = os.path.join(HERE, "opinfo_results.json")
-CHECKS = ("forward", "gradient", "bfloat16", "complex64", "float64")
+CHECKS = ("forward", "gradient", "bfloat16", "float16", "complex64", "float64")
 
 
 def all_jobs(entries=None, checks=CHECKS):

@@ -21,8 +21,8 @@ import opinfo_report  # noqa: E402
 import opinfo_sweep  # noqa: E402
 
 TARGET = os.path.join(os.path.dirname(HERE), "opinfo_expected_failures.py")
-DICTS = (("FORWARD", "forward"), ("GRADIENT", "gradient"), ("BFLOAT16", "bfloat16"), ("COMPLEX64", "complex64"),
-         ("FLOAT64", "float64"))
+DICTS = (("FORWARD", "forward"), ("GRADIENT", "gradient"), ("BFLOAT16", "bfloat16"), ("FLOAT16", "float16"),
+         ("COMPLEX64", "complex64"), ("FLOAT64", "float64"))
 
 HEADER = '''"""OpInfo entries known to fail the conformance checks of tests/test_opinfo.py.
 

@@ -8,7 +8,7 @@ from .. import dtypes, logs, runtime
 from ..casting import convert
 from ..eager import checks, fusion, modes
 from ..storage import access, buffers
-from . import registry
+from . import errors, registry
 from .registry import Kernel, Options, out_dtype, register_raw, resolve
 
 _CPU = DispatchKeySet(DispatchKey.CPU)
@@ -23,9 +23,25 @@ def _metadata_only(name):
 
 for _name in ("as_strided.default", "view.default", "_reshape_alias.default",
               "set_.source_Storage_storage_offset", "set_.source_Storage", "set_.source_Tensor",
-              "unfold.default", "view_as_real.default", "view_as_complex.default",
-              "_unsafe_view.default", "alias.default"):
+              "unfold.default", "view_as_real.default", "_unsafe_view.default", "alias.default"):
     _metadata_only(_name)
+
+
+# Views that reinterpret the dtype: refused at the op for a dtype the device
+# cannot hold (complex32 from float16), rather than at the first read.
+def _dtype_view(name):
+    op = resolve(name)
+
+    def kernel(*a, **k):
+        out = op.redispatch(_CPU, *a, **k)
+        if out.dtype not in dtypes.TORCH_TO_NP:
+            raise errors.unsupported_dtype(name.split(".")[0], out.dtype)
+        return out
+    register_raw(name)(kernel)
+
+
+for _name in ("view_as_complex.default", "view.dtype"):
+    _dtype_view(_name)
 
 
 def check_device(device) -> None:

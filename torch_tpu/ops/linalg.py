@@ -136,8 +136,22 @@ def addr(self, vec1, vec2, beta=1, alpha=1):
     if out_dtype() == np.bool_:  # bool addr: (beta and self) or (alpha and outer)
         outer = jnp.logical_and(vec1[:, None], vec2[None, :])
         return jnp.logical_or(jnp.logical_and(self, bool(beta)), jnp.logical_and(outer, bool(alpha)))
+    if out_dtype() in _HALF:
+        return _half_addr(self, vec1, vec2, beta, alpha, out_dtype())
     outer = vec1[:, None].astype(acc) * vec2[None, :].astype(acc)
     return _fin(_scaled_add(self, outer, beta, alpha))
+
+
+def _half_addr(self, vec1, vec2, beta, alpha, dtype):
+    """The CPU's half addr, bit for bit: beta * self + (alpha * vec1) * vec2 with
+    alpha and beta cast to the half dtype and every operation rounded to it
+    (its vectorized half arithmetic computes each op in float32 and rounds)."""
+    def op(x, y, f):
+        return f(x.astype(np.float32), y.astype(np.float32)).astype(dtype)
+    a, b = jnp.asarray(alpha).astype(dtype), jnp.asarray(beta).astype(dtype)
+    product = op(op(a, vec1[:, None].astype(dtype), jnp.multiply), vec2[None, :].astype(dtype), jnp.multiply)
+    scaled_self = jnp.where(b == 0, jnp.zeros((), dtype), op(b, self.astype(dtype), jnp.multiply))  # beta 0 ignores NaN
+    return op(scaled_self, product, jnp.add)
 
 
 # ---- int8 products (torchao's quantized linear layers) ------------------------------
