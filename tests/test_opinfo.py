@@ -107,6 +107,29 @@ def test_expectations_name_real_entries():
     assert not set(H.FLOAT16_DEFAULT_ENTRIES) - set(ops)
 
 
+def test_tie_order_rule_accepts_only_indices_of_equal_values():
+    from torch.testing._internal.opinfo.core import SampleInput
+    x = H.torch.tensor([1.0, 2.0, 1.0, 3.0, float("nan")])
+    cpu = H.torch.sort(x)                   # values [1, 1, 2, 3, nan], indices [0, 2, 1, 3, 4]
+    values, idx = cpu.values, cpu.indices
+
+    def same(name, sample, got, expected):
+        return H._same_up_to_tie_order(name, sample, got, expected, 0, 0)
+    swapped = H.torch.tensor([2, 0, 1, 3, 4])  # the two 1.0s in the other order
+    assert same("sort", SampleInput(x), (values, swapped), (values, idx))
+    assert same("argsort", SampleInput(x), swapped, idx)
+    assert not same("sort", SampleInput(x, kwargs={"stable": True}), (values, swapped), (values, idx))
+    assert not same("sort", SampleInput(x), (values, H.torch.tensor([0, 0, 1, 3, 4])), (values, idx))  # 0 twice
+    assert not same("sort", SampleInput(x), (values, H.torch.tensor([0, 2, 3, 1, 4])), (values, idx))  # 3.0 for 2.0
+    assert not same("sort", SampleInput(x), (values.flip(0), swapped), (values, idx))  # wrong values
+    assert not same("max", SampleInput(x), (values, swapped), (values, idx))  # not a tie-order op
+    rows = H.torch.tensor([[5.0, 7.0, 5.0], [1.0, 1.0, 2.0]])
+    mode = H.torch.mode(rows, dim=1)
+    other = H.torch.tensor([2, 1]) - mode.indices  # the other 5.0 (index 0 or 2), the other 1.0 (0 or 1)
+    assert same("mode", SampleInput(rows, args=(1,)), (mode.values, other), tuple(mode))
+    assert not same("mode", SampleInput(rows, args=(1,)), (mode.values, H.torch.tensor([1, 2])), tuple(mode))
+
+
 def test_tolerances_are_principled():
     ops = H.ops()
     f32 = H.tolerance(ops["add"], H.torch.float32)
