@@ -130,6 +130,25 @@ def test_tie_order_rule_accepts_only_indices_of_equal_values():
     assert not same("mode", SampleInput(rows, args=(1,)), (mode.values, H.torch.tensor([1, 2])), tuple(mode))
 
 
+def test_half_rule_accepts_only_results_no_further_from_float64():
+    from torch.testing._internal.opinfo.core import SampleInput
+    torch = H.torch
+    op = H.ops()["add"]
+    x, y = torch.randn(64).to(torch.bfloat16), torch.randn(64).to(torch.bfloat16)
+    sample = SampleInput(x, args=(y,))
+    parts = H._sample_parts(sample)
+    cpu = x + y                                    # correctly rounded: the best bfloat16 can do
+    rtol, atol = H.tolerance(op, torch.bfloat16)
+
+    def accepted(got, dtype=torch.bfloat16):
+        return H._no_further_from_float64(op, sample, parts, got, cpu, dtype, rtol, atol)
+    assert accepted(cpu.clone())
+    far = cpu.clone()
+    far[3] = far[3] * 1.25 + 0.5                   # one element well past the CPU's error and the tolerance
+    assert not accepted(far)
+    assert not accepted(cpu.clone(), dtype=torch.float32)  # the rule is for half dtypes only
+
+
 def test_tolerances_are_principled():
     ops = H.ops()
     f32 = H.tolerance(ops["add"], H.torch.float32)
