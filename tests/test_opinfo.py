@@ -147,6 +147,7 @@ def test_half_rule_accepts_only_results_no_further_from_float64():
     far[3] = far[3] * 1.25 + 0.5                   # one element well past the CPU's error and the tolerance
     assert not accepted(far)
     assert not accepted(cpu.clone(), dtype=torch.float32)  # the rule is for half dtypes only
+    assert not accepted(cpu.float())                       # a wrong dtype is never excused
 
 
 def test_tolerances_are_principled():
