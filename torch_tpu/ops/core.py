@@ -34,8 +34,7 @@ def _dtype_view(name):
 
     def kernel(*a, **k):
         out = op.redispatch(_CPU, *a, **k)
-        if out.dtype not in dtypes.TORCH_TO_NP:
-            raise errors.unsupported_dtype(name.split(".")[0], out.dtype)
+        _check_dtype(out.dtype, name.split(".")[0])
         return out
     register_raw(name)(kernel)
 
@@ -54,9 +53,9 @@ def check_device(device) -> None:
                 "(each process drives one chip, exposed as tpu:0)")
 
 
-def _check_dtype(dtype):
+def _check_dtype(dtype, op_name=None):
     if dtype is not None and dtype not in dtypes.TORCH_TO_NP:
-        raise TypeError(f"the tpu device does not support dtype {dtype}")
+        raise errors.unsupported_dtype(op_name, dtype)
 
 
 @register_raw("empty.memory_format")

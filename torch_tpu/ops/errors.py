@@ -63,5 +63,6 @@ def runtime_failure(op_name: str, e: Exception) -> RuntimeError:
     return RuntimeError(f"tpu: {op_name} failed on the device: {first}")
 
 
-def unsupported_dtype(op_name: str, dtype) -> TypeError:
-    return TypeError(f"{op_name}: the tpu device does not support dtype {dtype}")
+def unsupported_dtype(op_name, dtype) -> TypeError:
+    prefix = f"{op_name}: " if op_name else ""
+    return TypeError(f"{prefix}the tpu device does not support dtype {dtype}")
