@@ -418,3 +418,18 @@ def test_unsupported_dtype_error():
 def test_bad_inplace_cast_error():
     with pytest.raises(RuntimeError):
         torch.ones(3, dtype=torch.int32, device="tpu").add_(2.5)
+
+
+def test_no_kernel_hides_a_composite_ops_autograd():
+    """A tpu kernel registered for a CompositeImplicitAutograd op takes the
+    composite away from autograd too: without an autograd kernel of its own
+    the op's gradients are silently None (true_divide was)."""
+    hidden = [name for name in torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1")
+              if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
+              and not any(torch._C._dispatch_has_kernel_for_dispatch_key(name, key)
+                          for key in ("Autograd", "AutogradPrivateUse1"))]
+    assert hidden == []
+    x, y = torch.tensor(2.0, requires_grad=True), torch.tensor(3.0, requires_grad=True)
+    expected = torch.autograd.grad(torch.true_divide(x, y), [x, y])
+    tx, ty = (t.detach().to("tpu").requires_grad_() for t in (x, y))
+    assert_same(torch.autograd.grad(torch.true_divide(tx, ty), [tx, ty]), expected)

@@ -35,22 +35,34 @@ _pending: list = []  # [(device array or LazyBuffer, verdict)], oldest first
 
 
 @functools.lru_cache(maxsize=None)
-def _summarizer(summary, spec, bits):
-    read = views.reader(spec)
-    return jax.jit(lambda buf, *extra: summary(views.apply_bits(read(buf), bits), *extra))
+def _summarizer(summary, layouts):
+    """A jitted ``summary`` of the tensors laid out as ``layouts`` [(view spec, lazy bits)],
+    each read through its view, followed by the extra arguments."""
+    readers = [(views.reader(spec), bits) for spec, bits in layouts]
+
+    def run(*args):
+        values = [views.apply_bits(read(buf), bits) for (read, bits), buf in zip(readers, args)]
+        return summary(*values, *args[len(readers):])
+    return jax.jit(run)
 
 
 def defer(t, summary, out, verdict, *extra) -> None:
-    """Check tpu tensor ``t``: ``summary(value, *extra)`` (a traceable function
-    giving a small array of shape and dtype ``out``) runs on the device, and
-    ``verdict(numpy value)`` returns the exception to raise, or None."""
-    spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
-    fn = _summarizer(summary, spec, views.lazy_bits(t))
+    """Check tpu tensor ``t`` (or a tuple of tpu tensors): ``summary(value(s),
+    *extra)`` (a traceable module-level function giving a small array of shape
+    and dtype ``out``) runs on the device, and ``verdict(numpy value)`` returns
+    the exception to raise, or None."""
+    tensors = t if isinstance(t, tuple) else (t,)
+    layouts, bufs = [], []
+    for x in tensors:
+        spec, buf = views.spec_of(x, dtypes.TORCH_TO_NP[x.dtype])
+        layouts.append((spec, views.lazy_bits(x)))
+        bufs.append(buf)
+    fn = _summarizer(summary, tuple(layouts))
     mode = modes.current()
     if mode is modes.EagerMode.FUSED:
-        value = fusion.record(fn, [buf, *extra], [out], urgent=True)[0]
+        value = fusion.record(fn, [*bufs, *extra], [out], urgent=True)[0]
     else:
-        value = fn(fusion.resolve(buf), *extra)
+        value = fn(*[fusion.resolve(b) for b in bufs], *extra)
         if mode is modes.EagerMode.DEBUG:
             _raise_first([(value, verdict)])
             return

@@ -14,5 +14,6 @@ from . import special, distance  # noqa: F401,E402
 from . import embedding_bag, unpool, margin, grid_sample, antialias, ctc  # noqa: F401,E402
 from . import rnn, sync_batch_norm, reparam, grouped_mm  # noqa: F401,E402
 from . import histogram  # noqa: F401,E402
+from . import domain_checks  # noqa: F401,E402  (guards the kernels above)
 
 fallback.install()

@@ -64,8 +64,9 @@ def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_fo
     dtype = dtype or torch.get_default_dtype()
     _check_dtype(dtype)
     size = tuple(int(s) for s in size)
-    if any(s < 0 for s in size):
-        raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
+    negative = [s for s in size if s < 0]
+    if negative:
+        raise RuntimeError(f"Trying to create tensor with negative dimension {negative[0]}: {list(size)}")
     strides = buffers.contiguous_strides(size)
     if memory_format is torch.channels_last and len(size) == 4:
         strides = torch.empty(size, device="meta", memory_format=memory_format).stride()

@@ -111,7 +111,7 @@ def mul(self, other):
     return self * other
 
 
-@register("div.Tensor", "div.Scalar", "true_divide.Tensor", "true_divide.Scalar", promote=INT_TO_FLOAT)
+@register("div.Tensor", "div.Scalar", promote=INT_TO_FLOAT)  # true_divide: composite, through these
 def div(self, other):
     return _true_div(self, other)
 
