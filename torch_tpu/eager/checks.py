@@ -1,5 +1,6 @@
 """Checks of device values that PyTorch's CPU kernels make before computing
-(an index in range, a class target in bounds), run the way CUDA runs its
+(an index in range, a class target in bounds, a divisor not zero: see
+``ops.domain_checks``), run the way CUDA runs its
 device-side asserts: without stopping the op to wait for the device.
 
 In strict and fused mode the few numbers a check needs (an index's min and
