@@ -40,17 +40,19 @@ def main():
     rows = []
     for config in args.configs:
         flops = GPT(GPT_CONFIGS[config]).flops_per_step() if config in GPT_CONFIGS else None
-        eager = results[(config, "cpu-eager")][0] if (config, "cpu-eager") in results else None
-        inductor = results[(config, "cpu-inductor")][0] if (config, "cpu-inductor") in results else None
+        eager = results[(config, "cpu-eager")].seconds if (config, "cpu-eager") in results else None
+        inductor = results[(config, "cpu-inductor")].seconds if (config, "cpu-inductor") in results else None
         for variant in args.variants:
-            t, first, alone = results[(config, variant)]
+            r = results[(config, variant)]
+            t = r.seconds
             rate = f"{flops / t / 1e9:.1f} ({flops / t / peak:.0%})" if flops else "-"
-            rows.append([config, variant, f"{t * 1000:.1f}", f"{first:.1f}",
+            rows.append([config, variant, f"{t * 1000:.1f}", f"{r.first:.1f}",
                          f"{eager / t:.2f}x" if eager else "-",
                          f"{inductor / t:.2f}x" if inductor else "-", rate,
-                         f"{alone * 1000:.1f}" if alone else "-"])
+                         f"{r.alone * 1000:.1f}" if r.alone else "-", f"{r.cpu * 1000:.1f}"])
     print(table(rows, ["config", "variant", "ms/step", "first call s", "vs CPU eager",
-                       "vs inductor", "model GFLOP/s (of GEMM peak)", "XLA executables alone ms"]))
+                       "vs inductor", "model GFLOP/s (of GEMM peak)", "XLA executables alone ms",
+                       "CPU ms/step (all threads)"]))
 
 
 if __name__ == "__main__":

@@ -48,13 +48,14 @@ def main():
     results = run_all(args)
     rows = []
     for config in args.configs:
-        base = results.get((config, "cpu-eager"), (None,))[0]
+        base = results[(config, "cpu-eager")].seconds if (config, "cpu-eager") in results else None
         for variant in args.variants:
-            t, first, alone = results[(config, variant)]
-            rows.append([config, variant, f"{t * 1000:.1f}", f"{first:.1f}",
-                         f"{base / t:.2f}x" if base else "-", f"{alone * 1000:.1f}" if alone else "-"])
+            r = results[(config, variant)]
+            rows.append([config, variant, f"{r.seconds * 1000:.1f}", f"{r.first:.1f}",
+                         f"{base / r.seconds:.2f}x" if base else "-", f"{r.alone * 1000:.1f}" if r.alone else "-",
+                         f"{r.cpu * 1000:.1f}"])
     print(table(rows, ["config", "variant", "ms/step (median)", "first step s", "speed vs CPU eager",
-                       "XLA executables alone ms"]))
+                       "XLA executables alone ms", "CPU ms/step (all threads)"]))
     chain = chain_latency()
     print(table([[k, f"{v * 1e6:.1f}", f"{chain['cpu'] / v:.2f}x"] for k, v in chain.items()],
                 ["100-op chain", "µs/op", "speed vs CPU eager"]))

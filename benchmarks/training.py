@@ -3,6 +3,7 @@ variant: PyTorch CPU eager or inductor, or tpu in an eager mode or compiled."""
 import argparse
 import statistics
 import time
+from typing import NamedTuple, Optional
 
 import jax
 import torch
@@ -30,20 +31,30 @@ def make_step(model, opt, batch):
     return step
 
 
+class StepResult(NamedTuple):
+    seconds: float                 # median wall seconds per step
+    first: float                   # seconds of the first step: compile included
+    alone: Optional[float] = None  # the step's whole-graph XLA executables alone (executables_alone)
+    cpu: float = 0.0               # CPU seconds per step, all the process's threads together
+
+
 def time_steps(step, steps, warmup):
-    """(median seconds per step, seconds of the first call: compile included)."""
+    """(median seconds per step, seconds of the first call: compile included,
+    CPU seconds per step of all threads: what a step needs of the cores)."""
     start = time.perf_counter()
     step().item()  # one host read per step, as a training loop logs its loss
     first = time.perf_counter() - start
     for _ in range(warmup):
         step().item()
     times = []
+    cpu_start = time.process_time()
     for _ in range(steps):
         start = time.perf_counter()
         step().item()
         times.append(time.perf_counter() - start)
+    cpu = (time.process_time() - cpu_start) / steps
     times.sort()
-    return times[len(times) // 2], first
+    return times[len(times) // 2], first, cpu
 
 
 def executables_alone(step, repeat=5):
@@ -77,7 +88,7 @@ WHOLE_GRAPH_VARIANTS = ("tpu-fused", "tpu-compiled")
 
 def run(config, variant, steps, warmup):
     """variant: cpu-eager, cpu-inductor, tpu-debug, tpu-strict, tpu-fused, tpu-compiled.
-    Returns (median step s, first step s, executables-alone s or None)."""
+    Returns a StepResult."""
     model, batch = build(config)
     device = "tpu" if variant.startswith("tpu") else "cpu"
     model = model.to(device)
@@ -91,9 +102,9 @@ def run(config, variant, steps, warmup):
         step = torch.compile(step, backend="tpu")
     mode = variant.split("-")[1] if variant in ("tpu-debug", "tpu-strict", "tpu-fused") else "strict"
     with torch.tpu.set_eager_mode(mode):
-        median, first = time_steps(step, steps, warmup)
+        median, first, cpu = time_steps(step, steps, warmup)
         alone = executables_alone(step) if variant in WHOLE_GRAPH_VARIANTS else None
-    return median, first, alone
+    return StepResult(median, first, alone, cpu)
 
 
 def parse_args(doc, variants):
@@ -110,32 +121,32 @@ def parse_args(doc, variants):
 def run_rounds(jobs, steps, warmup, rounds, keep_going=False):
     """Run every (config, variant) job ``rounds`` times, round-robin, so a
     burst of load on a shared machine hits one round of every variant rather
-    than all rounds of one.  Returns ({job: (median step s, first step s of
-    round 1, median executables-alone s or None)}, {job: error text}); with
+    than all rounds of one.  Returns ({job: StepResult, the median of the
+    rounds (the first step: round 1's)}, {job: error text}); with
     ``keep_going`` a failing job is recorded instead of raised."""
-    times, first, alone, errors = {}, {}, {}, {}
+    rounds_of, errors = {}, {}
     with tqdm(total=len(jobs) * rounds, desc="benchmarks", unit="run") as bar:
         for _ in range(rounds):
             for job in jobs:
                 if job not in errors:
                     try:
-                        t, f, a = run(*job, steps, warmup)
-                        times.setdefault(job, []).append(t)
-                        first.setdefault(job, f)
-                        if a is not None:
-                            alone.setdefault(job, []).append(a)
+                        rounds_of.setdefault(job, []).append(run(*job, steps, warmup))
                     except Exception as e:
                         if not keep_going:
                             raise
                         errors[job] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
                 bar.update()
-    return {job: (statistics.median(ts), first[job],
-                  statistics.median(alone[job]) if job in alone else None)
-            for job, ts in times.items()}, errors
+    return {job: _median_of(results) for job, results in rounds_of.items()}, errors
+
+
+def _median_of(results):
+    alone = [r.alone for r in results if r.alone is not None]
+    return StepResult(statistics.median(r.seconds for r in results), results[0].first,
+                      statistics.median(alone) if alone else None,
+                      statistics.median(r.cpu for r in results))
 
 
 def run_all(args):
-    """{(config, variant): (median step s, first step s, executables-alone s
-    or None)} with a progress bar."""
+    """{(config, variant): StepResult} with a progress bar."""
     jobs = [(c, v) for c in args.configs for v in args.variants]
     return run_rounds(jobs, args.steps, args.warmup, args.rounds)[0]
