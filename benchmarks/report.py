@@ -95,6 +95,10 @@ def main():
     parser.add_argument("--publish", action="store_true",
                         help="also copy report.md and the plots to docs/benchmarks/")
     args = parser.parse_args()
+    try:  # the plots come last: fail before the measuring, not after it
+        import matplotlib  # noqa: F401
+    except ImportError:
+        sys.exit("benchmarks/report.py draws its plots with matplotlib: pip install -e '.[bench]'")
     configs = args.configs or (["tiny", "cnn"] if args.quick else ["tiny", "small", "cnn"])
     steps = args.steps or (5 if args.quick else 10)
     warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)
