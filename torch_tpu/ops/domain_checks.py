@@ -38,6 +38,13 @@ def _flag_verdict(make_error):
     return lambda flag: make_error() if bool(flag) else None
 
 
+def _first_failure(codes):
+    """The first nonzero code along the last axis (0 where there is none):
+    the failure a CPU loop over the elements in order meets first."""
+    first = jnp.argmax(codes != 0, axis=-1)[..., None]
+    return jnp.take_along_axis(codes, first, axis=-1)[..., 0]
+
+
 def _code_verdict(messages):
     """A verdict raising RuntimeError(messages[code]) for a nonzero code."""
     return lambda code: RuntimeError(messages[int(code)]) if int(code) else None
@@ -132,8 +139,8 @@ def _bce_first_failure(x, target):
     """1 or 2 when an input or a target element lies outside [0, 1]: the
     CPU's kernel checks both at each element, in order."""
     x, target = jnp.broadcast_arrays(x, target)
-    code = jnp.where(~((x >= 0) & (x <= 1)), 1, jnp.where(~((target >= 0) & (target <= 1)), 2, 0)).reshape(-1)
-    return code[jnp.argmax(code != 0)].astype(np.int32)
+    code = jnp.where(~((x >= 0) & (x <= 1)), 1, jnp.where(~((target >= 0) & (target <= 1)), 2, 0))
+    return _first_failure(code.reshape(-1)).astype(np.int32)
 
 
 _BCE_MESSAGES = {1: "all elements of input should be between 0 and 1",
@@ -164,9 +171,9 @@ def _multinomial_row_failure(p):
     each entry >= 0 (NaN fails here) and finite, then the row's sum > 0."""
     rows = p.reshape(-1, p.shape[-1]).astype(_accumulation(p.dtype))
     entry = jnp.where(~(rows >= 0), 1, jnp.where(~jnp.isfinite(rows), 2, 0))
-    first = jnp.take_along_axis(entry, jnp.argmax(entry != 0, axis=1)[:, None], axis=1)[:, 0]
+    first = _first_failure(entry)
     row = jnp.where(first != 0, first, jnp.where(jnp.sum(rows, axis=1) <= 0, 3, 0))
-    return row[jnp.argmax(row != 0)].astype(np.int32)
+    return _first_failure(row).astype(np.int32)
 
 
 def _accumulation(dtype):
