@@ -15,7 +15,7 @@ import torch_tpu  # noqa: F401
 sys.path.insert(0, os.path.dirname(__file__))
 from common import table  # noqa: E402
 from models import GPT, GPT_CONFIGS  # noqa: E402
-from training import parse_args, run_all  # noqa: E402
+from training import parse_args, run_all, seconds_of  # noqa: E402
 
 VARIANTS = ["cpu-eager", "cpu-inductor", "tpu-compiled"]
 
@@ -40,8 +40,8 @@ def main():
     rows = []
     for config in args.configs:
         flops = GPT(GPT_CONFIGS[config]).flops_per_step() if config in GPT_CONFIGS else None
-        eager = results[(config, "cpu-eager")].seconds if (config, "cpu-eager") in results else None
-        inductor = results[(config, "cpu-inductor")].seconds if (config, "cpu-inductor") in results else None
+        eager = seconds_of(results, config, "cpu-eager")
+        inductor = seconds_of(results, config, "cpu-inductor")
         for variant in args.variants:
             r = results[(config, variant)]
             t = r.seconds

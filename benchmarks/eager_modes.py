@@ -14,7 +14,7 @@ import torch_tpu  # noqa: F401
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import table  # noqa: E402
-from training import parse_args, run_all  # noqa: E402
+from training import parse_args, run_all, seconds_of  # noqa: E402
 
 VARIANTS = ["cpu-eager", "cpu-inductor", "tpu-debug", "tpu-strict", "tpu-fused"]
 
@@ -48,7 +48,7 @@ def main():
     results = run_all(args)
     rows = []
     for config in args.configs:
-        base = results[(config, "cpu-eager")].seconds if (config, "cpu-eager") in results else None
+        base = seconds_of(results, config, "cpu-eager")
         for variant in args.variants:
             r = results[(config, variant)]
             rows.append([config, variant, f"{r.seconds * 1000:.1f}", f"{r.first:.1f}",

@@ -24,7 +24,7 @@ sys.path.insert(0, HERE)
 from common import best_time  # noqa: E402
 from eager_modes import chain_latency  # noqa: E402
 from op_latency import OPS  # noqa: E402
-from training import run_rounds  # noqa: E402
+from training import run_rounds, seconds_of  # noqa: E402
 
 VARIANTS = ["cpu-eager", "cpu-inductor", "tpu-debug", "tpu-strict", "tpu-fused", "tpu-compiled"]
 COLORS = {"cpu-eager": "#888888", "cpu-inductor": "#444444", "tpu-debug": "#f4a582",
@@ -117,8 +117,8 @@ def main():
     # ---- tables --------------------------------------------------------------
     rows = []
     for config in configs:
-        base = train[(config, "cpu-eager")].seconds if (config, "cpu-eager") in train else None
-        ind = train[(config, "cpu-inductor")].seconds if (config, "cpu-inductor") in train else None
+        base = seconds_of(train, config, "cpu-eager")
+        ind = seconds_of(train, config, "cpu-inductor")
         for variant in args.variants:
             if (config, variant) not in train:
                 rows.append([config, variant, "failed", "-", "-", "-", "-", "-"])

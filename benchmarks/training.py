@@ -146,6 +146,12 @@ def _median_of(results):
                       statistics.median(r.cpu for r in results))
 
 
+def seconds_of(results, config, variant):
+    """The median step seconds of a (config, variant) run, or None if it did not run."""
+    result = results.get((config, variant))
+    return result.seconds if result is not None else None
+
+
 def run_all(args):
     """{(config, variant): StepResult} with a progress bar."""
     jobs = [(c, v) for c in args.configs for v in args.variants]
