@@ -3,6 +3,10 @@ import sys
 
 import torch  # first: torch's autoload may import us back (see _autoload.py)
 
+from . import versions  # noqa: E402
+
+versions.check()  # an older JAX fails here, naming the supported range
+
 from . import runtime  # noqa: E402  (enables jax x64 before anything traces)
 from .device.registration import register_device  # noqa: E402
 
