@@ -233,7 +233,8 @@ def flash_attention(q, k, v, mask=None, *, causal=False, scale=None, block_q=128
     bias = None
     if mask is not None:
         if mask.dtype == jnp.bool_:
-            mask = jnp.where(mask, 0.0, _NEG).astype(jnp.float32)
+            # float32 constants: Python floats would make the select float64 (x64 is on)
+            mask = jnp.where(mask, jnp.float32(0.0), jnp.float32(_NEG))
         bias = jnp.broadcast_to(mask, (b, h, lq, lk)).reshape(b * h, lq, lk)
         bias = lax.stop_gradient(bias)
     out = _attention(q.reshape(b * h, lq, d), k.reshape(b * h, lk, d), v.reshape(b * h, lk, d),
