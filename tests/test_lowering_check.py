@@ -171,3 +171,18 @@ def test_command_line(capsys, tmp_path):
     assert sorted(os.listdir(tmp_path / "out")) == ["inference_1.v5e.mlir", "inference_1.v6e.mlir"]
     with pytest.raises(SystemExit):
         lower.main([])  # neither a target nor --kernels
+
+
+def test_repeated_checks_compile_afresh_and_name_graph_breaks():
+    lin = torch.nn.Linear(8, 8).to("tpu")
+    x = torch.randn(4, 8, device="tpu")
+
+    def f(x):
+        y = lin(x)
+        print(end="")  # Dynamo cannot trace print: a graph break
+        return y.relu().sum()
+    for _ in range(10):  # more than Dynamo's recompile limit (8)
+        report = torch.tpu.lowering_check(f, x, chips=("v5e",), execute=False)
+        assert report.ok and len(report.graphs) == 2, str(report)
+    assert sum(report.graph_breaks.values()) == 1 and "graph breaks" in str(report)
+    assert torch.compile(f, backend="tpu")(x).item() == pytest.approx(f(x).item())

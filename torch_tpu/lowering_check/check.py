@@ -17,6 +17,7 @@ import jax
 import numpy as np
 import torch
 from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.utils import counters
 from torch._functorch.aot_autograd import make_boxed_func
 
 from .. import runtime, target
@@ -50,6 +51,7 @@ class GraphResult:
 class Report:
     chips: tuple
     graphs: list
+    graph_breaks: dict = dataclasses.field(default_factory=dict)  # Dynamo's reason -> count
 
     @property
     def ok(self) -> bool:
@@ -79,7 +81,14 @@ class Report:
                     lines.append(f"    {c}: {g.errors[c]}")
         if not self.graphs:
             lines.append("  no graph was compiled (did the function run any tpu op?)")
+        lines += self._break_lines("  ")
         return "\n".join(lines)
+
+    def _break_lines(self, indent):
+        if not self.graph_breaks:
+            return []
+        return ([f"{indent}graph breaks (the code between graphs runs eagerly and is not checked):"]
+                + [f"{indent}  {n} x {reason.strip().splitlines()[0][:200]}" for reason, n in self.graph_breaks.items()])
 
     def markdown(self) -> str:
         head = "| graph | " + " | ".join(self.chips) + " | Pallas kernels | poor dtypes |"
@@ -88,7 +97,8 @@ class Report:
             out.append(f"| {g.graph} | " + " | ".join(status) + f" | {kernels} | {dtypes} |")
         errors = [f"- {g.graph} on {c}: `{g.errors[c]}`" for g in self.graphs for c in self.chips
                   if g.errors[c] is not None]
-        return "\n".join(out + ([""] + errors if errors else []))
+        return "\n".join(out + ([""] + errors if errors else [])
+                         + ([""] + self._break_lines("") if self.graph_breaks else []))
 
 
 def _counts(names):
@@ -217,14 +227,26 @@ def lowering_check(fn, *example_inputs, chips=chip_table.DEFAULT_CHIPS, execute=
     per graph and chip whether it lowered or the first error, the Pallas
     (Mosaic) kernels it holds, and the dtypes a TPU handles poorly.  A lowered
     program is not yet compiled: Mosaic and XLA compilation, VMEM fit and
-    speed are decided on the TPU (see the guide).
+    speed are decided on the TPU (see the guide).  Like
+    ``torch._dynamo.reset()``, it clears Dynamo's compiled code before and
+    after: functions compiled earlier recompile on their next call.
     """
     session = _Session(chips, keep_stablehlo, execute)
-    compiled = torch.compile(fn, backend=_backend(session))
-    with target.kernels_for("tpu"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the report says which graphs did not lower
-        compiled(*example_inputs, **example_kwargs)
-    return Report(tuple(c.name for c in session.chips), session.graphs)
+    breaks = counters["graph_break"]
+    before = dict(breaks)
+    # Dynamo keeps compiled code per function: start from none (a function
+    # checked or compiled before would otherwise reuse it, or hit the
+    # recompile limit) and leave none built for the check behind.
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(fn, backend=_backend(session))
+        with target.kernels_for("tpu"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the report says which graphs did not lower
+            compiled(*example_inputs, **example_kwargs)
+    finally:
+        torch._dynamo.reset()
+    graph_breaks = {k: v - before.get(k, 0) for k, v in breaks.items() if v > before.get(k, 0)}
+    return Report(tuple(c.name for c in session.chips), session.graphs, graph_breaks)
 
 
 def lower_jax(fn, *specs, chips=chip_table.DEFAULT_CHIPS, name=None, keep_stablehlo=False) -> Report:
