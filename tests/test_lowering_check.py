@@ -138,6 +138,27 @@ def test_gpt_training_step_lowers_with_the_pallas_flash_kernel():
     assert sdpa.on_tpu() == on_tpu and interpret.enabled() == (not on_tpu)
 
 
+@pytest.mark.slow
+def test_gpt_adamw_step_runs_and_lowers_for_every_chip():
+    cfg = models.GPTConfig(layers=2, d_model=128, heads=2, seq=128, vocab=256, batch=2)
+    torch.manual_seed(0)
+    model = models.GPT(cfg).to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = (t.to("tpu") for t in models.gpt_batch(cfg, torch.Generator().manual_seed(0)))
+    before = model.tok.weight.detach().cpu().clone()
+
+    def step(x, y):
+        loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    report = torch.tpu.lowering_check(step, x, y)  # runs the step here, interpreted kernels included
+    assert report.ok, str(report)
+    assert report.kernels().count("flash_attention_fwd") >= 2 * cfg.layers  # forward, and again in backward
+    assert not torch.equal(model.tok.weight.detach().cpu(), before)
+
+
 def test_execute_runs_the_step_and_flags_poor_dtypes():
     lin = torch.nn.Linear(4, 2).to("tpu")
     opt = torch.optim.SGD(lin.parameters(), lr=0.5)
