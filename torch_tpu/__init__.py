@@ -3,6 +3,10 @@ import sys
 
 import torch  # first: torch's autoload may import us back (see _autoload.py)
 
+from . import versions  # noqa: E402
+
+versions.check()  # an older JAX fails here, naming the supported range
+
 from . import runtime  # noqa: E402  (enables jax x64 before anything traces)
 from .device.registration import register_device  # noqa: E402
 
@@ -16,6 +20,7 @@ _registry.set_device_type("tpu")
 from . import ops  # noqa: E402,F401  (importing installs the aten kernels)
 from . import compile as _compile  # noqa: E402
 from . import distributed as _distributed  # noqa: E402
+from . import lowering_check as _lowering_check  # noqa: E402
 from . import pallas as _pallas  # noqa: E402
 from . import profiler as _profiler  # noqa: E402
 from .amp import autocast as _autocast  # noqa: E402
@@ -39,6 +44,7 @@ sys.modules["torch.tpu.compiler"] = _compiler_options
 _distributed.install()       # the tpu_dist backend, torch.tpu.distributed
 _pallas.install()            # torch.tpu.pallas, torch.tpu.ops
 _profiler.install()          # torch.tpu.profiler, TORCH_TPU_LOGS
+_lowering_check.install()    # torch.tpu.lowering_check
 
 from .ops.fallback import fallback_ops  # noqa: E402,F401
 from .pallas import from_jax, to_jax  # noqa: E402,F401

@@ -3,6 +3,8 @@ import ml_dtypes
 import numpy as np
 import torch
 
+from . import tpu_dtypes
+
 TORCH_TO_NP = {
     torch.float32: np.dtype(np.float32),
     torch.float64: np.dtype(np.float64),
@@ -57,6 +59,8 @@ def to_torch(dtype) -> torch.dtype:
 
 def numpy_from_cpu_tensor(t: torch.Tensor) -> np.ndarray:
     """A fresh, contiguous NumPy copy of a CPU tensor, any dtype (bf16 too)."""
+    if tpu_dtypes.active:  # on a TPU: float64 warns, complex128 is refused
+        tpu_dtypes.entering(t.dtype)
     if t.dim() == 0:  # scalars (step counts, CPU scalar operands): .item() is exact in every dtype
         return np.array(t.item(), dtype=TORCH_TO_NP[t.dtype])
     t = t.detach().resolve_conj().resolve_neg().contiguous()

@@ -13,6 +13,8 @@ import sys
 import time
 import warnings
 
+from . import install_hints
+
 
 def _version(dist: str) -> str:
     try:
@@ -63,7 +65,7 @@ def device_info() -> dict:
     except Exception:
         stats = {}
     same = jax.devices(d.platform)
-    return {
+    info = {
         "requested platform": os.environ.get("TORCH_TPU_PLATFORM") or "(auto: tpu if libtpu, else cpu)",
         "PJRT platform": f"{d.platform} ({getattr(d.client, 'platform_version', '?')})",
         "tpu:0": f"{torch.tpu.get_device_name()} = jax device {d} (kind {d.device_kind!r}, id {d.id})",
@@ -73,6 +75,10 @@ def device_info() -> dict:
                          + ("" if stats.get("bytes_limit") else " (host RAM: the platform reports no limit)"),
         "tpu tensors allocated": _mb(torch.tpu.memory_allocated()),
     }
+    advice = install_hints.hint(d.platform)
+    if advice:
+        info["install hint"] = advice
+    return info
 
 
 def settings() -> dict:
@@ -153,10 +159,14 @@ def main(argv=None) -> int:
     try:
         sections = report(run_self_test=not args.no_self_test)
     except RuntimeError as e:
+        from . import runtime
         print(f"torch_tpu: the tpu device cannot start: {e}", file=sys.stderr)
-        print("  check TORCH_TPU_PLATFORM (tpu, gpu or cpu) and that the matching jax plugin "
-              "(libtpu, jax[cuda]) is installed; `python -m torch_tpu` with it unset uses the CPU.",
-              file=sys.stderr)
+        advice = install_hints.hint(runtime.platform_name())
+        if advice:
+            print(f"  {advice}", file=sys.stderr)
+        print("  check TORCH_TPU_PLATFORM (tpu, gpu or cpu) and that the matching extra is installed "
+              '(pip install "torch_tpu[tpu]", "torch_tpu[cuda12]" or "torch_tpu[cuda13]"); '
+              "`python -m torch_tpu` with it unset uses the CPU.", file=sys.stderr)
         return 1
     print(json.dumps(sections, indent=2) if args.json else format_report(sections))
     return 0

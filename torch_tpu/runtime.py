@@ -10,7 +10,8 @@ import threading
 
 import jax
 
-# int64 indices and float64 must be exact, as on PyTorch's CPU.
+# int64 indices and float64 must be exact, as on PyTorch's CPU (on a TPU XLA
+# emulates them: see tpu_dtypes.py).
 jax.config.update("jax_enable_x64", True)
 
 
@@ -89,6 +90,8 @@ def jax_device():
                 # Factories (zeros, randn) run jitted functions with no inputs:
                 # they land on the default device, which must be ours.
                 jax.config.update("jax_default_device", device)
+                from . import tpu_dtypes
+                tpu_dtypes.started(device.platform)  # 64-bit types on a TPU: see tpu_dtypes.py
                 _device = device
     return _device
 

@@ -153,7 +153,11 @@ class CompiledGraph:
         args.clear()
         return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
-    def _compile(self, signature, arrays):
+    def program(self, signature):
+        """The JAX function the executable for ``signature`` runs, called as
+        (rng key material, *input arrays) -> (outputs, new values of mutated
+        inputs), and the dict where tracing it leaves the outputs that are
+        sizes computed from static sizes (the TPU lowering check lowers it too)."""
         fn = self.fn
         readers = [views.reader(e[1]) if _is_tensor_entry(e) and e[0] == _TPU else None
                    for e in signature]
@@ -172,7 +176,10 @@ class CompiledGraph:
                     scalars[i] = o
                     outputs[i] = None
             return outputs, new_values
+        return with_statics, scalars
 
+    def _compile(self, signature, arrays):
+        with_statics, scalars = self.program(signature)
         start = time.perf_counter()
         lowered = jax.jit(with_statics).lower(_NO_RNG, *arrays)
         exe = lowered.compile(compiler_options={**self.xla_options, **compiler_options.current()} or None)

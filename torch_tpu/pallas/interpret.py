@@ -1,9 +1,10 @@
 """When Pallas TPU kernels run interpreted: off a real TPU (so tests and the
-CPU platform run them), or as ``TORCH_TPU_PALLAS_INTERPRET=0/1`` says."""
+CPU platform run them), or as ``TORCH_TPU_PALLAS_INTERPRET=0/1`` says.  The TPU
+lowering check lowers them for a TPU (``target.lowering_for_tpu``)."""
 import contextlib
 import os
 
-from .. import runtime
+from .. import target
 
 
 def enabled() -> bool:
@@ -12,7 +13,7 @@ def enabled() -> bool:
         return forced == "1"
     if forced:
         raise RuntimeError(f"TORCH_TPU_PALLAS_INTERPRET={forced!r}: expected 0 or 1")
-    return runtime.jax_device().platform != "tpu"
+    return target.pallas_platform() != "tpu"
 
 
 def context():

@@ -1,20 +1,18 @@
 """``F.scaled_dot_product_attention`` on a real TPU: the Pallas flash kernel.
 
-``ops.attention`` routes SDPA here only when the platform is a TPU; elsewhere
-the interpreted kernel would only be slower than the XLA-compiled fused op.
+``ops.attention`` routes SDPA here only when kernels are picked for a TPU (the
+device's platform, or the target of a TPU lowering check: see target.py);
+elsewhere the interpreted kernel would only be slower than the fused op.
 Cases the kernel does not cover (dropout, differing value head dim, nested or
 non-4-D inputs) go on to the fused op or PyTorch's composite.
 """
-import functools
-
 import torch
 
-from .. import runtime
+from .. import target
 
 
-@functools.lru_cache(maxsize=None)
 def on_tpu() -> bool:
-    return runtime.jax_device().platform == "tpu"
+    return target.kernel_platform() == "tpu"
 
 
 def supported(query, key, value, attn_mask, dropout_p, enable_gqa) -> bool:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
-from .. import dtypes, runtime
+from .. import dtypes, runtime, tpu_dtypes
 from . import memory
 
 DEVICE = torch.device("privateuseone", 0)  # renamed to tpu at registration
@@ -123,6 +123,8 @@ def empty_storage(nbytes: int, npdtype) -> torch.UntypedStorage:
 
 def allocate_like(shape, strides, dtype) -> torch.Tensor:
     """A zero-filled tpu tensor with the given geometry (used for empty*)."""
+    if tpu_dtypes.active:  # on a TPU: float64 warns, complex128 is refused
+        tpu_dtypes.entering(dtype)
     npdtype = dtypes.to_np(dtype)
     n = storage_numel(shape, strides)
     st = new_storage(n * npdtype.itemsize, _zeros(n, npdtype))

@@ -32,10 +32,20 @@ def _scores(q, k, bias, scale, causal, q_start, k_start):
 
 
 def _k_blocks_for(q_index, bq, bk, nk, causal):
-    """How many key blocks query block ``q_index`` sees."""
+    """How many key blocks query block ``q_index`` sees (an int32: with 64-bit
+    types on, a Python int bound would make the loop index int64, which
+    Mosaic's index arithmetic refuses)."""
     if not causal:
-        return nk
+        return jnp.int32(nk)
     return jnp.minimum(nk, ((q_index + 1) * bq + bk - 1) // bk)
+
+
+def _key_block(lk, preferred, has_bias):
+    """The key tile.  The dK/dV kernel reads the bias in (query rows, key
+    tile) blocks, where the key tile is the lane (minor) dimension: Mosaic
+    wants it a multiple of 128 or the whole axis."""
+    bk = block(lk, preferred)
+    return bk if not has_bias or bk % 128 == 0 else lk
 
 
 # ---- forward -------------------------------------------------------------------
@@ -72,8 +82,8 @@ def _fwd_kernel(*refs, scale, causal, bq, bk, nk, has_bias):
 def _forward(q, k, v, bias, scale, causal, blocks):
     bh, lq, d = q.shape
     lk = k.shape[1]
-    bq, bk = block(lq, blocks[0]), block(lk, blocks[1])
     has_bias = bias is not None
+    bq, bk = block(lq, blocks[0]), _key_block(lk, blocks[1], has_bias)
     kernel = functools.partial(_fwd_kernel, scale=scale, causal=causal, bq=bq, bk=bk,
                                nk=lk // bk, has_bias=has_bias)
     in_specs = [pl.BlockSpec((None, bq, d), lambda b, i: (b, i, 0)),
@@ -84,7 +94,7 @@ def _forward(q, k, v, bias, scale, causal, blocks):
         in_specs.append(pl.BlockSpec((None, bq, lk), lambda b, i: (b, i, 0)))
         args.append(bias)
     return pl.pallas_call(
-        kernel, grid=(bh, lq // bq), in_specs=in_specs,
+        kernel, grid=(bh, lq // bq), in_specs=in_specs, name="flash_attention_fwd",
         out_specs=[pl.BlockSpec((None, bq, d), lambda b, i: (b, i, 0)),
                    pl.BlockSpec((None, bq, 1), lambda b, i: (b, i, 0))],
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
@@ -118,7 +128,7 @@ def _dkdv_kernel(*refs, scale, causal, bq, bk, nq, has_bias):
 
     first = (j * bk) // bq if causal else 0  # earlier query rows cannot see this key block
     zeros = jnp.zeros(k.shape, jnp.float32)
-    dk, dv = lax.fori_loop(first, nq, body, (zeros, zeros))
+    dk, dv = lax.fori_loop(first, jnp.int32(nq), body, (zeros, zeros))
     dk_ref[...] = (dk * scale).astype(dk_ref.dtype)
     dv_ref[...] = dv.astype(dv_ref.dtype)
 
@@ -148,8 +158,8 @@ def _dq_kernel(*refs, scale, causal, bq, bk, nk, has_bias):
 def _backward(q, k, v, bias, o, lse, do, scale, causal, blocks):
     bh, lq, d = q.shape
     lk = k.shape[1]
-    bq, bk = block(lq, blocks[0]), block(lk, blocks[1])
     has_bias = bias is not None
+    bq, bk = block(lq, blocks[0]), _key_block(lk, blocks[1], has_bias)
     delta = jnp.sum(do.astype(jnp.float32) * o.astype(jnp.float32), axis=-1, keepdims=True)
     whole = lambda n: pl.BlockSpec((None, n, d), lambda b, x: (b, 0, 0))  # noqa: E731
     rows = lambda n: pl.BlockSpec((None, n, 1), lambda b, x: (b, 0, 0))  # noqa: E731
@@ -164,7 +174,7 @@ def _backward(q, k, v, bias, o, lse, do, scale, causal, blocks):
     dk, dv = pl.pallas_call(
         functools.partial(_dkdv_kernel, scale=scale, causal=causal, bq=bq, bk=bk, nq=lq // bq,
                           has_bias=has_bias),
-        grid=(bh, lk // bk), in_specs=specs, out_specs=[tile(bk), tile(bk)],
+        grid=(bh, lk // bk), in_specs=specs, out_specs=[tile(bk), tile(bk)], name="flash_attention_dkdv",
         out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
     )(*args, do, lse, delta)
 
@@ -176,7 +186,7 @@ def _backward(q, k, v, bias, o, lse, do, scale, causal, blocks):
     dq = pl.pallas_call(
         functools.partial(_dq_kernel, scale=scale, causal=causal, bq=bq, bk=bk, nk=lk // bk,
                           has_bias=has_bias),
-        grid=(bh, lq // bq), in_specs=specs, out_specs=tile(bq),
+        grid=(bh, lq // bq), in_specs=specs, out_specs=tile(bq), name="flash_attention_dq",
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
     )(*args, do, lse, delta)
     return dq, dk, dv
@@ -223,7 +233,8 @@ def flash_attention(q, k, v, mask=None, *, causal=False, scale=None, block_q=128
     bias = None
     if mask is not None:
         if mask.dtype == jnp.bool_:
-            mask = jnp.where(mask, 0.0, _NEG).astype(jnp.float32)
+            # float32 constants: Python floats would make the select float64 (x64 is on)
+            mask = jnp.where(mask, jnp.float32(0.0), jnp.float32(_NEG))
         bias = jnp.broadcast_to(mask, (b, h, lq, lk)).reshape(b * h, lq, lk)
         bias = lax.stop_gradient(bias)
     out = _attention(q.reshape(b * h, lq, d), k.reshape(b * h, lk, d), v.reshape(b * h, lk, d),

@@ -40,7 +40,7 @@ def _forward(x, w, eps, br):
     br = block(rows, br)
     tile, weight, stat = _row_specs(rows, n, br)
     return pl.pallas_call(
-        functools.partial(_fwd_kernel, eps=eps), grid=(rows // br,),
+        functools.partial(_fwd_kernel, eps=eps), grid=(rows // br,), name="rms_norm_fwd",
         in_specs=[tile, weight], out_specs=[tile, stat],
         out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((rows, 1), jnp.float32)],
     )(x, w.reshape(1, n))
@@ -63,7 +63,7 @@ def _rms_norm_bwd(eps, br, res, dy):
     tile, weight, stat = _row_specs(rows, n, br)
     nb = rows // br
     dx, dw = pl.pallas_call(
-        _bwd_kernel, grid=(nb,),
+        _bwd_kernel, grid=(nb,), name="rms_norm_bwd",
         in_specs=[tile, weight, stat, tile],
         out_specs=[tile, pl.BlockSpec((None, 1, n), lambda i: (i, 0, 0))],
         out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((nb, 1, n), jnp.float32)],
