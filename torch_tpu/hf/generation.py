@@ -21,9 +21,9 @@ no cache, ``generate()`` here only fills in settings Transformers already has:
   the step's ids to tpu and brings the last logits back, which the stop check
   already waits for.  Token ids given on tpu are returned on tpu.
 
-Anything the caller sets explicitly (a cache, ``cache_implementation``,
-``prefill_chunk_size``, ``max_cache_len``, beam search, an assistant model,
-``custom_generate``) is left as Transformers would run it.
+A ``prefill_chunk_size`` or ``max_cache_len`` the caller passes is kept; an
+explicit cache or ``cache_implementation``, beam search, an assistant model,
+``custom_generate`` or ``disable_compile`` leaves the call to Transformers.
 ``TORCH_TPU_GENERATE_DEFAULTS=0`` turns this off.
 
 Upstreamable form: a device hook next to ``_default_compile_config`` (which
