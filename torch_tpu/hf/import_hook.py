@@ -32,6 +32,8 @@ class _Finder(importlib.abc.MetaPathFinder):
             exec_module(module)
             with _lock:
                 callbacks = _pending.pop(fullname, [])
+                if not _pending and _finder in sys.meta_path:
+                    sys.meta_path.remove(_finder)  # nothing left to watch
             for fn in callbacks:
                 fn(module)
 
