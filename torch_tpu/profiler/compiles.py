@@ -6,42 +6,32 @@ for a new program or shape, which is what a shape-stable loop must avoid).
     model.generate(ids, max_new_tokens=32)
     print(torch_tpu.profiler.xla_compiles() - before)
 
-Counted from JAX's own monitoring events, so every path counts: eager
-kernels, fused chains, ``torch.compile`` graphs and jax_op kernels.
+Counted from JAX's own monitoring event around each compile-or-load
+(``backend_compile_duration``), so every path counts: eager kernels, fused
+chains, ``torch.compile`` graphs and jax_op kernels.
 """
 import threading
 
 import jax
 
 _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
-_PERSISTENT_HIT = "/jax/compilation_cache/cache_hits"
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # compiles may finish on several threads
 _count = 0
 _installed = False
 
 
-def _bump():
-    global _count
-    with _lock:
-        _count += 1
-
-
 def _on_duration(event, duration_secs, **kwargs):
+    global _count
     if event == _BACKEND_COMPILE:
-        _bump()
-
-
-def _on_event(event, **kwargs):
-    if event == _PERSISTENT_HIT:
-        _bump()
+        with _lock:
+            _count += 1
 
 
 def install() -> None:
     global _installed
     if not _installed:
         jax.monitoring.register_event_duration_secs_listener(_on_duration)
-        jax.monitoring.register_event_listener(_on_event)
         _installed = True
 
 
