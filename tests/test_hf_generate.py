@@ -50,6 +50,11 @@ def llama():
     return _llama()
 
 
+def test_defaults_are_installed_on_transformers():
+    from transformers.generation.utils import GenerationMixin
+    assert getattr(GenerationMixin.generate, "_torch_tpu_shape_stable", False)
+
+
 def test_cache_bucket():
     assert [generation.cache_bucket(n) for n in (1, 40, 128, 129, 300)] == [128, 128, 128, 256, 512]
 
