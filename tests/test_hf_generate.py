@@ -153,3 +153,14 @@ def test_sampling_matches_tpu_eager_reference(llama):
     reference = tpu.generate(ids, disable_compile=True, **kwargs)
     torch.manual_seed(3)
     assert torch.equal(tpu.generate(ids.to("tpu"), **kwargs).cpu(), reference)
+
+
+@pytest.mark.slow
+def test_defaults_installed_when_transformers_is_imported_first():
+    import subprocess
+    import sys
+    code = ("import transformers.generation.utils as g, torch_tpu; "
+            "print(getattr(g.GenerationMixin.generate, '_torch_tpu_shape_stable', False))")
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "True"
