@@ -1,6 +1,7 @@
 """All benchmarks side by side in one run: training-step time of each model
 config on tpu (debug, strict, fused eager and torch.compile) against PyTorch
-CPU eager and inductor, first-step (compile) time, and per-op latency.
+CPU eager and inductor, first-step (compile) time, per-op latency, and
+Hugging Face ``generate()`` (benchmarks/generate.py: cold and warm calls).
 Writes benchmarks/results/report.md and PNG plots; ``--publish`` copies them
 to docs/benchmarks/ (what the README shows).
 
@@ -23,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import best_time  # noqa: E402
 from eager_modes import chain_latency  # noqa: E402
+import generate as generation  # noqa: E402
 from op_latency import OPS  # noqa: E402
 from training import run_rounds, seconds_of  # noqa: E402
 
@@ -91,6 +93,8 @@ def main():
     parser.add_argument("--steps", type=int)
     parser.add_argument("--warmup", type=int)
     parser.add_argument("--rounds", type=int, help="interleaved repeats of each training run (median)")
+    parser.add_argument("--generate-configs", nargs="*", default=["tiny"], choices=list(generation.CONFIGS),
+                        help="model configs for the generate() section (llama-100m takes minutes; none: skip)")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--publish", action="store_true",
                         help="also copy report.md and the plots to docs/benchmarks/")
@@ -113,6 +117,8 @@ def main():
         train, errors = run_rounds(jobs, steps, warmup, rounds, keep_going=True)
         ops = op_latencies(number=50 if args.quick else 200, repeat=3 if args.quick else 5)
         chain = chain_latency(repeat=5 if args.quick else 20)
+        generated = [generation.run(c, v, repeat=2 if args.quick else 3)
+                     for c in args.generate_configs for v in generation.VARIANTS]
 
     # ---- tables --------------------------------------------------------------
     rows = []
@@ -134,6 +140,7 @@ def main():
     op_cols = ["torch CPU", "jax.jit", "tpu debug", "tpu strict"]
     op_table = _md_table([[name] + [f"{row[c]:.1f}" for c in op_cols] for name, row in ops.items()],
                          ["op (µs per call)"] + op_cols)
+    generate_table = _md_table(generation.rows(generated), generation.HEADERS) if generated else "(skipped)"
     chain_table = _md_table([[k, f"{v * 1e6:.1f}", f"{chain['cpu'] / v:.2f}x"] for k, v in chain.items()],
                             ["100-op elementwise chain", "µs per op", "speed vs CPU eager"])
 
@@ -193,6 +200,15 @@ takes less wall time than its CPU time divided by the cores.
 {op_table}
 
 {chain_table}
+
+## Text generation (Hugging Face `generate()`)
+
+{generation.describe(1, False, 1)}. Each variant runs in a fresh process with
+JAX's on-disk cache off, so the cold call includes every compile; "XLA
+compiles" counts executables built during the call. Details and more
+options: `python benchmarks/generate.py --help`.
+
+{generate_table}
 """
     if errors:
         md += "\n## Failed runs\n\n" + "\n".join(f"- {c} {v}: {e}" for (c, v), e in errors.items()) + "\n"

@@ -167,8 +167,9 @@ def test_generate_sampling_is_seeded(llama_pair, no_fallback):
     assert runs[0].shape == (1, ids.shape[1] + 3)
 
 
-def test_generate_static_cache_compiled(llama_pair, no_fallback):
-    cpu, tpu = llama_pair
+def test_generate_static_cache_compiled(model_dirs, llama_pair, no_fallback):
+    cpu, _ = llama_pair
+    tpu = _load(model_dirs["llama"], device_map="tpu")  # fresh: nothing compiled for it yet
     ids = _ids(seed=1)
     want = cpu.generate(ids, max_new_tokens=3, do_sample=False)
     before = torch_tpu.compile.stats.as_dict()

@@ -21,6 +21,7 @@ from . import ops  # noqa: E402,F401  (importing installs the aten kernels)
 from . import compile as _compile  # noqa: E402
 from . import distributed as _distributed  # noqa: E402
 from . import lowering_check as _lowering_check  # noqa: E402
+from . import hf as _hf  # noqa: E402
 from . import pallas as _pallas  # noqa: E402
 from . import profiler as _profiler  # noqa: E402
 from .amp import autocast as _autocast  # noqa: E402
@@ -45,6 +46,7 @@ _distributed.install()       # the tpu_dist backend, torch.tpu.distributed
 _pallas.install()            # torch.tpu.pallas, torch.tpu.ops
 _profiler.install()          # torch.tpu.profiler, TORCH_TPU_LOGS
 _lowering_check.install()    # torch.tpu.lowering_check
+_hf.install()                # generate() defaults for tpu, once Transformers loads
 
 from .ops.fallback import fallback_ops  # noqa: E402,F401
 from .pallas import from_jax, to_jax  # noqa: E402,F401

@@ -12,6 +12,8 @@ keeps its own imports light.
 """
 import sys
 
+from . import compiles as _compiles
+from .compiles import xla_compiles  # noqa: F401
 from .config import TpuProfilerConfig  # noqa: F401
 from .trace import is_tracing, profile, start, stop, trace  # noqa: F401
 
@@ -23,3 +25,4 @@ def install() -> None:
     tpu_module.profiler = sys.modules[__name__]
     sys.modules["torch.tpu.profiler"] = sys.modules[__name__]
     logs.install()
+    _compiles.install()  # count XLA compiles from the first one on

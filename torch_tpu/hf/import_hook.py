@@ -1,0 +1,56 @@
+"""Run a function right after a module is first imported (or now, if it is)."""
+import importlib.abc
+import sys
+import threading
+
+_pending = {}  # module name -> functions to call with the module
+_lock = threading.Lock()
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Wraps the real loader of a watched module so that its callbacks run
+    after the module body has executed."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in _pending:
+            return None
+        for finder in sys.meta_path:
+            if finder is self:
+                continue
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+
+        def exec_then_call(module):
+            exec_module(module)
+            with _lock:
+                callbacks = _pending.pop(fullname, [])
+                if not _pending and _finder in sys.meta_path:
+                    sys.meta_path.remove(_finder)  # nothing left to watch
+            for fn in callbacks:
+                fn(module)
+
+        loader.exec_module = exec_then_call
+        return spec
+
+
+_finder = _Finder()
+
+
+def after_import(name: str, fn) -> None:
+    """Call ``fn(module)`` once ``name`` is imported: now if it already is."""
+    module = sys.modules.get(name)
+    if module is not None:
+        fn(module)
+        return
+    with _lock:
+        _pending.setdefault(name, []).append(fn)
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
