@@ -26,8 +26,10 @@ from .device import module as _tpu_module  # noqa: E402
 from .device import pinned as _pinned  # noqa: E402
 from .ops import flex_attention as _flex_attention  # noqa: E402
 from .storage import patches as _storage_patches  # noqa: E402
+from . import precision as _precision  # noqa: E402
 
 _storage_patches.install()   # UntypedStorage(n, device="tpu"), storage.resize_
+_precision.install()         # torch.set_float32_matmul_precision sets torch.tpu.precision
 _accelerator.install()       # torch.accelerator.synchronize / memory_* for tpu
 _generator.install()         # torch.Generator(device="tpu")
 _pinned.install()            # Tensor.pin_memory() when the accelerator is tpu

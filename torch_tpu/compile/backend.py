@@ -19,7 +19,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from .. import dtypes, logs
+from .. import dtypes, logs, precision
 from ..profiler import record as _prof
 from ..device import rng
 from ..eager import fusion, modes
@@ -97,6 +97,7 @@ class CompiledGraph:
                 arrays.append(_input_buffer(a, signature))
             else:
                 signature.append(a)
+        signature.append(precision.key())  # torch.tpu.precision is traced into the executable
         signature = tuple(signature)
         exe = self.executables.get(signature)
         if exe is _ON_EAGER_KERNELS:
@@ -153,7 +154,8 @@ class CompiledGraph:
         args.clear()
         return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
-    def _compile(self, signature, arrays):
+    def _compile(self, key, arrays):
+        signature, matmul_precision = key[:-1], key[-1]  # the inputs' entries, then the precision
         fn = self.fn
         readers = [views.reader(e[1]) if _is_tensor_entry(e) and e[0] == _TPU else None
                    for e in signature]
@@ -174,7 +176,8 @@ class CompiledGraph:
             return outputs, new_values
 
         start = time.perf_counter()
-        lowered = jax.jit(with_statics).lower(_NO_RNG, *arrays)
+        with precision.tracing(matmul_precision):
+            lowered = jax.jit(with_statics).lower(_NO_RNG, *arrays)
         exe = lowered.compile(compiler_options={**self.xla_options, **compiler_options.current()} or None)
         seconds = time.perf_counter() - start
         stats.compiles += 1
@@ -186,8 +189,8 @@ class CompiledGraph:
         else:
             log.debug("compiled %s in %.2fs", self.name, seconds)
         if self.scalar_outputs is not None:
-            self.scalar_outputs[signature] = scalars
-        self.executables[signature] = exe
+            self.scalar_outputs[key] = scalars
+        self.executables[key] = exe
         return exe
 
 
