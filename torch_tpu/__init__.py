@@ -27,6 +27,7 @@ from .device import pinned as _pinned  # noqa: E402
 from .ops import flex_attention as _flex_attention  # noqa: E402
 from .storage import patches as _storage_patches  # noqa: E402
 from . import precision as _precision  # noqa: E402
+from . import optimizers as _optimizers  # noqa: E402
 
 _storage_patches.install()   # UntypedStorage(n, device="tpu"), storage.resize_
 _precision.install()         # torch.set_float32_matmul_precision sets torch.tpu.precision
@@ -39,6 +40,8 @@ _compile.install()           # the "tpu" dynamo backend
 _tpu_module.compiler = _compiler_options  # torch.tpu.compiler.custom_compiler_options
 sys.modules["torch.tpu.compiler"] = _compiler_options
 _distributed.install()       # the tpu_dist backend, torch.tpu.distributed
+_tpu_module.optimizers = _optimizers  # torch.tpu.optimizers
+sys.modules["torch.tpu.optimizers"] = _optimizers
 _pallas.install()            # torch.tpu.pallas, torch.tpu.ops
 _profiler.install()          # torch.tpu.profiler, TORCH_TPU_LOGS
 

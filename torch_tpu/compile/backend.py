@@ -58,7 +58,10 @@ class CompiledGraph:
     storages.  So a call costs one executable launch plus tensor bookkeeping.
     """
 
-    def __init__(self, gm, name):
+    def __init__(self, gm, name, donate_mutated=False):
+        # donate_mutated: hand the buffers of the inputs the graph rewrites to
+        # the executable (a training step updating parameters in place)
+        self.donate_mutated = donate_mutated
         rewrites.inline_dense_hops(gm)
         rewrites.masked_sums(gm)
         self.gm = gm
@@ -176,8 +179,9 @@ class CompiledGraph:
             return outputs, new_values
 
         start = time.perf_counter()
+        donate = self._donated(signature, arrays) if self.donate_mutated else ()
         with precision.tracing(matmul_precision):
-            lowered = jax.jit(with_statics).lower(_NO_RNG, *arrays)
+            lowered = jax.jit(with_statics, donate_argnums=donate).lower(_NO_RNG, *arrays)
         exe = lowered.compile(compiler_options={**self.xla_options, **compiler_options.current()} or None)
         seconds = time.perf_counter() - start
         stats.compiles += 1
@@ -192,6 +196,23 @@ class CompiledGraph:
             self.scalar_outputs[key] = scalars
         self.executables[key] = exe
         return exe
+
+    def _donated(self, signature, arrays):
+        """Argument positions of the rewritten inputs whose tensor owns its whole
+        buffer, passed once: XLA may write their new values in place."""
+        position, positions = {}, []
+        for i, e in enumerate(signature):
+            if _is_tensor_entry(e):
+                position[i] = len(position)
+        uses = {}
+        for a in arrays:
+            uses[id(a)] = uses.get(id(a), 0) + 1
+        for i in self.mutated:
+            k = position.get(i)
+            if (k is not None and signature[i][0] == _TPU and views.covers_buffer(signature[i][1])
+                    and uses[id(arrays[k])] == 1):
+                positions.append(1 + k)  # after the rng material
+        return tuple(positions)
 
 
 _NO_RNG = np.zeros(3, np.uint32)
