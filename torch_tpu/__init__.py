@@ -41,6 +41,8 @@ _tpu_module.compiler = _compiler_options  # torch.tpu.compiler.custom_compiler_o
 sys.modules["torch.tpu.compiler"] = _compiler_options
 _distributed.install()       # the tpu_dist backend, torch.tpu.distributed
 _tpu_module.optimizers = _optimizers  # torch.tpu.optimizers
+_tpu_module.default_generators = _generator.default_generators
+_tpu_module.topology_aware_mesh = _distributed.topology_aware_mesh
 sys.modules["torch.tpu.optimizers"] = _optimizers
 _pallas.install()            # torch.tpu.pallas, torch.tpu.ops
 _profiler.install()          # torch.tpu.profiler, TORCH_TPU_LOGS
