@@ -5,7 +5,10 @@ update as one executable).  Reports wall and CPU seconds per step, the CPU
 ratio to the baseline, XLA executables launched per step, and the first
 step's seconds (compile included).
 
-    python benchmarks/single_trace.py [--config tiny] [--steps 10] [--warmup 3]
+    OMP_NUM_THREADS=1 python benchmarks/single_trace.py [--config tiny] [--steps 10] [--warmup 3]
+
+(On a small shared machine, OMP_NUM_THREADS=1 keeps PyTorch's CPU baseline
+from oversubscribing the cores.)
 """
 import argparse
 import os
@@ -20,6 +23,7 @@ from torch_tpu.eager import pending
 sys.path.insert(0, os.path.dirname(__file__))
 from common import table  # noqa: E402
 from models import GPT, GPT_CONFIGS, gpt_batch  # noqa: E402
+from training import make_step  # noqa: E402
 
 
 class Launches:
@@ -45,15 +49,7 @@ def _model(config, device):
 
 def eager_step(config, device):
     model, batch = _model(config, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def step():
-        loss = model(*batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
-    return step
+    return make_step(model, torch.optim.AdamW(model.parameters(), lr=1e-3), batch)
 
 
 def compiled_step(config):
