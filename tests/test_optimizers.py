@@ -282,3 +282,19 @@ def test_functional_optimizer_under_torch_compile_without_graph_breaks():
     for name in group.params:
         _close(new.params[name], expected.params[name])
         _close(new.opt_state_v[name], expected.opt_state_v[name])
+
+
+def test_muon_in_one_compiled_step_matches_eager_muon(monkeypatch):
+    batches = [tuple(t.to("tpu") for t in b) for b in _batches(3)]
+    make = lambda: optimizers.Muon(lr=2e-2, adamw=optimizers.AdamW(lr=3e-3, use_bfloat16_moments=False))  # noqa: E731
+    eager = _functional_run(make(), _mlp(), batches, "tpu")
+    model = _mlp().to("tpu")
+    trainer = optimizers.SingleTraceTrainer(model, make())
+    step = trainer.make_compiled_train_step(*batches[0])
+    launches = _Launches(monkeypatch)
+    for x, y in batches:
+        step(x, y)
+    assert launches.count == len(batches)
+    for name, p in model.named_parameters():
+        _close(p, eager.params[name], 1e-4)
+        _close(trainer.param_group.opt_state_m[name], eager.opt_state_m[name], 1e-4)
