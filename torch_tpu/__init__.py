@@ -32,8 +32,11 @@ from .device import module as _tpu_module  # noqa: E402
 from .device import pinned as _pinned  # noqa: E402
 from .ops import flex_attention as _flex_attention  # noqa: E402
 from .storage import patches as _storage_patches  # noqa: E402
+from . import precision as _precision  # noqa: E402
+from . import optimizers as _optimizers  # noqa: E402
 
 _storage_patches.install()   # UntypedStorage(n, device="tpu"), storage.resize_
+_precision.install()         # torch.set_float32_matmul_precision sets torch.tpu.precision
 _accelerator.install()       # torch.accelerator.synchronize / memory_* for tpu
 _generator.install()         # torch.Generator(device="tpu")
 _pinned.install()            # Tensor.pin_memory() when the accelerator is tpu
@@ -43,6 +46,10 @@ _compile.install()           # the "tpu" dynamo backend
 _tpu_module.compiler = _compiler_options  # torch.tpu.compiler.custom_compiler_options
 sys.modules["torch.tpu.compiler"] = _compiler_options
 _distributed.install()       # the tpu_dist backend, torch.tpu.distributed
+_tpu_module.optimizers = _optimizers  # torch.tpu.optimizers
+_tpu_module.default_generators = _generator.default_generators
+_tpu_module.topology_aware_mesh = _distributed.topology_aware_mesh
+sys.modules["torch.tpu.optimizers"] = _optimizers
 _pallas.install()            # torch.tpu.pallas, torch.tpu.ops
 _profiler.install()          # torch.tpu.profiler, TORCH_TPU_LOGS
 _lowering_check.install()    # torch.tpu.lowering_check

@@ -19,7 +19,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from .. import dtypes, logs
+from .. import dtypes, logs, precision
 from ..profiler import record as _prof
 from ..device import rng
 from ..eager import fusion, modes
@@ -58,7 +58,10 @@ class CompiledGraph:
     storages.  So a call costs one executable launch plus tensor bookkeeping.
     """
 
-    def __init__(self, gm, name):
+    def __init__(self, gm, name, donate_mutated=False):
+        # donate_mutated: hand the buffers of the inputs the graph rewrites to
+        # the executable (a training step updating parameters in place)
+        self.donate_mutated = donate_mutated
         rewrites.inline_dense_hops(gm)
         rewrites.masked_sums(gm)
         self.gm = gm
@@ -97,6 +100,7 @@ class CompiledGraph:
                 arrays.append(_input_buffer(a, signature))
             else:
                 signature.append(a)
+        signature.append(precision.key())  # torch.tpu.precision is traced into the executable
         signature = tuple(signature)
         exe = self.executables.get(signature)
         if exe is _ON_EAGER_KERNELS:
@@ -153,11 +157,13 @@ class CompiledGraph:
         args.clear()
         return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
-    def program(self, signature):
-        """The JAX function the executable for ``signature`` runs, called as
-        (rng key material, *input arrays) -> (outputs, new values of mutated
-        inputs), and the dict where tracing it leaves the outputs that are
-        sizes computed from static sizes (the TPU lowering check lowers it too)."""
+    def program(self, key):
+        """The JAX function the executable for ``key`` (the inputs' signature
+        entries, then the matmul precision) runs, called as (rng key material,
+        *input arrays) -> (outputs, new values of mutated inputs), and the dict
+        where tracing it leaves the outputs that are sizes computed from static
+        sizes (the TPU lowering check lowers it too)."""
+        signature, matmul_precision = key[:-1], key[-1]
         fn = self.fn
         readers = [views.reader(e[1]) if _is_tensor_entry(e) and e[0] == _TPU else None
                    for e in signature]
@@ -168,7 +174,8 @@ class CompiledGraph:
             it = iter(arrays_)
             full = [(readers[i](next(it)) if readers[i] else next(it)) if _is_tensor_entry(e) else e
                     for i, e in enumerate(signature)]
-            outputs, new_values = fn(material, *full, *it)  # the rest: host values
+            with precision.tracing(matmul_precision):
+                outputs, new_values = fn(material, *full, *it)  # the rest: host values
             outputs = [registry._to_storage_layout(o, lay) if lay is not None and o is not None else o
                        for o, lay in zip(outputs, layouts)]
             for i, o in enumerate(outputs):
@@ -178,10 +185,12 @@ class CompiledGraph:
             return outputs, new_values
         return with_statics, scalars
 
-    def _compile(self, signature, arrays):
-        with_statics, scalars = self.program(signature)
+    def _compile(self, key, arrays):
+        with_statics, scalars = self.program(key)
+        signature = key[:-1]
         start = time.perf_counter()
-        lowered = jax.jit(with_statics).lower(_NO_RNG, *arrays)
+        donate = self._donated(signature, arrays) if self.donate_mutated else ()
+        lowered = jax.jit(with_statics, donate_argnums=donate).lower(_NO_RNG, *arrays)
         exe = lowered.compile(compiler_options={**self.xla_options, **compiler_options.current()} or None)
         seconds = time.perf_counter() - start
         stats.compiles += 1
@@ -193,9 +202,26 @@ class CompiledGraph:
         else:
             log.debug("compiled %s in %.2fs", self.name, seconds)
         if self.scalar_outputs is not None:
-            self.scalar_outputs[signature] = scalars
-        self.executables[signature] = exe
+            self.scalar_outputs[key] = scalars
+        self.executables[key] = exe
         return exe
+
+    def _donated(self, signature, arrays):
+        """Argument positions of the rewritten inputs whose tensor owns its whole
+        buffer, passed once: XLA may write their new values in place."""
+        position, positions = {}, []
+        for i, e in enumerate(signature):
+            if _is_tensor_entry(e):
+                position[i] = len(position)
+        uses = {}
+        for a in arrays:
+            uses[id(a)] = uses.get(id(a), 0) + 1
+        for i in self.mutated:
+            k = position.get(i)
+            if (k is not None and signature[i][0] == _TPU and views.covers_buffer(signature[i][1])
+                    and uses[id(arrays[k])] == 1):
+                positions.append(1 + k)  # after the rng material
+        return tuple(positions)
 
 
 _NO_RNG = np.zeros(3, np.uint32)

@@ -16,6 +16,8 @@ accepting every generator, including those PyTorch makes in C++.
 """
 import torch
 
+from . import rng
+
 _TorchGenerator = torch._C.Generator
 
 
@@ -50,6 +52,43 @@ class TpuGenerator(_TorchGenerator):
         return f"<torch.Generator device={self.device}>"
 
 
+class DefaultGenerator(TpuGenerator):
+    """``torch.tpu.default_generators[0]``: the device's default random stream
+    (the one ``torch.tpu.manual_seed`` seeds), as a generator object."""
+
+    def __new__(cls, index=0):
+        self = super().__new__(cls, index)
+        # Ops receive a generator back as a plain torch._C.Generator (the
+        # subclass is lost), so the C++ side carries the mark: a seed no other
+        # generator is given (this class's manual_seed never reseeds it).
+        _TorchGenerator.manual_seed(self, rng.DEFAULT_GENERATOR_MARK)
+        return self
+
+    def manual_seed(self, seed):
+        rng.manual_seed(seed)
+        return self
+
+    def seed(self):
+        return rng.seed()
+
+    def initial_seed(self):
+        return rng.initial_seed()
+
+    def get_state(self):
+        return rng.get_state()
+
+    def set_state(self, state):
+        rng.set_state(state)
+        return self
+
+    def __reduce__(self):
+        return _default, (self._index,)
+
+
+def _default(index):
+    return default_generators[index]
+
+
 def _rebuild(index, state):
     generator = TpuGenerator(index)
     generator.set_state(state)
@@ -79,3 +118,6 @@ def _checked_index(device) -> int:
 
 def install() -> None:
     torch.Generator = Generator
+
+
+default_generators = (DefaultGenerator(0),)  # one device per process

@@ -7,9 +7,11 @@ import types
 
 import torch
 
+from .. import precision as _precision
 from .. import runtime
 from ..eager import modes, pending
 from ..eager.modes import EagerMode  # noqa: F401  (public name)
+from ..precision import Precision, set_precision  # noqa: F401  (public names)
 from ..storage import memory
 from . import rng
 
@@ -351,6 +353,25 @@ class _TpuModule(types.ModuleType):
     @eager_mode.setter
     def eager_mode(self, mode):
         modes.set_mode(mode)
+
+    @property
+    def precision(self):
+        """Float32 matmul precision (``torch.tpu.Precision``); ``torch.set_float32_matmul_precision``
+        sets it too ("medium"/"high"/"highest": DEFAULT/HIGH/HIGHEST)."""
+        return _precision.get()
+
+    @precision.setter
+    def precision(self, value):
+        _precision.set(value)
+
+    @property
+    def allow_excess_precision(self):
+        """XLA's xla_allow_excess_precision flag (XLA_FLAGS); False when unset."""
+        return _precision.allow_excess_precision()
+
+    @allow_excess_precision.setter
+    def allow_excess_precision(self, value):
+        _precision.set_allow_excess_precision(bool(value))
 
 
 sys.modules[__name__].__class__ = _TpuModule

@@ -10,6 +10,10 @@ import threading
 import numpy as np
 import torch
 
+# the seed of torch.tpu.default_generators[0]'s own CPU generator, which marks
+# it as the default stream (device/generator.py)
+DEFAULT_GENERATOR_MARK = 0x5EED_7D0_DEFA_17
+
 _lock = threading.Lock()
 _state = {"seed": 0, "offset": 0}
 
@@ -44,7 +48,7 @@ def set_state(state: torch.Tensor) -> None:
 
 def next_key_material(generator=None) -> np.ndarray:
     """(seed, counter) for one random op, as a uint32 pair for jax.random."""
-    if generator is not None:  # a CPU generator, or a tpu one (CPU-backed: device/generator.py)
+    if generator is not None and generator.initial_seed() != DEFAULT_GENERATOR_MARK:  # a CPU generator, or a tpu one (CPU-backed: device/generator.py)
         s = int(torch.randint(0, 2**62, (1,), generator=generator).item())
         return np.array([s % 2**32, s >> 32, 0], dtype=np.uint32)
     with _lock:

@@ -37,14 +37,20 @@ def _prune() -> None:
 
 def _ready(x) -> bool:
     is_ready = getattr(x, "is_ready", None)  # anything but a jax.Array (a number) is done
-    return is_ready is None or is_ready()
+    return is_ready is None or _donated(x) or is_ready()
+
+
+def _donated(x) -> bool:
+    # a buffer donated to a later executable (a training step updating its
+    # parameters in place): that executable's results stand for it
+    return x.is_deleted()
 
 
 def wait_all() -> None:
     from . import checks, fusion
     fusion.flush("synchronize")
     with _lock:
-        items = list(_pending)
+        items = [x for x in _pending if not (hasattr(x, "is_deleted") and _donated(x))]
         _pending.clear()
     jax.block_until_ready(items)
     checks.raise_failed()

@@ -16,15 +16,14 @@ import math
 import jax.numpy as jnp
 import numpy as np
 import torch
-from jax import lax
 
+from .. import precision
 from .registry import _LIB as registry_lib
 from .registry import Kernel, Options, register_masked, register_raw, resolve
 
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
 _FUSED = resolve("_scaled_dot_product_fused_attention_overrideable.default")
 _F32 = np.dtype(np.float32)
-_HIGHEST = lax.Precision.HIGHEST
 
 
 # ---- the math --------------------------------------------------------------
@@ -46,7 +45,7 @@ def _scores(q, k, bias, is_causal, root_scale, dtype=_F32):
     transformer fast paths pass float64 through).  Like PyTorch's math path,
     both operands are scaled by the square root of the scale (``root_scale``)."""
     s = jnp.einsum("...qe,...ke->...qk", q.astype(dtype) * root_scale, k.astype(dtype) * root_scale,
-                   precision=_HIGHEST)
+                   precision=precision.for_operands(q))
     if is_causal:  # top-left aligned, as PyTorch's tril mask
         allowed = jnp.tril(jnp.ones(s.shape[-2:], bool))
         s = jnp.where(allowed, s, -jnp.inf)
@@ -77,7 +76,7 @@ def _fused_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=F
     e = jnp.exp(s - m)
     total = jnp.sum(e, axis=-1, keepdims=True)
     p = jnp.where(total > 0, e / jnp.where(total > 0, total, 1.0), 0.0)
-    out = jnp.einsum("...qk,...kd->...qd", p, v.astype(_F32), precision=_HIGHEST)
+    out = jnp.einsum("...qk,...kd->...qd", p, v.astype(_F32), precision=precision.for_operands(query))
     lse = (m + jnp.log(total))[..., 0]
     if query.ndim == 3:  # the meta kernel's shape: (1, heads, L) for 3-D inputs
         lse = lse[None]
@@ -91,20 +90,21 @@ def _fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out
     root_scale = _root_scale(query, scale)
     q, k, v = (x.astype(_F32) for x in (query, _expand_heads(key, heads), _expand_heads(value, heads)))
     dout = grad_out.astype(_F32)
+    prec = precision.for_operands(query)
     lse = logsumexp.reshape(query.shape[:-1])[..., None]
     s = _scores(query, k, attn_bias, is_causal, root_scale)
     p = jnp.where(jnp.isfinite(lse), jnp.exp(s - jnp.where(jnp.isfinite(lse), lse, 0.0)), 0.0)
-    dp = jnp.einsum("...qd,...kd->...qk", dout, v, precision=_HIGHEST)
+    dp = jnp.einsum("...qd,...kd->...qk", dout, v, precision=prec)
     ds = p * (dp - jnp.sum(p * dp, axis=-1, keepdims=True))
     grads = []
     if grad_input_mask[0]:
-        dq = jnp.einsum("...qk,...ke->...qe", ds, k * root_scale, precision=_HIGHEST) * root_scale
+        dq = jnp.einsum("...qk,...ke->...qe", ds, k * root_scale, precision=prec) * root_scale
         grads.append(dq.astype(query.dtype))
     if grad_input_mask[1]:
-        dk = jnp.einsum("...qk,...qe->...ke", ds, q * root_scale, precision=_HIGHEST) * root_scale
+        dk = jnp.einsum("...qk,...qe->...ke", ds, q * root_scale, precision=prec) * root_scale
         grads.append(_reduce_heads(dk, kv_heads).astype(key.dtype))
     if grad_input_mask[2]:
-        dv = jnp.einsum("...qk,...qd->...kd", p, dout, precision=_HIGHEST)
+        dv = jnp.einsum("...qk,...qd->...kd", p, dout, precision=prec)
         grads.append(_reduce_heads(dv, kv_heads).astype(value.dtype))
     if grad_input_mask[3]:
         grads.append(_unbroadcast(ds, attn_bias.shape).astype(attn_bias.dtype))

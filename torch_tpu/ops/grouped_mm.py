@@ -17,12 +17,9 @@ import numpy as np
 import torch
 from torch._subclasses import fake_impls
 
-from .. import dtypes
+from .. import dtypes, precision
 from . import indexing, linalg
 from .registry import register
-
-_HIGHEST = jax.lax.Precision.HIGHEST
-
 
 def _group_of(n, offs):
     """The group of each of n positions (len(offs) past the last offset)."""
@@ -31,17 +28,18 @@ def _group_of(n, offs):
 
 def _products(a, b, offs):
     acc = linalg._acc_type(jnp.result_type(a, b))
+    prec = precision.for_operands(a, b)
     if a.ndim == 3 and b.ndim == 3:
-        return jnp.matmul(a, b, precision=_HIGHEST, preferred_element_type=acc)
+        return jnp.matmul(a, b, precision=prec, preferred_element_type=acc)
     if a.ndim == 2 and b.ndim == 3:
         sizes = jnp.diff(offs.astype(np.int32), prepend=0)
-        rows = jax.lax.ragged_dot(a, b, sizes, precision=_HIGHEST, preferred_element_type=acc)
+        rows = jax.lax.ragged_dot(a, b, sizes, precision=prec, preferred_element_type=acc)
         return jnp.where((jnp.arange(a.shape[0]) < offs[-1])[:, None], rows, 0)
     if a.ndim == 2 and b.ndim == 2:
         onehot = _group_of(a.shape[1], offs)[None, :] == jnp.arange(offs.shape[0])[:, None]
         return jnp.einsum("mk,gk,kn->gmn", a.astype(acc), onehot.astype(acc), b.astype(acc),
-                          precision=_HIGHEST)
-    products = jnp.einsum("gmk,kn->gmn", a, b, precision=_HIGHEST, preferred_element_type=acc)
+                          precision=prec)
+    products = jnp.einsum("gmk,kn->gmn", a, b, precision=prec, preferred_element_type=acc)
     group = _group_of(b.shape[1], offs)  # 3-d x 2-d: the columns' groups
     picked = jnp.take_along_axis(products, jnp.minimum(group, a.shape[0] - 1)[None, None, :], axis=0)[0]
     return jnp.where((group < a.shape[0])[None, :], picked, 0)

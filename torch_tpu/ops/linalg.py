@@ -1,7 +1,8 @@
 """Matrix products: mm, bmm, addmm and friends.
 
-float32 products use HIGHEST precision so results match CPU float32 (XLA's
-default on TPU would round operands to bf16); half types accumulate in f32;
+float32 products use ``torch.tpu.precision`` (HIGHEST unless the user lowers
+it with ``torch.set_float32_matmul_precision``), so by default results match CPU
+float32 (XLA's default on TPU would round operands to bf16); half types accumulate in f32;
 integer products stay integer and exact.
 """
 import jax
@@ -9,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from .. import precision
 from ..dtypes import aten_name
 from . import indexing
 from .registry import PROMOTE, out_dtype, register
@@ -31,7 +33,7 @@ def matmul(a, b):
     acc = _acc_type(jnp.result_type(a, b))
     if np.dtype(acc) == np.int64 and jnp.result_type(a, b) == np.bool_:
         a, b = a.astype(acc), b.astype(acc)
-    return jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST, preferred_element_type=acc)
+    return jnp.matmul(a, b, precision=precision.for_operands(a, b), preferred_element_type=acc)
 
 
 def _fin(x):
@@ -125,7 +127,7 @@ def baddbmm(self, batch1, batch2, beta=1, alpha=1):
 def addbmm(self, batch1, batch2, beta=1, alpha=1):
     # sum over the batch inside one contraction: (b,n,k) x (b,k,m) -> (n,m)
     acc = _acc_type(jnp.result_type(batch1, batch2))
-    prod = jnp.einsum("bnk,bkm->nm", batch1, batch2, precision=jax.lax.Precision.HIGHEST,
+    prod = jnp.einsum("bnk,bkm->nm", batch1, batch2, precision=precision.for_operands(batch1, batch2),
                       preferred_element_type=acc)
     return _fin(_scaled_add(self, prod, beta, alpha))
 
@@ -166,7 +168,7 @@ def _int_mm(self, mat2):
 def _weight_int8pack_mm(self, mat2, scales):
     # activations (M, K) times int8 weights (N, K) with one scale per output channel
     acc = _acc_type(self.dtype)
-    product = jnp.matmul(self.astype(acc), mat2.T.astype(acc), precision=jax.lax.Precision.HIGHEST)
+    product = jnp.matmul(self.astype(acc), mat2.T.astype(acc), precision=precision.for_operands(self))
     return (product * scales.astype(acc)).astype(self.dtype)
 
 

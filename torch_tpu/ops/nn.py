@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from .. import dtypes
+from .. import dtypes, precision
 from ..eager import checks
 from ..storage import access
 from . import indexing
@@ -70,7 +70,7 @@ def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
     if not transposed:
         return lax.conv_general_dilated(
             x, w, window_strides=stride, padding=[(p, p) for p in padding], rhs_dilation=dilation,
-            dimension_numbers=_DIMS[nsp], feature_group_count=groups, precision=HIGHEST,
+            dimension_numbers=_DIMS[nsp], feature_group_count=groups, precision=precision.for_operands(x, w),
             preferred_element_type=acc)
     # A transposed conv is the input-gradient of a conv: dilate the input by the
     # stride, pad by the rest of the kernel, and convolve with the flipped kernel
@@ -84,7 +84,7 @@ def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
             for kk, p, d, op in zip(k, padding, dilation, output_padding)]
     return lax.conv_general_dilated(
         x, wg, window_strides=(1,) * nsp, padding=pads, lhs_dilation=stride, rhs_dilation=dilation,
-        dimension_numbers=_DIMS[nsp], feature_group_count=groups, precision=HIGHEST,
+        dimension_numbers=_DIMS[nsp], feature_group_count=groups, precision=precision.for_operands(x, w),
         preferred_element_type=acc)
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-from .. import dtypes
+from .. import dtypes, precision
 from ..casting import convert
 from ..eager import fusion, modes
 from ..eager.fusion import LazyBuffer
@@ -277,7 +277,7 @@ class Kernel:
         pos = tuple(self._encode(a, names[i], inputs) for i, a in enumerate(args))
         kw = tuple((k, self._encode(v, k, inputs)) for k, v in kwargs.items()
                    if k not in self.out_names)
-        key = (pos, kw, _storage_groups(args[0]) if self.writes_list else None)
+        key = (pos, kw, _storage_groups(args[0]) if self.writes_list else None, precision.key())
         entry = self.cache.get(key)
         if entry is None:
             with self.lock:
@@ -334,7 +334,7 @@ class Kernel:
         single = not isinstance(meta_out, (tuple, list))
         promote_dtype = self.promote_dtype(args, kwargs)
 
-        pos_t, kw_t, groups = key
+        pos_t, kw_t, groups, matmul_precision = key
         groups = groups or (0,)
         mode = self.mode
         apply = self.apply
@@ -361,7 +361,8 @@ class Kernel:
             a = [_decode(t, it) for t in pos_t]
             k = {name: _decode(t, it) for name, t in kw_t}
             key = make_key(next(it)) if rng else None
-            outs = apply(a, k, promote_dtype, [s[2] for s in out_specs] if out_specs else None, key)
+            with precision.tracing(matmul_precision):  # the setting this entry is cached under
+                outs = apply(a, k, promote_dtype, [s[2] for s in out_specs] if out_specs else None, key)
             if mode == "inplace":  # write each result back through its destination view
                 # Destinations that share a storage (views of one flat buffer)
                 # are written one after another into the same buffer.

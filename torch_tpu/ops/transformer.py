@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from .. import precision
 from .attention import _root_scale, _scores
 from .linalg import matmul
 from .nn import _up, native_layer_norm
@@ -51,7 +52,7 @@ def _attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, pro
     q, k, v = heads(query, wq, bq), heads(key, wk, bk), heads(value, wv, bv)
     s = _scores(q, k, _allowed(mask, mask_type), False, _root_scale(q, None), dtype=q.dtype)
     p = jax.nn.softmax(s, axis=-1)  # all keys masked: NaN, as ATen's _masked_softmax
-    ctx = jnp.einsum("bhqk,bhkd->bhqd", p, v, precision=jax.lax.Precision.HIGHEST)
+    ctx = jnp.einsum("bhqk,bhkd->bhqd", p, v, precision=precision.for_operands(v))
     ctx = ctx.swapaxes(1, 2).reshape(ctx.shape[0], ctx.shape[2], embed_dim)
     return _linear(ctx, _up(proj_weight), _up(proj_bias)), p
 

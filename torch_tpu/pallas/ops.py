@@ -64,3 +64,10 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     if weight is None:
         weight = torch.ones(normalized_shape, dtype=input.dtype, device=input.device)
     return _rms_norm(input, weight, len(normalized_shape), float(eps))
+
+
+# The rest of Google torch_tpu's torch.tpu.ops (grouped matmul, barriers,
+# splash attention, jagged padding, collectives by dimension)
+from ..tpu_ops import (align_jagged_to_multiple, all_gather_dim, optimization_barrier,  # noqa: E402,F401
+                       ragged_all_to_all, ragged_dot, ragged_dot_weight_grad, recv,
+                       reduce_scatter_dim, send, splash_sdpa, strip_jagged_padding)
