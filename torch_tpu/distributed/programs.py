@@ -6,6 +6,7 @@ on TPU).  Every program checks that all ranks asked for the same collective
 on the same shapes (see Plan and folded.py); a small one is that check and
 nothing else.
 """
+import concurrent.futures
 import functools
 import zlib
 
@@ -194,7 +195,6 @@ def describe(sig_row):
 
 
 counts = {"plans": 0, "launches": 0}  # deterministic: tests count them, not time them
-_dispatcher = None
 
 
 def agrees(sigs):
@@ -202,30 +202,33 @@ def agrees(sigs):
     return bool((rows == rows[0]).all())
 
 
-def _run(p, x):
-    """On the dispatch thread: launch, and return once the program is done."""
+_dispatcher = None
+
+
+def _launch_and_wait(p, x):
     out, sigs = p.launch(x)
-    counts["launches"] += 1
     jax.block_until_ready((out, sigs))
     return out, sigs
 
 
 def submit(kind, static, devices, x, block=None, out_shape=None):
-    """Start collective ``kind`` on this rank's block ``x`` on the dispatch
-    thread; returns a concurrent Future of (local result, signatures).
+    """Launch collective ``kind`` on this rank's block ``x`` from the dispatch
+    thread; returns a concurrent Future of (local result, every rank's
+    signature) that completes when the program is done.
+
+    XLA's CPU client may run a program with cross-process collectives in the
+    launching thread until the peers join it (seen on first launches and on
+    small programs), which would block forever on a missing peer; launching
+    from one thread (so programs keep their order) lets ``Work.wait`` enforce
+    the group timeout instead, and nobody polls.
 
     ``block``: the shape the kernel sees ``x`` as; ``out_shape``: the local
-    result's shape (both reshapes happen inside the program).  XLA's CPU
-    client can run a program with cross-process collectives inline in the
-    calling thread, which would block forever on a missing peer; one thread
-    (so programs keep their order) lets ``Work.wait`` enforce the group
-    timeout instead, and the future completes when the result is ready, so
-    nobody polls.
+    result's shape (both reshapes happen inside the program).
     """
     global _dispatcher
-    if _dispatcher is None:
-        import concurrent.futures
-        _dispatcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tpu_dist")
     p = plan(kind, static, devices, tuple(x.shape), x.dtype,
              None if block is None else tuple(block), None if out_shape is None else tuple(out_shape))
-    return _dispatcher.submit(_run, p, x)
+    counts["launches"] += 1
+    if _dispatcher is None:
+        _dispatcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tpu_dist")
+    return _dispatcher.submit(_launch_and_wait, p, x)
