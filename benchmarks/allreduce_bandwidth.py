@@ -50,11 +50,12 @@ class _Jax:
     def __init__(self):
         import jax
         import numpy as np
-        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        import torch.distributed as dist
+        from jax.sharding import Mesh, NamedSharding
+        from jax.sharding import PartitionSpec as P
 
         from torch_tpu import runtime
         from torch_tpu.distributed import bootstrap
-        import torch.distributed as dist
         self.jax, self.np = jax, np
         self.world = dist.get_world_size()
         self.device = runtime.jax_device()
@@ -134,7 +135,7 @@ def _bench_latency(engines, sizes_kb, iters, rounds, barrier):
             samples = []
             for _ in range(rounds):
                 barrier()
-                samples.append(_timed(lambda: (call(), finish()), lambda: None, iters))
+                samples.append(_timed(_waited(call, finish), lambda: None, iters))
             results[(kb, e.name)] = _median(samples)
     return results
 
@@ -143,9 +144,8 @@ def _bench_ddp(jax_engine, gloo, steps, rounds, barrier):
     """{variant: (wall ms, CPU ms) per step} and the floor for DDP's buckets."""
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     from models import GPT, GPT_CONFIGS, gpt_batch
+    from torch.nn.parallel import DistributedDataParallel as DDP
     cfg = GPT_CONFIGS["tiny"]
 
     def build(device, ddp_group):
@@ -176,20 +176,43 @@ def _bench_ddp(jax_engine, gloo, steps, rounds, barrier):
             barrier()
             samples.append(_timed(step, lambda: None, steps))
         results[name] = _median(samples)
-    bucket_bytes = built["tpu_dist DDP"][0]._get_ddp_logging_data().get("bucket_sizes", "")
-    buckets = [int(b) for b in str(bucket_bytes).split(",") if b.strip()]
+    buckets = _ddp_buckets(built["tpu_dist DDP"][1])
     floor = 0.0
     for nbytes in buckets:  # each bucket's all_reduce at the floor, waited for
         call, finish = jax_engine.prepare("all_reduce", max(1, nbytes // 4))
-        floor += _median([_timed(lambda: (call(), finish()), lambda: None, steps)
+        floor += _median([_timed(_waited(call, finish), lambda: None, steps)
                           for _ in range(rounds)])[0]
     return results, buckets, floor
 
 
+def _ddp_buckets(step):
+    """Bytes of each all_reduce one DDP step makes (its gradient buckets)."""
+    from torch_tpu.distributed.process_group import ProcessGroupTpu
+    sizes, allreduce = [], ProcessGroupTpu.allreduce
+
+    def spy(self, tensors, opts=None):
+        sizes.extend(t.numel() * t.element_size() for t in tensors)
+        return allreduce(self, tensors, opts)
+    ProcessGroupTpu.allreduce = spy
+    try:
+        step()
+    finally:
+        ProcessGroupTpu.allreduce = allreduce
+    return sizes
+
+
+def _waited(call, finish):
+    return lambda: (call(), finish())
+
+
 def _worker(args):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import warnings
+
     import torch.distributed as dist
+
     import torch_tpu  # noqa: F401
+    warnings.filterwarnings("ignore", category=FutureWarning)  # c10d's renamed collectives
     dist.init_process_group("tpu_dist")
     gloo = dist.new_group(backend="gloo")
     rank = dist.get_rank()
