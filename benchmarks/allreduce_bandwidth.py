@@ -20,7 +20,8 @@ c10d call waits anyway), the CPU milliseconds per call of rank 0's process
 the bandwidth.  Then the latency of one small all_reduce waited for on its
 own, and one training step of the "tiny" GPT with DDP on each backend next
 to the same step without DDP (both ranks stepping at once) and the floor's
-cost for the step's gradient buckets.  Each figure is the median of
+cost for the step's gradient buckets (and DDP with a comm hook that skips
+the all_reduce: what DDP's bucket copies cost alone).  Each figure is the median of
 ``--rounds`` rounds; the engines are interleaved within a round.
 """
 import argparse
@@ -148,11 +149,18 @@ def _bench_ddp(jax_engine, gloo, steps, rounds, barrier):
     from torch.nn.parallel import DistributedDataParallel as DDP
     cfg = GPT_CONFIGS["tiny"]
 
-    def build(device, ddp_group):
+    def skip_communication(state, bucket):  # DDP's own bucket copies, no all_reduce
+        fut = torch.futures.Future()
+        fut.set_result(bucket.buffer())
+        return fut
+
+    def build(device, ddp_group, hook=None):
         torch.manual_seed(0)
         model = GPT(cfg).to(device)
         if ddp_group is not False:
             model = DDP(model, process_group=ddp_group)
+            if hook is not None:
+                model.register_comm_hook(None, hook)
         batch = [b.to(device) for b in gpt_batch(cfg, torch.Generator().manual_seed(dist.get_rank()))]
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
@@ -167,6 +175,7 @@ def _bench_ddp(jax_engine, gloo, steps, rounds, barrier):
         return model, step
 
     variants = {"tpu": ("tpu", False), "tpu_dist DDP": ("tpu", None),
+                "tpu DDP, no all_reduce": ("tpu", None, skip_communication),
                 "cpu": ("cpu", False), "gloo DDP": ("cpu", gloo)}
     built = {name: build(*spec) for name, spec in variants.items()}
     results = {}
