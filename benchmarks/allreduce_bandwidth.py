@@ -1,57 +1,310 @@
-"""all_reduce bandwidth between 2 local processes: tpu_dist vs torch's Gloo.
+"""Collectives between 2 local processes: bare JAX (the floor), tpu_dist, Gloo.
 
-    python benchmarks/allreduce_bandwidth.py [--sizes-mb 1 4 16 64 256] [--iters 3]
+    python benchmarks/allreduce_bandwidth.py [--sizes-kb 4 64 1024 16384] [--big]
+        [--iters 10] [--rounds 3] [--ops all_reduce all_gather reduce_scatter] [--no-ddp]
 
-The parent launches the workers itself (as torchrun would).  tpu_dist runs on
-tpu tensors; Gloo on CPU tensors, through a Gloo subgroup of the same world.
-Figures are algorithm bandwidth: tensor bytes / time per all_reduce.
+The parent launches the workers itself (as torchrun would); every engine runs
+in the same two processes:
+
+- ``jax``: the floor.  A ``shard_map``'ed ``psum`` / ``all_gather`` /
+  ``psum_scatter`` jitted once over the two ranks' devices and called on a
+  global array placed before timing: what XLA's collective costs with no
+  torch around it.
+- ``tpu_dist``: ``torch.distributed`` on tpu tensors through our backend.
+- ``gloo``: ``torch.distributed`` on CPU tensors through a Gloo subgroup.
+
+Per size (the bytes each rank contributes): milliseconds per call over
+``--iters`` calls issued back to back with one wait at the end (a sync
+c10d call waits anyway), with the CPU milliseconds per call of rank 0's
+process in parentheses (all its threads: the figure to trust when others
+load the machine), and the bandwidth.  The floor is also timed with each
+call waited for; the ratio and the bandwidth use the better of the two
+(several large XLA collectives in flight at once can slow each other).  Then the latency of one small all_reduce waited for on its
+own, and one training step of the "tiny" GPT with DDP on each backend next
+to the same step without DDP (both ranks stepping at once) and the floor's
+cost for the step's gradient buckets (and DDP with a comm hook that skips
+the all_reduce: what DDP's bucket copies cost alone).  Each figure is the median of
+``--rounds`` rounds; the engines are interleaved within a round.
 """
 import argparse
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
 
+OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
-def _worker(sizes_mb, iters):
+
+def _timed(call, finish, iters):
+    """(wall ms, CPU ms) per call of ``iters`` calls and one ``finish``."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(iters):
+        call()
+    finish()
+    return ((time.perf_counter() - wall) * 1e3 / iters,
+            (time.process_time() - cpu) * 1e3 / iters)
+
+
+class _Jax:
+    """The bare-JAX floor: the collectives on already-placed global arrays."""
+
+    def __init__(self):
+        import jax
+        import numpy as np
+        import torch.distributed as dist
+        from jax.sharding import Mesh, NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        from torch_tpu import runtime
+        from torch_tpu.distributed import bootstrap
+        self.jax, self.np = jax, np
+        self.world = dist.get_world_size()
+        self.device = runtime.jax_device()
+        mesh = Mesh(np.array([bootstrap.device_of_rank(r) for r in range(self.world)]), ("r",))
+        self.spec = NamedSharding(mesh, P("r"))
+        lax = jax.lax
+        bodies = {"all_reduce": lambda x: lax.psum(x, "r"),
+                  "all_gather": lambda x: lax.all_gather(x, "r", tiled=True),
+                  "reduce_scatter": lambda x: lax.psum_scatter(x, "r", tiled=True)}
+        self.fns = {op: jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("r"), out_specs=P("r")))
+                    for op, f in bodies.items()}
+
+    def prepare(self, op, n):
+        local = self.jax.device_put(self.np.ones(n, self.np.float32), self.device)
+        x = self.jax.make_array_from_single_device_arrays((self.world * n,), self.spec, [local])
+        fn, out = self.fns[op], []
+        self.jax.block_until_ready(fn(x))  # compile
+        return (lambda: out.append(fn(x))), (lambda: (self.jax.block_until_ready(out), out.clear()))
+
+
+class _Torch:
+    def __init__(self, name, device, group):
+        import torch
+        import torch.distributed as dist
+        self.name, self.torch, self.dist, self.device, self.group = name, torch, dist, device, group
+
+    def prepare(self, op, n):
+        torch, dist, g = self.torch, self.dist, self.group
+        world = dist.get_world_size()
+        x = torch.ones(n, device=self.device)
+        if op == "all_reduce":
+            def call():
+                dist.all_reduce(x, group=g)
+        elif op == "all_gather":
+            out = torch.empty(world * n, device=self.device)
+
+            def call():
+                dist.all_gather_into_tensor(out, x, group=g)
+        else:
+            out = torch.empty(n // world, device=self.device)
+
+            def call():
+                dist.reduce_scatter_tensor(out, x, group=g)
+        call()  # compile, connect
+        sync = torch.tpu.synchronize if self.device == "tpu" else (lambda: None)
+        sync()
+        return call, sync
+
+
+def _median(rows):
+    return tuple(statistics.median(col) for col in zip(*rows))
+
+
+def _bench_collectives(engines, ops, sizes_kb, iters, rounds, barrier):
+    """{(op, kb, engine): (wall ms, CPU ms)} per call."""
+    results = {}
+    for op in ops:
+        for kb in sizes_kb:
+            n = int(kb * 1024) // 4
+            calls = {e.name: e.prepare(op, n) for e in engines}
+            for e in engines:
+                samples = []
+                for _ in range(rounds):
+                    barrier()
+                    samples.append(_timed(*calls[e.name], iters))
+                results[(op, kb, e.name)] = _median(samples)
+            samples = []  # the floor once more, each call waited for, as a c10d call is
+            for _ in range(rounds):
+                barrier()
+                samples.append(_timed(_waited(*calls["jax"]), lambda: None, iters))
+            results[(op, kb, "jax waited")] = _median(samples)
+            del calls
+    return results
+
+
+def _bench_latency(engines, sizes_kb, iters, rounds, barrier):
+    """{(kb, engine): wall ms} of one all_reduce waited for on its own."""
+    results = {}
+    for kb in sizes_kb:
+        for e in engines:
+            call, finish = e.prepare("all_reduce", int(kb * 1024) // 4)
+            samples = []
+            for _ in range(rounds):
+                barrier()
+                samples.append(_timed(_waited(call, finish), lambda: None, iters))
+            results[(kb, e.name)] = _median(samples)
+    return results
+
+
+def _bench_ddp(jax_engine, gloo, steps, rounds, barrier):
+    """{variant: (wall ms, CPU ms) per step} and the floor for DDP's buckets."""
     import torch
     import torch.distributed as dist
+    from models import GPT, GPT_CONFIGS, gpt_batch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    cfg = GPT_CONFIGS["tiny"]
+
+    def skip_communication(state, bucket):  # DDP's own bucket copies, no all_reduce
+        fut = torch.futures.Future()
+        fut.set_result(bucket.buffer())
+        return fut
+
+    def build(device, ddp_group, hook=None):
+        torch.manual_seed(0)
+        model = GPT(cfg).to(device)
+        if ddp_group is not False:
+            model = DDP(model, process_group=ddp_group)
+            if hook is not None:
+                model.register_comm_hook(None, hook)
+        batch = [b.to(device) for b in gpt_batch(cfg, torch.Generator().manual_seed(dist.get_rank()))]
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+        def step():
+            loss = model(*batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            loss.item()  # one host read per step, as a training loop logs its loss
+        for _ in range(3):
+            step()
+        return model, step
+
+    variants = {"tpu": ("tpu", False), "tpu_dist DDP": ("tpu", None),
+                "tpu DDP, no all_reduce": ("tpu", None, skip_communication),
+                "cpu": ("cpu", False), "gloo DDP": ("cpu", gloo)}
+    built = {name: build(*spec) for name, spec in variants.items()}
+    results = {}
+    for name, (_, step) in built.items():
+        samples = []
+        for _ in range(rounds):
+            barrier()
+            samples.append(_timed(step, lambda: None, steps))
+        results[name] = _median(samples)
+    buckets = _ddp_buckets(built["tpu_dist DDP"][1])
+    floor = 0.0
+    for nbytes in buckets:  # each bucket's all_reduce at the floor, waited for
+        call, finish = jax_engine.prepare("all_reduce", max(1, nbytes // 4))
+        floor += _median([_timed(_waited(call, finish), lambda: None, steps)
+                          for _ in range(rounds)])[0]
+    return results, buckets, floor
+
+
+def _ddp_buckets(step):
+    """Bytes of each all_reduce one DDP step makes (its gradient buckets)."""
+    from torch_tpu.distributed.process_group import ProcessGroupTpu
+    sizes, allreduce = [], ProcessGroupTpu.allreduce
+
+    def spy(self, tensors, opts=None):
+        sizes.extend(t.numel() * t.element_size() for t in tensors)
+        return allreduce(self, tensors, opts)
+    ProcessGroupTpu.allreduce = spy
+    try:
+        step()
+    finally:
+        ProcessGroupTpu.allreduce = allreduce
+    return sizes
+
+
+def _waited(call, finish):
+    return lambda: (call(), finish())
+
+
+def _worker(args):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import warnings
+
+    import torch.distributed as dist
+
     import torch_tpu  # noqa: F401
+    warnings.filterwarnings("ignore", category=FutureWarning)  # c10d's renamed collectives
     dist.init_process_group("tpu_dist")
     gloo = dist.new_group(backend="gloo")
     rank = dist.get_rank()
-    rows = []
-    for mb in sizes_mb:
-        n = int(mb * 2**20) // 4
-        row = [mb]
-        for name, dev, group in (("tpu_dist", "tpu", None), ("gloo", "cpu", gloo)):
-            t = torch.ones(n, device=dev)
-            dist.all_reduce(t, group=group)  # warm-up: compile, connect
-            dist.barrier()
-            start = time.perf_counter()
-            for _ in range(iters):
-                dist.all_reduce(t, group=group)
-            if dev == "tpu":
-                torch.tpu.synchronize()
-            row.append(mb * 2**20 / 1e9 / ((time.perf_counter() - start) / iters))
-        rows.append(row)
+
+    def barrier():
+        dist.barrier(group=gloo)
+
+    floor = _Jax()
+    engines = [floor, _Torch("tpu_dist", "tpu", None), _Torch("gloo", "cpu", gloo)]
+    floor.name = "jax"
+    sizes = list(args.sizes_kb) + ([262144] if args.big else [])
+    coll = _bench_collectives(engines, args.ops, sizes, args.iters, args.rounds, barrier)
+    lat = _bench_latency(engines, [kb for kb in (4, 64) if kb in sizes] or [4], args.iters,
+                         args.rounds, barrier)
+    ddp = None if args.no_ddp else _bench_ddp(floor, gloo, args.steps, args.rounds, barrier)
     if rank == 0:
-        print(f"{'size':>8} {'tpu_dist GB/s':>14} {'gloo GB/s':>10} {'ratio':>7}")
-        for mb, ours, theirs in rows:
-            print(f"{mb:>6g}MB {ours:>14.3f} {theirs:>10.3f} {ours / theirs:>7.2f}")
+        _report(args, sizes, coll, lat, ddp)
     dist.destroy_process_group()
+
+
+def _size(kb):
+    return f"{kb / 1024:g} MB" if kb >= 1024 else f"{kb:g} KB"
+
+
+def _report(args, sizes, coll, lat, ddp):
+    names = ("jax", "tpu_dist", "gloo")
+    print(f"\n{args.iters} calls back to back per figure, median of {args.rounds} rounds; "
+          "ms per call (CPU ms of rank 0's process per call)\n")
+    for op in args.ops:
+        print(f"### {op}\n")
+        print("| size | bare JAX | bare JAX, each waited | tpu_dist | Gloo | tpu_dist / floor "
+              "| tpu_dist - floor ms | floor GB/s | tpu_dist GB/s | Gloo GB/s |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for kb in sizes:
+            (jw, jc), (ww, wc), (tw, tc), (gw, gc) = (
+                coll[(op, kb, n)] for n in ("jax", "jax waited", "tpu_dist", "gloo"))
+            floor = min(jw, ww)  # the better of the two ways to call the engine
+            gbs = [kb * 1024 / 1e6 / w for w in (floor, tw, gw)]
+            print(f"| {_size(kb)} | {jw:.2f} ({jc:.2f}) | {ww:.2f} ({wc:.2f}) | {tw:.2f} ({tc:.2f}) "
+                  f"| {gw:.2f} ({gc:.2f}) | {tw / floor:.2f} | {tw - floor:+.2f} | {gbs[0]:.3f} "
+                  f"| {gbs[1]:.3f} | {gbs[2]:.3f} |")
+        print()
+    print("### all_reduce latency, each call waited for\n")
+    print("| size | bare JAX ms | tpu_dist ms | Gloo ms | tpu_dist - JAX ms |")
+    print("|---|---|---|---|---|")
+    for kb in sorted({k for k, _ in lat}):
+        j, t, g = (lat[(kb, n)][0] for n in names)
+        print(f"| {_size(kb)} | {j:.2f} | {t:.2f} | {g:.2f} | {t - j:+.2f} |")
+    if ddp:
+        steps, buckets, floor = ddp
+        print(f"\n### tiny GPT training step, 2 ranks ({args.steps} steps, AdamW)\n")
+        print("| variant | ms/step | CPU ms/step |")
+        print("|---|---|---|")
+        for name, (w, c) in steps.items():
+            print(f"| {name} | {w:.1f} | {c:.1f} |")
+        single = steps["tpu"][0]
+        print(f"\nDDP buckets: {[f'{b / 2**20:.2f} MB' for b in buckets]}; their all_reduces at "
+              f"the floor: {floor:.1f} ms; goal for the tpu_dist DDP step: <= tpu + floor = "
+              f"{single + floor:.1f} ms (measured {steps['tpu_dist DDP'][0]:.1f} ms)")
+    sys.stdout.flush()
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 4, 16, 64, 256])
-    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--sizes-kb", type=float, nargs="+", default=[4, 64, 1024, 16384])
+    p.add_argument("--big", action="store_true", help="add 256 MB (slow on a shared machine)")
+    p.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=5, help="DDP training steps per round")
+    p.add_argument("--no-ddp", action="store_true")
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        _worker(args.sizes_mb, args.iters)
+        _worker(args)
         return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -62,8 +315,7 @@ def main():
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.nproc),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TF_CPP_MIN_LOG_LEVEL="3",
                    PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--iters", str(args.iters),
-               "--sizes-mb", *map(str, args.sizes_mb)]
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", *sys.argv[1:]]
         procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL if rank else None))
     sys.exit(max(p.wait() for p in procs))
 

@@ -80,6 +80,7 @@ def test_collectives_and_ddp_two_ranks_torchrun():
     out = assert_ok(torchrun("default", 2))[0]
     assert out.count("collectives ok transport=xla") == 2, out[-3000:]
     assert out.count("ddp ok") == 2, out[-3000:]
+    assert out.count("costs ok") == 2, out[-3000:]
 
 
 def test_missing_rank_times_out():
@@ -91,7 +92,7 @@ def test_missing_rank_times_out():
 
 def test_rank_missing_from_a_collective_times_out():
     outs = launch("straggler", 2, timeout=90)
-    assert outs[0][0] == 0 and "straggler ok" in outs[0][1], outs[0][1][-4000:]
+    assert outs[0][0] == 0 and outs[0][1].count("straggler ok") == 2, outs[0][1][-4000:]
 
 
 def test_torch_tpu_distributed_module():
@@ -147,6 +148,19 @@ def test_gloo_transport_collectives():
     assert all("collectives ok transport=gloo" in o for o in outs)
 
 
+@pytest.mark.slow
+def test_collectives_benchmark_small_configuration():
+    # benchmarks/allreduce_bandwidth.py end to end (bare JAX, tpu_dist, Gloo, DDP), tiny sizes.
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "allreduce_bandwidth.py"),
+           "--sizes-kb", "4", "64", "--iters", "2", "--rounds", "1", "--steps", "1"]
+    proc = subprocess.run(cmd, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for heading in ("### all_reduce", "### all_gather", "### reduce_scatter",
+                    "### all_reduce latency", "tpu_dist DDP", "gloo DDP"):
+        assert heading in proc.stdout, proc.stdout[-3000:]
+
+
 # ---- worker side: scenarios run inside each launched process ----------------------
 
 def _init(timeout_s=60):
@@ -177,6 +191,8 @@ def scenario_default():
     torch, dist, r, w, dev = _init()
     transport = _check_collectives(torch, dist, r, w, dev)
     print(f"collectives ok transport={transport}")
+    _check_costs(torch, dist, dev)
+    print("costs ok")
     _check_ddp(torch, dist, r, w, dev)
     dist.destroy_process_group()
     print("ddp ok")
@@ -353,6 +369,37 @@ def _check_collectives(torch, dist, r, w, dev):
     return dist.group.WORLD.transport()
 
 
+def _collectives_in(plan, x):
+    """Cross-process collectives in ``plan``'s program: the round trips a call makes."""
+    import re
+    hlo = plan.program.lower(plan.assemble(x)).as_text()
+    return len(re.findall(r"stablehlo\.(all_gather|all_reduce|reduce_scatter|all_to_all|"
+                          r"collective_permute)\b", hlo))
+
+
+def _check_costs(torch, dist, dev):
+    # What a collective costs besides the transport, counted: a repeated call
+    # builds nothing (plan, sharding, program cached), and a small call is one
+    # round trip with its signature check folded in; a large one is two.
+    from torch_tpu.distributed import programs
+    t = torch.ones(1000, device=dev)
+    dist.all_reduce(t)
+    plans, launches = programs.counts["plans"], programs.counts["launches"]
+    for _ in range(3):
+        dist.all_reduce(t)
+    assert programs.counts["plans"] == plans, programs.counts
+    assert programs.counts["launches"] == launches + 3, programs.counts
+    import jax.numpy as jnp
+
+    from torch_tpu.distributed import bootstrap
+    devices = tuple(bootstrap.device_of_rank(k) for k in range(dist.get_world_size()))
+    fits = programs.folded.fold_bytes(len(devices)) // 4  # float32 elements
+    for n, trips in ((fits, 1), (fits + 1, 2)):
+        x = jnp.ones(n, jnp.float32, device=devices[dist.get_rank()])
+        p = programs.plan("all_reduce", ("sum", None), devices, (n,), "float32")
+        assert _collectives_in(p, x) == trips, (n, trips)
+
+
 def _mlp(torch):
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
@@ -503,20 +550,24 @@ def scenario_lonely():
 
 
 def scenario_straggler():
-    import torch.distributed as dist
+    # Rank 1 stops joining collectives: rank 0's next one times out with a
+    # clear error, whether its program has run before or is new.
     torch, dist, r, w, dev = _init(timeout_s=4)
     dist.barrier()
-    if r == 0:  # rank 1 never joins this collective
-        t = torch.ones(2, device=dev)
-        try:
-            dist.all_reduce(t)
-        except RuntimeError as e:
-            assert "did not complete within 4s" in str(e), e
-            print("straggler ok:", e)
-            sys.stdout.flush()
-            os._exit(0)  # the runtime still waits for the peer: leave without teardown
-        raise AssertionError("all_reduce did not time out")
-    time.sleep(8)
+    t = torch.ones(2, device=dev)
+    dist.all_reduce(t)
+    if r == 0:
+        for fresh in (t, torch.ones(3, device=dev)):
+            try:
+                dist.all_reduce(fresh)
+            except RuntimeError as e:
+                assert "did not complete within 4s" in str(e), e
+                print("straggler ok:", e)
+                continue
+            raise AssertionError("all_reduce did not time out")
+        sys.stdout.flush()
+        os._exit(0)  # the runtime still waits for the peer: leave without teardown
+    time.sleep(14)
     os._exit(0)
 
 

@@ -35,10 +35,6 @@ def _reduce_op(op):
     return _OPS[kind], None
 
 
-def _lead(x):
-    return x.reshape((1,) + tuple(x.shape))
-
-
 class ProcessGroupTpu(ProcessGroup):
     def __init__(self, store, rank, size, timeout, global_ranks):
         super().__init__(rank, size)
@@ -54,6 +50,7 @@ class ProcessGroupTpu(ProcessGroup):
         if self._xla:
             self._devices = tuple(bootstrap.device_of_rank(r) for r in self._ranks)
             self._device = self._devices[rank]
+        self._token = None  # barrier's operand, made once
 
     # ---- identity ---------------------------------------------------------
     def getBackendName(self):
@@ -82,10 +79,12 @@ class ProcessGroupTpu(ProcessGroup):
     def _what(self, kind):
         return f"{kind} on group {self._name or '?'} (rank {self.rank()} of {self.size()})"
 
-    def _start(self, kind, static, x):
+    def _start(self, kind, static, x, block=None, out_shape=None):
+        """Submit ``kind`` on block ``x`` (seen by the kernel reshaped to
+        ``block``; its local result shaped ``out_shape``): a future."""
         if not spmd.active():
             fusion.flush("collective")  # ranks must not fuse different op chains around it
-        return programs.submit(kind, static, self._devices, self._device, x)
+        return programs.submit(kind, static, self._devices, x, block, out_shape)
 
     def _jax(self, t):
         return tensors.to_jax(t, self._device)
@@ -121,7 +120,7 @@ class ProcessGroupTpu(ProcessGroup):
         static = _reduce_op(opts.reduceOp)
         pending = []
         for t in tensors_:
-            fut = self._start("all_reduce", static, _lead(self._jax(t)))
+            fut = self._start("all_reduce", static, self._jax(t))
             pending.append((fut, lambda o, t=t: tensors.write(t, o)))
         return self._work("all_reduce", pending, tensors_)
 
@@ -138,7 +137,7 @@ class ProcessGroupTpu(ProcessGroup):
         root = opts.rootRank
         pending = []
         for t in tensors_:
-            fut = self._start("all_reduce", static, _lead(self._jax(t)))
+            fut = self._start("all_reduce", static, self._jax(t))
             writer = (lambda o, t=t: tensors.write(t, o)) if self.rank() == root else None
             pending.append((fut, writer))
         return self._work("reduce", pending, tensors_)
@@ -150,14 +149,14 @@ class ProcessGroupTpu(ProcessGroup):
         root = opts.rootRank
         pending = []
         for t in tensors_:
-            fut = self._start("broadcast", (root,), _lead(self._jax(t)))
+            fut = self._start("broadcast", (root,), self._jax(t))
             writer = (lambda o, t=t: tensors.write(t, o)) if self.rank() != root else None
             pending.append((fut, writer))
         return self._work("broadcast", pending, tensors_)
 
     def _gather_to(self, kind, outputs, x, keep=True):
         """All-gather block ``x``; write piece j into outputs[j] if ``keep``."""
-        fut = self._start("all_gather", (), _lead(x))
+        fut = self._start("all_gather", (), x, block=(1,) + tuple(x.shape))
 
         def writer(o):
             for j, t in enumerate(outputs):
@@ -179,7 +178,8 @@ class ProcessGroupTpu(ProcessGroup):
         if not self._xla:
             return self._via_gloo("_allgather_base", [output], output, input_,
                                   opts or dist.AllgatherOptions())
-        fut = self._start("all_gather", (), _lead(self._jax(input_)))
+        fut = self._start("all_gather", (), self._jax(input_), block=(1,) + tuple(input_.shape),
+                          out_shape=tuple(output.shape))
         return self._work("all_gather_into_tensor",
                           [(fut, lambda o: tensors.write(output, o))], [output])
 
@@ -226,8 +226,8 @@ class ProcessGroupTpu(ProcessGroup):
         opts = opts or dist.ReduceScatterOptions()
         if not self._xla:
             return self._via_gloo("_reduce_scatter_base", [output], output, input_, opts)
-        x = self._jax(input_).reshape((self.size(),) + tuple(output.shape))
-        fut = self._start("reduce_scatter", _reduce_op(opts.reduceOp), x)
+        fut = self._start("reduce_scatter", _reduce_op(opts.reduceOp), self._jax(input_),
+                          block=(self.size(),) + tuple(output.shape), out_shape=tuple(output.shape))
         return self._work("reduce_scatter_tensor",
                           [(fut, lambda o: tensors.write(output, o))], [output])
 
@@ -279,7 +279,7 @@ class ProcessGroupTpu(ProcessGroup):
     def _alltoall_uneven(self, chunks, outputs, flat_output=None):
         """All-to-all of unequal flat chunks: pad to the group-wide largest."""
         size = jnp.array([max(int(c.shape[0]) for c in chunks)], jnp.int64)
-        fut = self._start("all_reduce", ("max", None), _lead(jax.device_put(size, self._device)))
+        fut = self._start("all_reduce", ("max", None), jax.device_put(size, self._device))
         sizes = XlaWork(self._what("all_to_all (sizes)"), self._timeout_s, [(fut, None)])
         sizes.wait()
         m = max(1, int(jax.device_get(sizes.outputs[0]).reshape(-1)[0]))
@@ -301,8 +301,9 @@ class ProcessGroupTpu(ProcessGroup):
     def barrier(self, opts=None):
         if not self._xla:
             return self._gloo.barrier(opts or dist.BarrierOptions())
-        x = jnp.zeros((1, 1), jnp.int32, device=self._device)
-        fut = self._start("all_reduce", ("sum", None), x)
+        if self._token is None:
+            self._token = jnp.zeros((1,), jnp.int32, device=self._device)
+        fut = self._start("all_reduce", ("sum", None), self._token)
         work = self._work("barrier", [(fut, None)], [])
         work.wait()  # c10d's barrier is expected to have synchronized on return
         return work

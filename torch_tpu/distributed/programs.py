@@ -2,18 +2,21 @@
 
 Each rank passes its local array; the program is ``shard_map``'ed over the
 group's mesh, so XLA runs the collective (Gloo between CPU processes, ICI/DCN
-on TPU).  Every program first all-gathers a small signature of what each rank
-is asking for and runs the real collective under ``lax.cond`` only when all
-signatures agree: mismatched shapes then fail cleanly on every rank instead
-of feeding incompatible buffers to the transport.
+on TPU).  Every program checks that all ranks asked for the same collective
+on the same shapes (see Plan and folded.py); a small one is that check and
+nothing else.
 """
+import concurrent.futures
 import functools
 import zlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from . import folded
 
 AXIS = "r"
 SIG_DIMS = 6  # dims of the first input recorded in the signature (for errors)
@@ -102,22 +105,70 @@ def _kernel(kind, static, world):
     return f
 
 
+class Plan:
+    """One collective signature, built once and cached: the sharding and
+    global shape the rank's block is assembled with, and the compiled program.
+
+    The program starts with the fixed-size signature exchange of folded.py.
+    A payload that fits in it is computed from the gathered blocks: one round
+    trip.  A larger one runs the collective itself under ``lax.cond``, only
+    when all signatures agree: mismatched shapes then fail cleanly on every
+    rank instead of feeding incompatible buffers to the transport.
+    """
+
+    def __init__(self, kind, static, devices, shape, dtype, block, out_shape):
+        world = len(devices)
+        self.spec = NamedSharding(Mesh(np.array(devices, dtype=object), (AXIS,)), P(AXIS))
+        self.dtype = jnp.dtype(dtype)
+        local = tuple(shape) or (1,)  # a sharded global array needs a leading dim
+        self.global_shape = (world * local[0],) + local[1:]
+        block = tuple(shape) if block is None else block
+        size = folded.fold_bytes(world)
+        self.folded = folded.nbytes(block, self.dtype) <= size
+        kernel = _kernel(kind, static, world)
+        header = signature(kind, static, shape, self.dtype)
+        head = len(header) * header.itemsize
+        small = self.folded
+
+        def body(x):
+            x = x.reshape(block)  # the reshapes live in the program, where they are free
+            payload = folded.to_bytes(x) if small else jnp.zeros((0,), jnp.uint8)
+            buf = jnp.concatenate([folded.to_bytes(jnp.asarray(header)), payload,
+                                   jnp.zeros((size - payload.shape[0],), jnp.uint8)])
+            gathered = jax.lax.all_gather(buf, AXIS)  # (world, head + size)
+            sigs = folded.from_bytes(gathered[:, :head], header.shape, header.dtype)
+            if small:
+                blocks = folded.from_bytes(gathered[:, head:head + payload.shape[0]], block, x.dtype)
+                y = folded.result(kind, static, blocks, jax.lax.axis_index(AXIS), world)
+            else:
+                out = jax.eval_shape(kernel, x)
+                y = jax.lax.cond(jnp.all(sigs == sigs[0:1]), kernel,
+                                 lambda x: jnp.zeros(out.shape, out.dtype), x)
+            if out_shape is not None:
+                y = y.reshape(out_shape)
+            return y.reshape(1) if y.ndim == 0 else y, sigs.reshape(-1)  # 0-d: the writer reshapes back
+
+        self.program = jax.jit(jax.shard_map(body, mesh=self.spec.mesh, in_specs=P(AXIS),
+                                             out_specs=(P(AXIS), P(AXIS)), check_vma=False))
+
+    def assemble(self, x):
+        """The global array whose block on this rank is ``x``."""
+        if x.ndim == 0:
+            x = x.reshape(1)
+        return jax.make_array_from_single_device_arrays(self.global_shape, self.spec, [x],
+                                                        dtype=self.dtype)
+
+    def launch(self, x):
+        """Start the collective on this rank's block ``x``: (local result, all
+        ranks' signatures), both possibly still running."""
+        out, sigs = self.program(self.assemble(x))
+        return out.addressable_data(0), sigs.addressable_data(0)
+
+
 @functools.lru_cache(maxsize=1024)
-def _program(kind, static, devices, shape, dtype):
-    world = len(devices)
-    mesh = Mesh(np.array(devices, dtype=object), (AXIS,))
-    kernel = _kernel(kind, static, world)
-
-    def body(sig, x):
-        sigs = jax.lax.all_gather(sig, AXIS)
-        ok = jnp.all(sigs == sigs[0:1])
-        out_aval = jax.eval_shape(kernel, x)
-        out = jax.lax.cond(ok, kernel, lambda x: jnp.zeros(out_aval.shape, out_aval.dtype), x)
-        return out, sigs.reshape(-1)
-
-    mapped = jax.shard_map(body, mesh=mesh, in_specs=(P(AXIS), P(AXIS)),
-                           out_specs=(P(AXIS), P(AXIS)), check_vma=False)
-    return mesh, jax.jit(mapped)
+def plan(kind, static, devices, shape, dtype, block=None, out_shape=None):
+    counts["plans"] += 1
+    return Plan(kind, static, devices, shape, dtype, block, out_shape)
 
 
 def signature(kind, static, shape, dtype):
@@ -143,35 +194,41 @@ def describe(sig_row):
     return f"shape {tuple(dims)}{'...' if ndim > SIG_DIMS else ''} {dtype}"
 
 
+counts = {"plans": 0, "launches": 0}  # deterministic: tests count them, not time them
+
+
+def agrees(sigs):
+    rows = np.asarray(sigs).reshape(-1, SIG_LEN)
+    return bool((rows == rows[0]).all())
+
+
 _dispatcher = None
 
 
-def submit(kind, static, devices, local_device, x):
-    """``launch`` on the dispatch thread; returns a concurrent Future.
+def _launch_and_wait(p, x):
+    out, sigs = p.launch(x)
+    jax.block_until_ready((out, sigs))
+    return out, sigs
 
-    XLA's CPU client can run a program with cross-process collectives inline
-    in the calling thread, which would block forever on a missing peer; one
-    thread (so programs keep their order) lets ``Work.wait`` enforce the
-    group timeout instead.
+
+def submit(kind, static, devices, x, block=None, out_shape=None):
+    """Launch collective ``kind`` on this rank's block ``x`` from the dispatch
+    thread; returns a concurrent Future of (local result, every rank's
+    signature) that completes when the program is done.
+
+    XLA's CPU client may run a program with cross-process collectives in the
+    launching thread until the peers join it (seen on first launches and on
+    small programs), which would block forever on a missing peer; launching
+    from one thread (so programs keep their order) lets ``Work.wait`` enforce
+    the group timeout instead, and nobody polls.
+
+    ``block``: the shape the kernel sees ``x`` as; ``out_shape``: the local
+    result's shape (both reshapes happen inside the program).
     """
     global _dispatcher
+    p = plan(kind, static, devices, tuple(x.shape), x.dtype,
+             None if block is None else tuple(block), None if out_shape is None else tuple(out_shape))
+    counts["launches"] += 1
     if _dispatcher is None:
-        import concurrent.futures
         _dispatcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tpu_dist")
-    return _dispatcher.submit(launch, kind, static, devices, local_device, x)
-
-
-def launch(kind, static, devices, local_device, x):
-    """Start collective ``kind`` on this rank's block ``x`` (ndim >= 1).
-
-    Returns (local result, all ranks' signatures); both are jax arrays whose
-    computation may still be running.
-    """
-    world = len(devices)
-    mesh, prog = _program(kind, static, devices, tuple(x.shape), str(x.dtype))
-    sig = jax.device_put(signature(kind, static, x.shape, x.dtype), local_device)
-    spec = NamedSharding(mesh, P(AXIS))
-    gx = jax.make_array_from_single_device_arrays((world * x.shape[0],) + tuple(x.shape[1:]), spec, [x])
-    gs = jax.make_array_from_single_device_arrays((world * SIG_LEN,), spec, [sig])
-    out, sigs = prog(gs, gx)
-    return out.addressable_shards[0].data, sigs.addressable_shards[0].data
+    return _dispatcher.submit(_launch_and_wait, p, x)

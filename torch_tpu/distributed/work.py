@@ -1,9 +1,10 @@
 """c10d Work objects for the two transports.
 
-XLA collectives are already asynchronous jax arrays; ``wait`` checks the
-signature gathered with them (a mismatch means ranks disagreed on shapes or
-on which collective to run), enforces the group timeout, and only then writes
-the results into the output tensors.
+An XLA collective is a future that completes with its result once the
+program has run; ``wait`` enforces the group timeout on it, checks the
+signatures gathered with it when the call was a checked one (a mismatch
+means ranks disagreed on shapes or on which collective to run), and only
+then writes the results into the output tensors.
 """
 import concurrent.futures
 import time
@@ -33,20 +34,7 @@ def _seconds(timeout, default):
 def _late(what, seconds):
     return (f"tpu_dist: {what} did not complete within {seconds:g}s: a peer rank has not "
             "reached this collective (it may have exited, hung, or issued collectives in a "
-            "different order)")
-
-
-def wait_ready(arr, seconds, what, total):
-    """Poll a jax array until ready, or raise a clear timeout error."""
-    if arr.is_ready():
-        return
-    deadline = time.monotonic() + seconds
-    pause = 5e-5
-    while not arr.is_ready():
-        if time.monotonic() > deadline:
-            raise CollectiveTimeout(_late(what, total))
-        time.sleep(pause)
-        pause = min(pause * 2, 0.01)
+            "different order, or with tensors unlike the other ranks')")
 
 
 class XlaWork(dist.Work):
@@ -67,15 +55,14 @@ class XlaWork(dist.Work):
         deadline = time.monotonic() + timeout_s
         done = []
         for fut, writer in self._pending:
-            try:
+            try:  # the future completes when the program has (programs.submit)
                 out, sigs = fut.result(timeout=max(0.0, deadline - time.monotonic()))
             except concurrent.futures.TimeoutError:
                 raise CollectiveTimeout(_late(self._what, timeout_s)) from None
-            wait_ready(sigs, max(0.0, deadline - time.monotonic()), self._what, timeout_s)
             done.append((out, sigs, writer))
         for out, sigs, writer in done:
-            rows = np.asarray(sigs).reshape(-1, programs.SIG_LEN)
-            if not (rows == rows[0]).all():
+            if sigs is not None and not programs.agrees(sigs):
+                rows = np.asarray(sigs).reshape(-1, programs.SIG_LEN)
                 detail = "; ".join(f"rank {i}: {programs.describe(r)}" for i, r in enumerate(rows))
                 raise CollectiveMismatch(
                     f"tpu_dist: {self._what}: ranks called it with mismatched tensors or "
@@ -102,7 +89,7 @@ class XlaWork(dist.Work):
     def is_completed(self):
         if self._done:
             return True
-        return all(f.done() and f.result()[1].is_ready() for f, _ in self._pending)
+        return all(f.done() for f, _ in self._pending)
 
     def is_success(self):
         return self._done and self._error is None
