@@ -94,10 +94,16 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
 @register_raw("resize_.default")
 def resize_(self, size, memory_format=None):
     size = tuple(int(s) for s in size)
-    if tuple(self.shape) == size:
-        return self
+    if memory_format is None:  # same shape: a no-op (a strided view stays strided)
+        if tuple(self.shape) == size:
+            return self
+        strides = buffers.contiguous_strides(size)
+    else:  # the CPU's strides for that format (and its error for another rank)
+        strides = torch.empty(0, device="meta").resize_(size, memory_format=memory_format).stride()
+        if tuple(self.shape) == size and self.stride() == strides:
+            return self
     itemsize = self.element_size()
-    needed = (self.storage_offset() + buffers.storage_numel(size, buffers.contiguous_strides(size))) * itemsize
+    needed = (self.storage_offset() + buffers.storage_numel(size, strides)) * itemsize
     st = self.untyped_storage()
     if needed > st.nbytes():
         old = access.read(self).reshape(-1) if st.nbytes() else None
@@ -106,10 +112,10 @@ def resize_(self, size, memory_format=None):
             access.write(fresh[: old.shape[0]], old)
         st = fresh.untyped_storage()
         _aten.set_.source_Storage_storage_offset.redispatch(
-            _CPU, self, st, 0, size, buffers.contiguous_strides(size))
+            _CPU, self, st, 0, size, strides)
         return self
     _aten.set_.source_Storage_storage_offset.redispatch(
-        _CPU, self, st, self.storage_offset(), size, buffers.contiguous_strides(size))
+        _CPU, self, st, self.storage_offset(), size, strides)
     return self
 
 
