@@ -18,12 +18,14 @@ overall limit per run; results come from pytest's ``--junitxml``.
 ``--check`` reports the ones not listed there (and listed ones that pass).
 
 When pytest loads this file as a plugin (``-p pytorch_suites``), it adds the
-per-test timeout, and a ``torch.tpu.synchronize()`` after each test: an index
-check that failed on the device (raised at the next host read, as CUDA's
-device-side asserts are) is charged to the test that made it, never to the next.
+per-test timeout, and a ``torch.tpu.synchronize()`` at the end of each test's
+body: an index check that failed on the device (raised at the next host read,
+as CUDA's device-side asserts are) is charged to the test that made it, never
+to the next.
 """
 import argparse
 import collections
+import contextlib
 import os
 import re
 import signal
@@ -58,12 +60,32 @@ def pytest_runtest_call(item):
 def pytest_runtest_teardown(item):
     if item.config.getoption("--suite-test-timeout"):
         signal.setitimer(signal.ITIMER_REAL, 0)
-    # Test isolation for deferred device checks (an index out of range raises at
-    # the next host read, like CUDA's device-side asserts): a check that failed
-    # in this test raises here, charged to this test, not to the next one.
+
+
+def pytest_runtest_setup(item):
+    """Test isolation for deferred device checks (an index out of range raises
+    at the next host read, like CUDA's device-side asserts): after the test
+    body, ``torch.tpu.synchronize()`` raises a check that failed in this test,
+    charged to this test; after a failed body, pending checks are dropped."""
+    body = item.runtest
+
+    def runtest():
+        try:
+            body()
+        except BaseException:
+            _drain_device_checks()
+            raise
+        if "torch_tpu" in sys.modules:
+            import torch
+            torch.tpu.synchronize()
+    item.runtest = runtest
+
+
+def _drain_device_checks():
     if "torch_tpu" in sys.modules:
         import torch
-        torch.tpu.synchronize()
+        with contextlib.suppress(Exception):  # already failing: the first error is the one reported
+            torch.tpu.synchronize()
 
 
 # ---- driver side ------------------------------------------------------------------
@@ -151,6 +173,9 @@ def compare(cpu, tpu):
     rows = {"tests": len(tpu), "cpu_pass": 0, "tpu_pass": 0, "tpu_only": {}, "tpu_skip_cpu_pass": 0}
     for (cls, name), (status, message) in tpu.items():
         twin = cpu.get(cpu_twin(cls, name), ("missing", ""))[0]
+        if status == "skip" and message.startswith("Only runs on cpu"):  # @onlyCPU: not counted
+            rows["tests"] -= 1
+            continue
         if twin == "pass":
             rows["cpu_pass"] += 1
         if status == "pass":
@@ -198,12 +223,17 @@ def main(argv=None):
         table.append((f, rows, walls))
         print(f"done {f}", file=sys.stderr, flush=True)
 
-    print("| file | tpu tests | CPU passes | tpu passes | tpu-only failures | tpu skips (CPU passes) | wall CPU / tpu |")
-    print("|---|---|---|---|---|---|---|")
+    print("tests: the file's tpu tests, less @onlyCPU ones; CPU passes: those whose CPU twin passes; "
+          "tpu / CPU: the share of CPU passes that pass on tpu too (the goal: >= 99%)")
+    print("| file | tests | CPU passes | tpu passes | tpu / CPU | tpu-only failures | tpu skips (CPU passes) "
+          "| wall CPU / tpu |")
+    print("|---|---|---|---|---|---|---|---|")
     for f, rows, walls in table:
         wall = " / ".join("-" if walls.get(d) is None else (walls[d] if isinstance(walls[d], str) else f"{walls[d]:.0f} s")
                           for d in ("cpu", "tpu"))
-        print(f"| {f} | {rows['tests']} | {rows['cpu_pass']} | {rows['tpu_pass']} | {len(rows['tpu_only'])} "
+        both = rows["cpu_pass"] - len(rows["tpu_only"]) - rows["tpu_skip_cpu_pass"]  # pass on both
+        ratio = f"{100 * both / rows['cpu_pass']:.1f}%" if rows["cpu_pass"] else "-"
+        print(f"| {f} | {rows['tests']} | {rows['cpu_pass']} | {rows['tpu_pass']} | {ratio} | {len(rows['tpu_only'])} "
               f"| {rows['tpu_skip_cpu_pass']} | {wall} |")
     for f, fails in failures.items():
         if not fails:

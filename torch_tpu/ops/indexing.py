@@ -196,12 +196,12 @@ def _prepare_indices(bound):
     bound["indices"] = out
     if "values" in bound:
         values = bound["values"]
+        _check_values_fit(self, out, values)  # the CPU checks shapes first
         if values.dtype != self.dtype:
             raise RuntimeError(
                 "Index put requires the source and destination dtypes match, got "
                 f"{errors.scalar_type_name(self.dtype)} for the destination and "
                 f"{errors.scalar_type_name(values.dtype)} for the source.")
-        _check_values_fit(self, out, values)
 
 
 def _check_values_fit(self, indices, values):
