@@ -184,3 +184,29 @@ def test_uint8_mask_warns_once_per_line():
         b = v[mask]
     assert a.shape == b.shape == (3, 7)
     assert [str(x.message).startswith("indexing with dtype torch.uint8 is now deprecated") for x in w] == [True, True]
+
+
+# ---- index checks for indices built on the host --------------------------------
+
+@pytest.mark.parametrize("make_index", [
+    lambda: [0, 10],
+    lambda: torch.tensor([0, 10]).to("tpu"),
+    lambda: torch.tensor([0, -11], device="tpu"),
+], ids=["list", "to_tpu", "tensor_on_tpu"])
+def test_index_from_host_values_raises_at_the_op(make_index):
+    x = torch.zeros(10, device="tpu")
+    with pytest.raises(IndexError, match="out of bounds for dimension 0 with size 10"):
+        x[make_index()]
+
+
+def test_index_written_on_the_device_is_checked_at_the_next_sync():
+    x = torch.zeros(10, device="tpu")
+    idx = torch.tensor([0, 1], device="tpu")
+    idx[1] = 10  # the host values are stale now
+    y = x[idx]  # no error yet: the check runs on the device
+    with pytest.raises(IndexError, match="index 10 is out of bounds"):
+        y.cpu()
+
+
+def test_index_into_an_empty_dimension_message():
+    same_on_both(lambda d: torch.empty(10, 0, device=d)[:, [0, 1]])

@@ -8,7 +8,7 @@ from .. import dtypes, logs, runtime
 from ..casting import convert
 from ..eager import checks, fusion, modes
 from ..storage import access, buffers
-from . import errors, registry
+from . import errors, host_mirror, registry
 from .registry import Kernel, Options, out_dtype, register_raw, resolve
 
 _CPU = DispatchKeySet(DispatchKey.CPU)
@@ -167,7 +167,10 @@ def copy_into(dst, src) -> None:
 @register_raw("copy_.default")
 def copy_(self, src, non_blocking=False):
     if self.device.type == "tpu":
-        return _copy_kernel(self, src)
+        _copy_kernel(self, src)
+        if src.device.type == "cpu" and src.dtype == self.dtype and src.shape == self.shape:
+            host_mirror.remember(self, dtypes.numpy_from_cpu_tensor(src.contiguous()))
+        return self
     # tpu -> CPU (or another device): bring the value to the host, then PyTorch copies.
     self.copy_(to_cpu_tensor(src))
     return self
@@ -204,6 +207,7 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
         spec = (tuple(self.shape), strides, value.dtype)
         out = registry._make_output(registry._to_storage_layout(value, spec), spec)
         modes.after_op("aten::_to_copy", value)
+        host_mirror.remember(out, dtypes.numpy_from_cpu_tensor(self.to(dtype)))
         return out
     host = to_cpu_tensor(self)
     strides = _copy_strides(self, memory_format)

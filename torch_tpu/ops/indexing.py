@@ -23,7 +23,7 @@ from jax import lax
 from .. import dtypes
 from ..eager import checks, modes
 from ..storage import access, buffers
-from . import core, errors
+from . import core, errors, host_mirror
 from .registry import _LIB, KERNELS, Kernel, _siblings, out_dtype, register, register_raw, resolve
 
 _aten = torch.ops.aten
@@ -57,7 +57,9 @@ def _index_range(index):
 
 def _check_range(index, low, high, error):
     """Raise ``error(bad_value)`` unless every index lies in [low, high): at
-    once for a CPU index, at the next host wait for a tpu one (``checks``)."""
+    once for a CPU index or a tpu one whose host values are known
+    (``host_mirror``: built from a list or copied from the CPU), else at the
+    next host wait (``checks``)."""
     if index.numel() == 0:
         return
 
@@ -65,8 +67,8 @@ def _check_range(index, low, high, error):
         lo, hi = (int(v) for v in lo_hi)
         return error(hi) if hi >= high else error(lo) if lo < low else None
 
-    if index.device.type == "cpu":
-        host = dtypes.numpy_from_cpu_tensor(index)
+    host = dtypes.numpy_from_cpu_tensor(index) if index.device.type == "cpu" else host_mirror.recall(index)
+    if host is not None:  # values known on the host: check now, as the CPU does
         failure = verdict((host.min(), host.max()))
         if failure is not None:
             raise failure
@@ -113,6 +115,8 @@ def guard(*names, prepare):
 
 
 def _dim_error(exc, dim, size):
+    if size == 0:  # the CPU's wording for an empty dimension
+        return lambda v: exc("index is out of bounds for dimension with size 0")
     return lambda v: exc(f"index {v} is out of bounds for dimension {dim} with size {size}")
 
 
