@@ -16,17 +16,18 @@ DEFERRED_INDEX_CHECK = (
     "an index out of range on a device tensor raises at the next host read or torch.tpu.synchronize() "
     "(as CUDA's device-side asserts, which PyTorch's tests skip on CUDA), not inside assertRaises")
 FIRST_CALL_COMPILE = (
-    "runs one op on hundreds of new shapes; each new shape compiles an XLA executable (~0.1 s each "
-    "on this machine), so the test runs past the per-test timeout")
+    "runs ops on hundreds of new shapes; each new shape compiles an XLA executable (~0.1 s each on "
+    "this machine), so under a shared 2-core CPU the test runs past the 180 s per-test timeout")
 
 EXPECTED_FAILURES = {
     "test_shape_ops.py": {
         "TestShapeOpsPRIVATEUSE1::test_flip_tpu_float32": QUANTIZED,
     },
     "test_indexing.py": {
-        "TestIndexingPRIVATEUSE1::test_advancedindex_tpu_float64": DEFERRED_INDEX_CHECK,
-        "TestIndexingPRIVATEUSE1::test_empty_ndim_index_tpu": DEFERRED_INDEX_CHECK,
+        # ind[-1] = 10 is written on the device: only host-built indices are checked at the op
         "NumpyTestsTPU::test_trivial_fancy_out_of_bounds_tpu": DEFERRED_INDEX_CHECK,
         "TestIndexingPRIVATEUSE1::test_index_put_accumulate_duplicate_indices_tpu": FIRST_CALL_COMPILE,
+        # its body passed in an earlier run of the same session (a 590 s file run); timing-dependent
+        "TestIndexingPRIVATEUSE1::test_advancedindex_tpu_float64": FIRST_CALL_COMPILE,
     },
 }
