@@ -241,7 +241,8 @@ def test_index_checks_raise_at_the_op_in_debug_and_at_the_next_wait_otherwise(mo
     raises at the op; strict and fused at the next host read or synchronize,
     before the value, and only once.  Type and message are the CPU's."""
     table = torch.randn(5, 3, device="tpu")
-    bad, good = torch.tensor([1, 7], device="tpu"), torch.tensor([4, 0], device="tpu")
+    # "+ 0": indices computed on the device (host-built ones are checked at the op: host_mirror)
+    bad, good = torch.tensor([1, 7], device="tpu") + 0, torch.tensor([4, 0], device="tpu")
     with torch.tpu.set_eager_mode(mode):
         if mode == "debug":
             with pytest.raises(IndexError, match="index out of range in self"):
@@ -252,7 +253,7 @@ def test_index_checks_raise_at_the_op_in_debug_and_at_the_next_wait_otherwise(mo
             rows.sum().item()
         torch.tpu.synchronize()  # reported once
         logits = torch.randn(2, 5, device="tpu")
-        F.cross_entropy(logits, torch.tensor([1, 5], device="tpu"))
+        F.cross_entropy(logits, torch.tensor([1, 5], device="tpu") + 0)
         with pytest.raises(IndexError, match="Target 5 is out of bounds."):
             torch.tpu.synchronize()
         torch.testing.assert_close(F.embedding(good, table).cpu(), table.cpu()[[4, 0]])

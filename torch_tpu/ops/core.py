@@ -8,7 +8,7 @@ from .. import dtypes, logs, runtime
 from ..casting import convert
 from ..eager import checks, fusion, modes
 from ..storage import access, buffers
-from . import errors, registry
+from . import errors, host_mirror, registry
 from .registry import Kernel, Options, out_dtype, register_raw, resolve
 
 _CPU = DispatchKeySet(DispatchKey.CPU)
@@ -94,10 +94,16 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
 @register_raw("resize_.default")
 def resize_(self, size, memory_format=None):
     size = tuple(int(s) for s in size)
-    if tuple(self.shape) == size:
-        return self
+    if memory_format is None:  # same shape: a no-op (a strided view stays strided)
+        if tuple(self.shape) == size:
+            return self
+        strides = buffers.contiguous_strides(size)
+    else:  # the CPU's strides for that format (and its error for another rank)
+        strides = torch.empty(0, device="meta").resize_(size, memory_format=memory_format).stride()
+        if tuple(self.shape) == size and self.stride() == strides:
+            return self
     itemsize = self.element_size()
-    needed = (self.storage_offset() + buffers.storage_numel(size, buffers.contiguous_strides(size))) * itemsize
+    needed = (self.storage_offset() + buffers.storage_numel(size, strides)) * itemsize
     st = self.untyped_storage()
     if needed > st.nbytes():
         old = access.read(self).reshape(-1) if st.nbytes() else None
@@ -106,10 +112,10 @@ def resize_(self, size, memory_format=None):
             access.write(fresh[: old.shape[0]], old)
         st = fresh.untyped_storage()
         _aten.set_.source_Storage_storage_offset.redispatch(
-            _CPU, self, st, 0, size, buffers.contiguous_strides(size))
+            _CPU, self, st, 0, size, strides)
         return self
     _aten.set_.source_Storage_storage_offset.redispatch(
-        _CPU, self, st, self.storage_offset(), size, buffers.contiguous_strides(size))
+        _CPU, self, st, self.storage_offset(), size, strides)
     return self
 
 
@@ -161,7 +167,10 @@ def copy_into(dst, src) -> None:
 @register_raw("copy_.default")
 def copy_(self, src, non_blocking=False):
     if self.device.type == "tpu":
-        return _copy_kernel(self, src)
+        _copy_kernel(self, src)
+        if src.device.type == "cpu" and src.dtype == self.dtype and src.shape == self.shape:
+            host_mirror.remember(self, dtypes.numpy_from_cpu_tensor(src.contiguous()))
+        return self
     # tpu -> CPU (or another device): bring the value to the host, then PyTorch copies.
     self.copy_(to_cpu_tensor(src))
     return self
@@ -198,6 +207,7 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
         spec = (tuple(self.shape), strides, value.dtype)
         out = registry._make_output(registry._to_storage_layout(value, spec), spec)
         modes.after_op("aten::_to_copy", value)
+        host_mirror.remember(out, dtypes.numpy_from_cpu_tensor(self.to(dtype)))
         return out
     host = to_cpu_tensor(self)
     strides = _copy_strides(self, memory_format)

@@ -1,5 +1,9 @@
 """PyTorch-style errors for the tpu device (never a JAX traceback)."""
+import ast
+import os
 import re
+import sys
+import warnings
 
 import torch
 
@@ -15,6 +19,11 @@ def rewrite_meta_error(e: Exception, op_name: str, args=()) -> Exception:
     user sees it, and the CPU's wording where the meta kernel words it
     differently (a shape mismatch reads the same on every device)."""
     msg = re.sub(r"\bmeta\b", "tpu", str(e).replace("device='meta'", "device='tpu:0'"))
+    msg = _untuple(msg)
+    for pattern, exc_type, message in _CPU_ERRORS:
+        match = re.match(pattern, msg)
+        if match and (exc_type is not IndexError or "index" in op_name):
+            return exc_type(message(match, args) if callable(message) else message)
     for pattern, cpu_wording in _CPU_WORDING:
         match = re.match(pattern, msg)
         if match:
@@ -56,6 +65,60 @@ _CPU_WORDING = [
     (r"Attempting to broadcast a dimension of length", _broadcast_mismatch),
     (r"Invalid channel dimensions", _channels_mismatch),
 ]
+
+
+def _untuple(msg):
+    """A message some torch._refs checks build as a tuple of parts, joined."""
+    if msg.startswith("('") and msg.endswith("')"):
+        try:
+            parts = ast.literal_eval(msg)
+        except (ValueError, SyntaxError):
+            return msg
+        if isinstance(parts, tuple) and all(isinstance(p, str) for p in parts):
+            return "".join(parts)
+    return msg
+
+
+def _index_shapes(match, args):
+    indices = args[1] if len(args) > 1 and isinstance(args[1], (list, tuple)) else ()
+    shapes = ", ".join(str(list(i.shape)) for i in indices if isinstance(i, torch.Tensor))
+    return f"shape mismatch: indexing tensors could not be broadcast together with shapes {shapes}"
+
+
+# (meta kernel message, the CPU's exception type, its message or a function of
+# the match and the op's arguments): where the CPU raises another type.
+# IndexError entries apply to indexing ops only.
+_CPU_ERRORS = [
+    (r"clamp called but both min and max are none", RuntimeError,
+     "torch.clamp: At least one of 'min' or 'max' must not be None"),
+    (r"alpha argument of type <class 'float'> cannot be safely cast to type <class 'int'>", RuntimeError,
+     "For integral input tensors, argument alpha must not be a floating point number."),
+    (r"Attempting to broadcast a dimension of length", IndexError, _index_shapes),
+]
+
+
+def scalar_type_name(dtype: torch.dtype) -> str:
+    """ATen's name of a dtype, as CPU error messages spell it (Float, Long)."""
+    return _SCALAR_TYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+_SCALAR_TYPE_NAMES = {
+    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+    torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+    torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+}
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+def warn_at_caller(message: str, category=UserWarning) -> None:
+    """A warning attributed to the user's line (outside torch_tpu and torch), as
+    PyTorch's C++ warnings are: two indexing lines warn twice."""
+    level, frame = 2, sys._getframe(1)  # stacklevel 2: the caller of this function
+    while frame is not None and frame.f_code.co_filename.startswith((_PACKAGE, _TORCH)):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 def runtime_failure(op_name: str, e: Exception) -> RuntimeError:

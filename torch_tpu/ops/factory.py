@@ -18,15 +18,19 @@ import torch
 from .. import dtypes
 from ..eager import modes
 from ..storage import access
+from . import out_checks
 from .registry import register_raw
 
 _aten = torch.ops.aten
 
 
 def _write_out(name, out, value):
-    if tuple(out.shape) != tuple(value.shape):
+    # As the CPU kernels: an out= with the right number of elements keeps its
+    # shape and strides (a non-contiguous view is written through, in order).
+    if out.numel() != value.size:
         out.resize_(value.shape)
-    access.write(out, value)
+    out_checks.check_no_internal_overlap(out)
+    access.write(out, value.reshape(tuple(out.shape)))
     modes.after_op(name, value)
     return out
 

@@ -23,7 +23,7 @@ from jax import lax
 from .. import dtypes
 from ..eager import checks, modes
 from ..storage import access, buffers
-from . import core, errors
+from . import core, errors, host_mirror
 from .registry import _LIB, KERNELS, Kernel, _siblings, out_dtype, register, register_raw, resolve
 
 _aten = torch.ops.aten
@@ -57,7 +57,9 @@ def _index_range(index):
 
 def _check_range(index, low, high, error):
     """Raise ``error(bad_value)`` unless every index lies in [low, high): at
-    once for a CPU index, at the next host wait for a tpu one (``checks``)."""
+    once for a CPU index or a tpu one whose host values are known
+    (``host_mirror``: built from a list or copied from the CPU), else at the
+    next host wait (``checks``)."""
     if index.numel() == 0:
         return
 
@@ -65,8 +67,8 @@ def _check_range(index, low, high, error):
         lo, hi = (int(v) for v in lo_hi)
         return error(hi) if hi >= high else error(lo) if lo < low else None
 
-    if index.device.type == "cpu":
-        host = dtypes.numpy_from_cpu_tensor(index)
+    host = dtypes.numpy_from_cpu_tensor(index) if index.device.type == "cpu" else host_mirror.recall(index)
+    if host is not None:  # values known on the host: check now, as the CPU does
         failure = verdict((host.min(), host.max()))
         if failure is not None:
             raise failure
@@ -113,6 +115,8 @@ def guard(*names, prepare):
 
 
 def _dim_error(exc, dim, size):
+    if size == 0:  # the CPU's wording for an empty dimension
+        return lambda v: exc("index is out of bounds for dimension with size 0")
     return lambda v: exc(f"index {v} is out of bounds for dimension {dim} with size {size}")
 
 
@@ -144,6 +148,9 @@ def nonzero(self):
 
 @register_raw("nonzero.out")
 def nonzero_out(self, *, out):
+    if out.dtype != torch.long:
+        raise RuntimeError("nonzero: Expected out tensor to have scalar type Long but got scalar type"
+                           f"{errors.scalar_type_name(out.dtype)}")
     value = _nonzero_array(_value(self))
     out.resize_(value.shape)
     access.write(out, value)
@@ -177,6 +184,9 @@ def _prepare_indices(bound):
             out.append(None)
             dim += 1
         elif idx.dtype in (torch.bool, torch.uint8):
+            if idx.dtype == torch.uint8:
+                errors.warn_at_caller("indexing with dtype torch.uint8 is now deprecated, please use a "
+                                      "dtype torch.bool instead.")
             out.extend(_mask_to_indices(idx, self, dim))
             dim += idx.dim()
         else:
@@ -189,23 +199,36 @@ def _prepare_indices(bound):
             dim += 1
     bound["indices"] = out
     if "values" in bound:
-        _check_values_fit(self, out, bound["values"])
+        values = bound["values"]
+        _check_values_fit(self, out, values)  # the CPU checks shapes first
+        if values.dtype != self.dtype:
+            raise RuntimeError(
+                "Index put requires the source and destination dtypes match, got "
+                f"{errors.scalar_type_name(self.dtype)} for the destination and "
+                f"{errors.scalar_type_name(values.dtype)} for the source.")
 
 
 def _check_values_fit(self, indices, values):
     """``x[indices] = values`` needs values expandable to the indexing result
     (else the CPU's message, not a JAX broadcasting failure)."""
     advanced = [k for k, i in enumerate(indices) if i is not None]
-    if not advanced:
+    v = list(values.shape)
+    if not advanced:  # no index at all (index_put(x, [], v)): v must broadcast to x
+        if len(v) > self.dim() or not all(a in (1, b) for a, b in zip(reversed(v), reversed(self.shape))):
+            raise RuntimeError(f"shape mismatch: value tensor of shape {v} cannot be broadcast to "
+                               f"indexing result of shape {list(self.shape)}")
         return
-    middle = list(torch.broadcast_shapes(*(indices[k].shape for k in advanced)))
+    try:
+        middle = list(torch.broadcast_shapes(*(indices[k].shape for k in advanced)))
+    except RuntimeError:
+        shapes = ", ".join(str(list(indices[k].shape)) for k in advanced)
+        raise IndexError(f"shape mismatch: indexing tensors could not be broadcast together with shapes {shapes}") from None
     plain = [self.shape[d] for d in range(self.dim()) if d >= len(indices) or indices[d] is None]
     if advanced == list(range(advanced[0], advanced[-1] + 1)):  # adjacent: the result keeps their place
         before = [self.shape[d] for d in range(advanced[0])]
         result = before + middle + plain[len(before):]
     else:
         result = middle + plain
-    v = list(values.shape)
     fits = len(v) <= len(result) or all(s == 1 for s in v[:len(v) - len(result)])
     fits = fits and all(a in (1, b) for a, b in zip(reversed(v), reversed(result)))
     if not fits:
@@ -235,6 +258,8 @@ def index_put(self, indices, values, accumulate=False, unsafe=False):
     masks = [k for k, i in enumerate(indices) if i is not None and i.dtype in (np.bool_, np.uint8)]
     if masks:  # only in graphs: eager turns masks into indices first (_prepare_indices)
         return _mask_put(self, masks[0], indices[masks[0]], values, accumulate)
+    if accumulate and self.dtype == np.bool_:  # True + True stays True: a logical or
+        return self.astype(np.uint8).at[_key(indices)].max(values.astype(np.uint8)).astype(np.bool_)
     at = self.at[_key(indices)]
     return at.add(values) if accumulate else at.set(values)
 

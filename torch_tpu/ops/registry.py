@@ -32,7 +32,7 @@ from ..casting import convert
 from ..eager import fusion, modes
 from ..eager.fusion import LazyBuffer
 from ..storage import buffers, views
-from . import errors
+from . import errors, out_checks
 from .. import logs as _logs
 from ..profiler import record as _prof  # torch.profiler ranges, only while one is active
 
@@ -244,6 +244,7 @@ class Kernel:
                           if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
         self.cache = {}
         self.lock = threading.Lock()
+        self.check_overlap = out_checks.checks_overlap(self)
 
     def _writes(self, name):
         return (self.mode == "inplace" and name == "self") or name in self.out_names
@@ -272,12 +273,16 @@ class Kernel:
         return x
 
     def __call__(self, *args, **kwargs):
+        if self.check_overlap:
+            out_checks.check_no_internal_overlap(args[0] if self.mode == "inplace" else kwargs.get(self.out_names[0]))
         inputs = []
         names = self.arg_names
         pos = tuple(self._encode(a, names[i], inputs) for i, a in enumerate(args))
         kw = tuple((k, self._encode(v, k, inputs)) for k, v in kwargs.items()
                    if k not in self.out_names)
-        key = (pos, kw, _storage_groups(args[0]) if self.writes_list else None, precision.key())
+        # The default dtype decides the result dtype of int tensor + Python float.
+        key = (pos, kw, _storage_groups(args[0]) if self.writes_list else None, precision.key(),
+               torch.get_default_dtype())
         entry = self.cache.get(key)
         if entry is None:
             with self.lock:
@@ -330,11 +335,13 @@ class Kernel:
 
     # -- the first call with a signature ------------------------------------------
     def _build(self, key, args, kwargs, inputs):
+        if self.mode == "out":
+            out_checks.check_out_dtype_like_cpu(self, args, kwargs)
         meta_out = self._meta(args, kwargs) if self.opts.meta else None
         single = not isinstance(meta_out, (tuple, list))
         promote_dtype = self.promote_dtype(args, kwargs)
 
-        pos_t, kw_t, groups, matmul_precision = key
+        pos_t, kw_t, groups, matmul_precision, _ = key
         groups = groups or (0,)
         mode = self.mode
         apply = self.apply
@@ -352,6 +359,8 @@ class Kernel:
             if mode == "out":
                 metas = metas[:len(self.out_names)] if len(metas) >= len(self.out_names) else metas
             out_specs = [(tuple(m.shape), m.stride(), dtypes.to_np(m.dtype)) for m in metas]
+            if mode == "out" and self.opts.promote is not None:
+                out_specs = out_checks.result_before_out_cast(self, args, kwargs, out_specs)
             if self.opts.out_dtypes is not None and mode == "functional":
                 out_specs = [spec if d is None else spec[:2] + (dtypes.to_np(d),)
                              for spec, d in zip(out_specs, self.opts.out_dtypes(args, kwargs))]
@@ -398,6 +407,7 @@ class Kernel:
         """PyTorch's computation dtype for the operands (``torch._refs`` rules), or None."""
         if self.opts.promote is None:
             return None
+        kwargs = {k: v for k, v in kwargs.items() if k not in self.out_names}  # out= does not promote
         operands = [_to_meta(a) for a in _flat(args) + _flat(list(kwargs.values()))
                     if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
         compute, _ = elementwise_dtypes(*operands, type_promotion_kind=self.opts.promote)

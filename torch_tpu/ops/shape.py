@@ -47,7 +47,8 @@ def cat(tensors, dim=0):
 
 @register("flip.default")
 def flip(self, dims):
-    return jnp.flip(self, axis=tuple(dims)) if len(dims) else self
+    # a 0-d tensor accepts dim 0 (or -1), as the CPU does: nothing to flip
+    return jnp.flip(self, axis=tuple(dims)) if len(dims) and self.ndim else self
 
 
 @register("roll.default")

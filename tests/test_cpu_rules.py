@@ -1,0 +1,212 @@
+"""Rules PyTorch's CPU kernels follow beyond an op's values: where ``out=`` is
+written and in which dtype, overlapping destinations, the default dtype,
+out-of-range float -> int casts, error types and messages, warnings.
+Each case is checked against the CPU's own answer."""
+import warnings
+
+import pytest
+import torch
+from helpers import strict  # noqa: F401  (no CPU fallback)
+
+import torch_tpu  # noqa: F401
+
+
+def outcome(fn, device):
+    """What ``fn(device)`` gives on a device: the value (on the CPU), or the error's type and message."""
+    try:
+        r = fn(device)
+    except (RuntimeError, IndexError, TypeError, ValueError) as e:  # the error is the outcome compared
+        return type(e), str(e)
+    if isinstance(r, torch.Tensor):
+        return r.cpu(), r.stride()
+    return r
+
+
+def same_on_both(fn):
+    cpu, tpu = outcome(fn, "cpu"), outcome(fn, "tpu")
+    if isinstance(cpu[0], torch.Tensor):
+        assert isinstance(tpu[0], torch.Tensor), tpu
+        (c, c_stride), (t, t_stride) = cpu, tpu
+        assert (c.dtype, c.shape, c_stride) == (t.dtype, t.shape, t_stride)
+        assert torch.equal(c.nan_to_num(), t.nan_to_num()), (c, t)
+        return t
+    assert cpu == tpu, (cpu, tpu)
+    return tpu
+
+
+# ---- out= ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("factory", [
+    lambda out: torch.arange(0, 4, out=out),
+    lambda out: torch.linspace(-1, 2, 4, out=out),
+])
+def test_factory_out_into_strided_view_keeps_its_strides(factory):
+    def run(d):
+        x = torch.zeros(2, 3, device=d)
+        factory(x.narrow(1, 1, 2))  # 4 elements: written in order through the view
+        return x
+    same_on_both(run)
+
+
+def test_out_with_internal_overlap_raises():
+    err = same_on_both(lambda d: torch.arange(10, out=torch.empty(1, device=d).expand(10)))
+    assert err[0] is RuntimeError and "single memory location" in err[1]
+    same_on_both(lambda d: torch.sin(torch.ones(4, device=d), out=torch.zeros(1, device=d).expand(4)))
+    same_on_both(lambda d: torch.ones(1, device=d).expand(3).add_(1))
+
+
+def test_fill_of_expanded_tensor_is_allowed():
+    same_on_both(lambda d: torch.zeros(1, device=d).expand(3).fill_(2))
+
+
+def test_out_dtype_does_not_change_the_computation_dtype():
+    # float16 33000 + 33000 overflows in float16 before the cast into float64
+    def run(d):
+        a = torch.tensor([33000.0, 1.5], dtype=torch.float16, device=d)
+        return torch.add(a, a, out=torch.empty(2, dtype=torch.float64, device=d))
+    assert torch.isinf(same_on_both(run)[0])
+
+
+@pytest.mark.parametrize("op", [torch.neg, torch.abs, torch.floor, torch.sign])
+def test_out_of_another_dtype_is_refused_like_cpu(op):
+    err = same_on_both(lambda d: op(torch.ones(3, device=d), out=torch.empty(3, dtype=torch.float64, device=d)))
+    assert err == (RuntimeError, "Found dtype Double but expected Float")
+
+
+def test_out_of_another_dtype_is_accepted_where_cpu_casts():
+    same_on_both(lambda d: torch.sin(torch.ones(3, device=d), out=torch.empty(3, dtype=torch.float64, device=d)))
+
+
+def test_nonzero_out_must_be_long():
+    err = same_on_both(lambda d: torch.nonzero(torch.ones(3, device=d), out=torch.empty(3, device=d)))
+    assert err[0] is RuntimeError and "scalar type Long" in err[1]
+
+
+# ---- the default dtype ------------------------------------------------------------
+
+def test_result_dtype_follows_a_later_default_dtype():
+    u = torch.tensor([0, 1], dtype=torch.uint8, device="tpu")
+    assert (u + 5.5).dtype == torch.float32
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert (u + 5.5).dtype == torch.float64  # the same op and shapes: not the executable built for float32
+        assert (u + 5.5).cpu().tolist() == [5.5, 6.5]
+    finally:
+        torch.set_default_dtype(old)
+
+
+# ---- float -> int casts ---------------------------------------------------------------
+
+@pytest.mark.parametrize("src", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dst", [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8])
+def test_float_to_int_cast_out_of_range_matches_cpu(src, dst):
+    values = [3e9, -3e9, 1e20, -1e20, float("nan"), float("inf"), float("-inf"), 2.0 ** 31, -(2.0 ** 31),
+              300.5, -129.7, 70000.0, 9.3e18, -0.5]
+    same_on_both(lambda d: torch.tensor(values, dtype=torch.float64).to(src).to(d).to(dst))
+
+
+# ---- errors ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fn", [
+    lambda d: torch.randn(3, device=d).clamp(),
+    lambda d: torch.randn(3, device=d).clamp_(),
+    lambda d: torch.add(torch.ones(2, dtype=torch.long, device=d), torch.ones(2, dtype=torch.long, device=d),
+                        alpha=1.1),
+], ids=["clamp", "clamp_", "int_add_float_alpha"])
+def test_argument_errors_are_runtime_errors(fn):
+    assert same_on_both(fn)[0] is RuntimeError
+
+
+def test_indices_that_do_not_broadcast_raise_index_error():
+    def get(d):
+        return torch.zeros(5, 5, device=d)[[0, 1], [0, 1, 2]]
+
+    def put(d):
+        a = torch.zeros(5, 5, device=d)
+        a[[0, 1], [0, 1, 2]] = 0
+        return a
+    for fn in (get, put):
+        err = same_on_both(fn)
+        assert err[0] is IndexError and err[1].startswith("shape mismatch")
+
+
+def test_index_put_dtype_mismatch():
+    err = same_on_both(lambda d: torch.zeros(4, device=d).index_put_(
+        (torch.tensor([0, 2], device=d),), torch.ones(2, dtype=torch.float64, device=d)))
+    assert err[0] is RuntimeError and "dtypes match" in err[1]
+
+
+def test_index_put_without_indices_checks_the_value_shape():
+    err = same_on_both(lambda d: torch.rand([], device=d).index_put([], torch.tensor([1.0], device=d), True))
+    assert err[0] is RuntimeError and "shape mismatch" in err[1]
+
+
+def test_integer_addcdiv_message_reads_as_text():
+    def run(d):
+        i = torch.ones(2, dtype=torch.long, device=d)
+        return torch.addcdiv(i, i, i)
+    err = outcome(run, "tpu")
+    assert err[0] is RuntimeError and err[1].startswith("Integer division with addcdiv is no longer supported")
+
+
+# ---- edge cases that crashed --------------------------------------------------------------
+
+def test_flip_of_a_0d_tensor():
+    same_on_both(lambda d: torch.tensor(3.0, device=d).flip(0))
+
+
+def test_bool_index_put_accumulate_is_a_logical_or():
+    same_on_both(lambda d: torch.zeros(4, dtype=torch.bool, device=d).index_put_(
+        (torch.tensor([0, 0, 2], device=d),), torch.ones(3, dtype=torch.bool, device=d), accumulate=True))
+
+
+def test_resize_to_channels_last():
+    def run(d):
+        t = torch.empty(2, 3, 4, 5, device=d)
+        t.resize_((10, 3, 32, 32), memory_format=torch.channels_last)
+        return t.stride()
+    assert same_on_both(run) == (3072, 1, 96, 3)
+
+
+def test_resize_to_the_same_shape_keeps_a_strided_view():
+    same_on_both(lambda d: torch.empty(3, 2, device=d)[:, ::2].resize_(3, 1).stride())
+
+
+# ---- warnings ------------------------------------------------------------------------
+
+def test_uint8_mask_warns_once_per_line():
+    v = torch.randn(5, 7, device="tpu")
+    mask = torch.tensor([1, 0, 1, 1, 0], dtype=torch.uint8, device="tpu")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("default")
+        a = v[mask]
+        b = v[mask]
+    assert a.shape == b.shape == (3, 7)
+    assert [str(x.message).startswith("indexing with dtype torch.uint8 is now deprecated") for x in w] == [True, True]
+
+
+# ---- index checks for indices built on the host --------------------------------
+
+@pytest.mark.parametrize("make_index", [
+    lambda: [0, 10],
+    lambda: torch.tensor([0, 10]).to("tpu"),
+    lambda: torch.tensor([0, -11], device="tpu"),
+], ids=["list", "to_tpu", "tensor_on_tpu"])
+def test_index_from_host_values_raises_at_the_op(make_index):
+    x = torch.zeros(10, device="tpu")
+    with pytest.raises(IndexError, match="out of bounds for dimension 0 with size 10"):
+        x[make_index()]
+
+
+def test_index_written_on_the_device_is_checked_at_the_next_sync():
+    x = torch.zeros(10, device="tpu")
+    idx = torch.tensor([0, 1], device="tpu")
+    idx[1] = 10  # the host values are stale now
+    y = x[idx]  # no error yet: the check runs on the device
+    with pytest.raises(IndexError, match="index 10 is out of bounds"):
+        y.cpu()
+
+
+def test_index_into_an_empty_dimension_message():
+    same_on_both(lambda d: torch.empty(10, 0, device=d)[:, [0, 1]])

@@ -1,0 +1,267 @@
+"""Run PyTorch's own device-generic test files against tpu and the CPU.
+
+PyTorch holds a device backend to its ``instantiate_device_type_tests`` suites:
+each file grows one test class per device (``TestFooCPU``, and, with torch_tpu
+autoloaded, ``TestFooPRIVATEUSE1``).  This tool runs both classes of each file
+(PyTorch's test files are never part of this repository: pass the folder that
+holds copies of them), then prints a table (tests, CPU passes, tpu passes,
+tpu-only failures, wall time of each run) and the tpu-only failures grouped by
+cause (exception type and the first line of its message).
+
+    python tests/tools/pytorch_suites.py --tests-dir /work/pytorch_tests \
+        test_shape_ops.py test_indexing.py
+
+Each run is one pytest subprocess per file and device, under ``nice``, with a
+per-test timeout (SIGALRM: a test stuck past it fails with TimeoutError) and an
+overall limit per run; results come from pytest's ``--junitxml``.
+``tests/pytorch_suite_expected.py`` lists the tpu-only failures known and why:
+``--check`` reports the ones not listed there (and listed ones that pass).
+
+When pytest loads this file as a plugin (``-p pytorch_suites``), it adds the
+per-test timeout, and a ``torch.tpu.synchronize()`` at the end of each test's
+body: an index check that failed on the device (raised at the next host read,
+as CUDA's device-side asserts are) is charged to the test that made it, never
+to the next.
+"""
+import argparse
+import collections
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+TPU_CLASS_SUFFIXES = ("PRIVATEUSE1", "TPU")
+
+
+# ---- plugin side: the per-test timeout -------------------------------------------
+
+def pytest_addoption(parser):
+    parser.addoption("--suite-test-timeout", type=float, default=0.0,
+                     help="seconds a single test may run (0: no limit)")
+
+
+def _on_alarm(signum, frame):
+    raise TimeoutError("test ran past --suite-test-timeout")
+
+
+def pytest_runtest_call(item):
+    limit = item.config.getoption("--suite-test-timeout")
+    if limit:
+        signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, limit)
+
+
+def pytest_runtest_teardown(item):
+    if item.config.getoption("--suite-test-timeout"):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def pytest_runtest_setup(item):
+    """Test isolation for deferred device checks (an index out of range raises
+    at the next host read, like CUDA's device-side asserts): after the test
+    body, ``torch.tpu.synchronize()`` raises a check that failed in this test,
+    charged to this test; after a failed body, pending checks are dropped."""
+    body = item.runtest
+
+    def runtest():
+        try:
+            body()
+        except BaseException:
+            _drain_device_checks()
+            raise
+        if "torch_tpu" in sys.modules:
+            import torch
+            torch.tpu.synchronize()
+    item.runtest = runtest
+
+
+def _drain_device_checks():
+    if "torch_tpu" in sys.modules:
+        import torch
+        with contextlib.suppress(Exception):  # already failing: the first error is the one reported
+            torch.tpu.synchronize()
+
+
+# ---- driver side ------------------------------------------------------------------
+
+def _python():
+    return sys.executable
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, HERE, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def collect_classes(path):
+    """The device classes of a test file: {"cpu": [...], "tpu": [...]}."""
+    cmd = ["nice", "-n", "10", _python(), "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", path]
+    res = subprocess.run(cmd, check=False, capture_output=True, text=True, env=_env(), cwd=os.path.dirname(path))
+    classes = collections.OrderedDict()
+    for line in res.stdout.splitlines():
+        parts = line.split("::")
+        if len(parts) >= 3:
+            classes[parts[1]] = True
+    found = {"cpu": [c for c in classes if c.endswith("CPU")],
+             "tpu": [c for c in classes if c.endswith(TPU_CLASS_SUFFIXES)]}
+    if not found["cpu"] and not found["tpu"]:
+        sys.stderr.write(res.stdout[-2000:] + res.stderr[-2000:])
+    return found
+
+
+def run_classes(path, classes, xml, test_timeout, limit, extra):
+    """pytest on ``path::C`` for each class; (wall seconds, timed out)."""
+    if os.path.exists(xml):
+        os.remove(xml)
+    name = os.path.basename(path)
+    cmd = (["nice", "-n", "10", _python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytorch_suites",
+            f"--suite-test-timeout={test_timeout}", f"--junitxml={xml}"]
+           + [f"{name}::{c}" for c in classes] + list(extra))
+    start = time.monotonic()
+    try:
+        subprocess.run(cmd, check=False, env=_env(), cwd=os.path.dirname(path), timeout=limit,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    return time.monotonic() - start, timed_out
+
+
+def read_junit(xml):
+    """{(class, test name): (status, message)}; status: pass, fail, skip."""
+    results = {}
+    if not os.path.exists(xml):
+        return results
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        cls = case.get("classname", "").rsplit(".", 1)[-1]
+        status, message = "pass", ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                status, message = "fail", child.get("message") or ""
+                break
+            if child.tag == "skipped":
+                status, message = "skip", child.get("message", "")
+        results[(cls, case.get("name"))] = (status, message)
+    return results
+
+
+def cpu_twin(cls, name):
+    """The CPU test matching a tpu test: class suffix and the device in the name."""
+    for suffix in TPU_CLASS_SUFFIXES:
+        if cls.endswith(suffix):
+            cls = cls[: -len(suffix)] + "CPU"
+            break
+    return cls, re.sub(r"_(tpu|privateuse1)(?=_|$|\[)", "_cpu", name, count=1)
+
+
+def cause(message):
+    """A failure's cause: its first line, numbers and addresses blurred."""
+    first = (message or "").strip().splitlines()[0] if (message or "").strip() else "(no message)"
+    first = re.sub(r"0x[0-9a-f]+", "0x…", first)
+    return first[:160]
+
+
+def compare(cpu, tpu):
+    """Per tpu test: its CPU twin's status; and the tpu-only failures."""
+    rows = {"tests": len(tpu), "cpu_pass": 0, "tpu_pass": 0, "tpu_only": {}, "tpu_skip_cpu_pass": 0}
+    for (cls, name), (status, message) in tpu.items():
+        twin = cpu.get(cpu_twin(cls, name), ("missing", ""))[0]
+        if status == "skip" and message.startswith("Only runs on cpu"):  # @onlyCPU: not counted
+            rows["tests"] -= 1
+            continue
+        if twin == "pass":
+            rows["cpu_pass"] += 1
+        if status == "pass":
+            rows["tpu_pass"] += 1
+        elif status == "fail" and twin == "pass":
+            rows["tpu_only"][f"{cls}::{name}"] = message
+        elif status == "skip" and twin == "pass":
+            rows["tpu_skip_cpu_pass"] += 1
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="*", help="test files in --tests-dir (default: every test_*.py there)")
+    ap.add_argument("--tests-dir", required=True)
+    ap.add_argument("--test-timeout", type=float, default=120.0, help="seconds per test")
+    ap.add_argument("--limit", type=float, default=3600.0, help="seconds per file and device")
+    ap.add_argument("--xml-dir", default="/tmp/pytorch_suites")
+    ap.add_argument("--tpu-only", action="store_true", help="reuse the CPU results in --xml-dir")
+    ap.add_argument("--check", action="store_true",
+                    help="compare the tpu-only failures with tests/pytorch_suite_expected.py")
+    ap.add_argument("-k", default=None, help="passed to pytest")
+    args = ap.parse_args(argv)
+    os.makedirs(args.xml_dir, exist_ok=True)
+    files = args.files or sorted(f for f in os.listdir(args.tests_dir) if f.startswith("test_") and f.endswith(".py"))
+    extra = ["-k", args.k] if args.k else []
+    table, failures = [], {}
+    for f in files:
+        path = os.path.abspath(os.path.join(args.tests_dir, f))
+        classes = collect_classes(path)
+        stem = os.path.splitext(f)[0]
+        walls = {}
+        results = {}
+        for dev in ("cpu", "tpu"):
+            xml = os.path.join(args.xml_dir, f"{stem}.{dev}.xml")
+            if dev == "cpu" and args.tpu_only and os.path.exists(xml):
+                walls[dev] = None
+            elif classes[dev]:
+                walls[dev], timed_out = run_classes(path, classes[dev], xml, args.test_timeout, args.limit, extra)
+                if timed_out:
+                    walls[dev] = f">{args.limit:.0f}"
+            results[dev] = read_junit(xml)
+        rows = compare(results.get("cpu", {}), results.get("tpu", {}))
+        failures[f] = rows["tpu_only"]
+        table.append((f, rows, walls))
+        print(f"done {f}", file=sys.stderr, flush=True)
+
+    print("tests: the file's tpu tests, less @onlyCPU ones; CPU passes: those whose CPU twin passes; "
+          "tpu / CPU: the share of CPU passes that pass on tpu too (the goal: >= 99%)")
+    print("| file | tests | CPU passes | tpu passes | tpu / CPU | tpu-only failures | tpu skips (CPU passes) "
+          "| wall CPU / tpu |")
+    print("|---|---|---|---|---|---|---|---|")
+    for f, rows, walls in table:
+        wall = " / ".join("-" if walls.get(d) is None else (walls[d] if isinstance(walls[d], str) else f"{walls[d]:.0f} s")
+                          for d in ("cpu", "tpu"))
+        both = rows["cpu_pass"] - len(rows["tpu_only"]) - rows["tpu_skip_cpu_pass"]  # pass on both
+        ratio = f"{100 * both / rows['cpu_pass']:.1f}%" if rows["cpu_pass"] else "-"
+        print(f"| {f} | {rows['tests']} | {rows['cpu_pass']} | {rows['tpu_pass']} | {ratio} | {len(rows['tpu_only'])} "
+              f"| {rows['tpu_skip_cpu_pass']} | {wall} |")
+    for f, fails in failures.items():
+        if not fails:
+            continue
+        print(f"\n## {f}: tpu-only failures by cause")
+        groups = collections.defaultdict(list)
+        for test, message in fails.items():
+            groups[cause(message)].append(test.split("::", 1)[1])
+        for c, tests in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            print(f"- {len(tests)} x {c}")
+            for t in sorted(tests):
+                print(f"    - {t}")
+    if args.check:
+        sys.path.insert(0, os.path.join(REPO, "tests"))
+        from pytorch_suite_expected import EXPECTED_FAILURES
+        status = 0
+        for f, fails in failures.items():
+            known = EXPECTED_FAILURES.get(f, {})
+            new = sorted(set(fails) - set(known))
+            fixed = sorted(set(known) - set(fails))
+            for t in new:
+                print(f"NEW FAILURE {f}::{t}: {cause(fails[t])}")
+                status = 1
+            for t in fixed:
+                print(f"now passes (remove from the expected list): {f}::{t}")
+        return status
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Rules for ``out=`` (and in-place) destinations that PyTorch's CPU kernels
+enforce but its meta kernels do not: the registry's kernel wrapper asks these
+on the first call with a signature (dtype rules) or on every call (overlap)."""
+import re
+import warnings
+
+import torch
+from torch._prims_common import elementwise_dtypes
+
+from .. import dtypes
+
+
+def result_before_out_cast(kernel, args, kwargs, out_specs):
+    """An elementwise op computes its own result dtype and only then casts it
+    into ``out=`` (float16 33000 + 33000 is inf, even into a float64 out):
+    ``out_specs`` with the op's result dtype, for the copy into out to cast."""
+    if len(out_specs) != 1:
+        return out_specs
+    from .registry import _SCALAR_TYPES, _flat, _to_meta
+    kwargs = {k: v for k, v in kwargs.items() if k not in kernel.out_names}
+    operands = [_to_meta(a) for a in _flat(args) + _flat(list(kwargs.values()))
+                if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
+    if not operands:
+        return out_specs
+    _, result = elementwise_dtypes(*operands, type_promotion_kind=kernel.opts.promote)
+    shape, stride, _ = out_specs[0]
+    return [(shape, stride, dtypes.to_np(result))]
+
+
+# ---- the destination's dtype, as the CPU kernel checks it ------------------------
+
+# What a CPU dtype complaint about out= says (other CPU errors on zero-filled
+# stand-ins, e.g. about values, say nothing about the real call).
+_DTYPE_ERROR = re.compile(r"dtype|scalar type|can't be cast|only supports bool|non-boolean", re.IGNORECASE)
+_PROBE_NUMEL = 1 << 16  # larger calls skip the probe (out of a test suite's size)
+
+
+def _cpu_stand_in(x, out):
+    if isinstance(x, torch.Tensor):
+        return torch.empty(x.shape, dtype=x.dtype) if out else torch.zeros(x.shape, dtype=x.dtype)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_cpu_stand_in(e, out) for e in x)
+    if isinstance(x, torch.device):
+        return torch.device("cpu")
+    return x
+
+
+def check_out_dtype_like_cpu(kernel, args, kwargs):
+    """When an ``out=`` tensor's dtype differs from the input's, ask PyTorch's
+    CPU kernel (on zero-filled CPU stand-ins of the same shapes and dtypes)
+    whether it accepts it: most ops refuse ("Found dtype Double but expected
+    Float"), elementwise ones with casting rules accept; meta kernels check
+    only some.  Raises the CPU's dtype error; first call of a signature only."""
+    from .registry import _flat
+    outs = [o for n in kernel.out_names for o in _flat([kwargs.get(n)]) if isinstance(o, torch.Tensor)]
+    inputs = [a for a in _flat(list(args) + [v for k, v in kwargs.items() if k not in kernel.out_names])
+              if isinstance(a, torch.Tensor)]
+    if not inputs or not outs or all(o.dtype == inputs[0].dtype for o in outs):
+        return
+    if sum(t.numel() for t in inputs + outs) > _PROBE_NUMEL:
+        return
+    cpu_args = [_cpu_stand_in(a, False) for a in args]
+    cpu_kwargs = {k: _cpu_stand_in(v, k in kernel.out_names) for k, v in kwargs.items()}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kernel.op(*cpu_args, **cpu_kwargs)
+    except (RuntimeError, TypeError) as e:
+        if _DTYPE_ERROR.search(str(e)):
+            raise type(e)(str(e)) from None
+
+
+# ---- overlapping destinations ------------------------------------------------------
+
+_OVERLAP = ("unsupported operation: more than one element of the written-to tensor refers to a "
+            "single memory location. Please clone() the tensor before performing the operation.")
+# In-place ops whose CPU kernels accept an expanded destination (they write
+# every alias the same value, or warn instead).
+_OVERLAP_ALLOWED = {"fill_", "zero_", "index_put_", "_index_put_impl_", "masked_fill_"}
+
+
+def checks_overlap(kernel) -> bool:
+    """Whether ``kernel`` refuses a destination with internal overlap, as
+    PyTorch's TensorIterator kernels (elementwise, random, copy) do."""
+    if kernel.mode not in ("inplace", "out") or kernel.writes_list:
+        return False
+    base = kernel.op._schema.name.split("::")[1]
+    if base in _OVERLAP_ALLOWED:
+        return False
+    return kernel.opts.promote is not None or kernel.opts.rng or base == "copy_"
+
+
+def check_no_internal_overlap(t) -> None:
+    """``t`` (a destination) must not have two elements at one address
+    (an ``expand``-ed tensor): the CPU refuses such writes."""
+    if isinstance(t, torch.Tensor) and torch._debug_has_internal_overlap(t) == 1:
+        raise RuntimeError(_OVERLAP)
