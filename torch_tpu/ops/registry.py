@@ -281,8 +281,8 @@ class Kernel:
         kw = tuple((k, self._encode(v, k, inputs)) for k, v in kwargs.items()
                    if k not in self.out_names)
         # The default dtype decides the result dtype of int tensor + Python float.
-        key = (pos, kw, _storage_groups(args[0]) if self.writes_list else None, precision.key(),
-               torch.get_default_dtype())
+        key = (pos, kw, _storage_groups(args[0]) if self.writes_list else None, torch.get_default_dtype(),
+               precision.key())
         entry = self.cache.get(key)
         if entry is None:
             with self.lock:
@@ -341,7 +341,7 @@ class Kernel:
         single = not isinstance(meta_out, (tuple, list))
         promote_dtype = self.promote_dtype(args, kwargs)
 
-        pos_t, kw_t, groups, matmul_precision, _ = key
+        pos_t, kw_t, groups, _, matmul_precision = key
         groups = groups or (0,)
         mode = self.mode
         apply = self.apply
