@@ -256,6 +256,22 @@ def _is_tensor_entry(e):
 
 def _input_buffer(t, signature):
     """The array passed for graph input ``t``; appends its signature entry."""
+    # The common case first, with no helper calls: a tpu tensor whose storage
+    # holds its buffer (C++-made alias storages and CPU tensors lack _tpu_buf).
+    buf = getattr(t.untyped_storage(), "_tpu_buf", None)
+    if buf is None or t.is_conj() or t.is_neg():
+        return _input_buffer_general(t, signature)
+    if type(buf) is fusion.LazyBuffer:
+        buf = fusion.resolve(buf)
+    shape, aval = tuple(t.shape), getattr(buf, "aval", buf)
+    spec = (aval.shape, aval.dtype, shape, t.stride(), t.storage_offset(), dtypes.TORCH_TO_NP[t.dtype])
+    if len(spec[0]) == 1 and spec[0] != shape and views.covers_buffer(spec):
+        buf, spec = _shaped_like(t, buf, spec)
+    signature.append(_TensorEntry((_TPU, spec)))
+    return buf
+
+
+def _input_buffer_general(t, signature):
     if t.device.type != "tpu":
         host = dtypes.numpy_from_cpu_tensor(t)
         signature.append(_TensorEntry((_CPU, (host.shape, host.dtype))))
@@ -269,14 +285,18 @@ def _input_buffer(t, signature):
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     buf = fusion.resolve(buf)
     if len(spec[0]) == 1 and spec[0] != spec[2] and views.covers_buffer(spec):
-        # A whole storage kept flat: give the storage the tensor's shape once,
-        # so later calls share one signature.  (Only flat ones: a storage two
-        # graphs read in two shapes would otherwise be reshaped every call.)
-        buf = buf.reshape(spec[2])
-        buffers.set_buffer(t.untyped_storage(), buf)
-        spec = (spec[2],) + spec[1:]
+        buf, spec = _shaped_like(t, buf, spec)
     signature.append(_TensorEntry((_TPU, spec)))
     return buf
+
+
+def _shaped_like(t, buf, spec):
+    """A whole storage kept flat: give the storage the tensor's shape once, so
+    later calls share one signature.  (Only flat ones: a storage two graphs
+    read in two shapes would otherwise be reshaped every call.)"""
+    buf = buf.reshape(spec[2])
+    buffers.set_buffer(t.untyped_storage(), buf)
+    return buf, (spec[2],) + spec[1:]
 
 
 class _OutputPlan:
@@ -312,7 +332,7 @@ def _write_inputs(tensors, values):
     optimizer's step counts) are read back in one transfer."""
     cpu = []
     for t, value in zip(tensors, values):
-        if t.device.type != "tpu":
+        if t.is_cpu:
             cpu.append((t, value))
         else:
             access.write(t, value)

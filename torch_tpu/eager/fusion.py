@@ -15,6 +15,7 @@ the ops the read needs are launched there, before the host asks, so a training
 step's forward runs while Python records its backward and optimizer.
 """
 import logging
+import math
 import os
 import threading
 import time
@@ -35,12 +36,9 @@ class LazyBuffer:
     __slots__ = ("shape", "dtype", "size", "value", "node", "slot", "early", "__weakref__")
 
     def __init__(self, shape, dtype, node, slot):
-        self.shape = tuple(shape)
+        self.shape = shape = tuple(shape)
         self.dtype = dtype
-        size = 1
-        for s in self.shape:
-            size *= s
-        self.size = size
+        self.size = math.prod(shape)
         self.value = None
         self.node = node
         self.slot = slot
@@ -92,14 +90,20 @@ def record(fn, inputs, out_buffers, urgent=False):
     ``urgent``: its results are read with every host read (``checks``)."""
     with _lock:
         refs = []
-        for x in inputs:
+        for x in inputs:  # _intern inlined: this runs for every input of every op
             if type(x) is LazyBuffer:
-                if x.value is not None:
-                    refs.append(_intern(x.value, _external, _external_index))
-                else:
+                if x.value is None:
                     refs.append(("n", x.node, x.slot))
-            else:
-                refs.append(_intern(x, _external, _external_index))
+                    continue
+                x = x.value
+            if isinstance(x, jax.Array):
+                i = _external_index.get(id(x))
+                if i is not None and _external[i] is x:
+                    refs.append(("x", i))
+                    continue
+                _external_index[id(x)] = len(_external)
+            refs.append(("x", len(_external)))
+            _external.append(x)
         index = len(_nodes)
         outs = [LazyBuffer(shape, dtype, index, slot) for slot, (shape, dtype) in enumerate(out_buffers)]
         refs = tuple(refs)

@@ -19,8 +19,11 @@ def note(results) -> None:
     """Remember a launch by one of its results (one array, or a tuple/list of
     them): all outputs of one XLA execution become ready together."""
     if type(results) is tuple or type(results) is list:
-        results = next((r for r in results if r is not None), None)
-        if results is None:
+        for r in results:
+            if r is not None:
+                results = r
+                break
+        else:
             return
     _pending.append(results)  # deque.append is atomic; pruning takes the lock
     if len(_pending) > _LIMIT:

@@ -1,6 +1,7 @@
 """Reading a whole tpu tensor as a jax array, and writing one into it, outside
 of an op's own computation (copies, the CPU fallback, ``to_jax``)."""
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +38,17 @@ def read(t):
 
 def write(t, value) -> None:
     """Store ``value`` (broadcast and cast as needed) through tpu tensor ``t``."""
+    st = t.untyped_storage()
+    owner = st if hasattr(st, "_tpu_buf") else buffers.storage_of(st)
+    buf, new = getattr(owner._tpu_buf, "aval", owner._tpu_buf), getattr(value, "aval", value)
+    if (new.dtype == buf.dtype and not t.storage_offset() and new.shape == t.shape
+            and t.numel() == math.prod(buf.shape) and t.is_contiguous()
+            and new.dtype == dtypes.TORCH_TO_NP[t.dtype] and not t.is_conj() and not t.is_neg()):
+        # the whole storage, row-major (a compiled graph's new parameter or
+        # optimizer state): the value becomes the buffer, with no need to
+        # wait for the old contents
+        owner._tpu_buf = value
+        return
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     bits = views.lazy_bits(t)
     if not bits and views.covers_buffer(spec) and tuple(value.shape) == spec[2] and value.dtype == spec[5]:
