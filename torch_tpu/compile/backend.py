@@ -20,11 +20,11 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from .. import dtypes, logs
-from ..profiler import record as _prof
 from ..device import rng
-from ..eager import fusion, modes
+from ..eager import access, fusion
+from ..eager.launch import launch
 from ..ops import registry
-from ..storage import access, buffers, views
+from ..storage import buffers, views
 from . import lowering, rewrites, options as compiler_options
 from .host import HostPart
 
@@ -114,13 +114,7 @@ class CompiledGraph:
                 except Exception as e:  # a lowering bug must not take the program down
                     return self._fall_back(signature, args, before, e)
         material = rng.next_key_material() if self.uses_rng else _NO_RNG
-        try:
-            results = (exe(material, *arrays) if not _prof.torch_profiler._is_profiler_enabled
-                       else _prof.run(f"compiled {self.name} graph", exe, [material, *arrays]))
-        except Exception as e:  # an XLA runtime failure: name the graph, not JAX internals
-            raise RuntimeError(f"tpu: compiled {self.name} graph failed on the device: {e}") from None
-        outputs, new_values = results
-        modes.after_op(f"compiled graph {self.name}", [*outputs, *new_values])
+        outputs, new_values = launch(f"compiled {self.name} graph", exe, (material, *arrays))
         if self.mutated:
             _write_inputs([args[i] for i in self.mutated], new_values)
         view_bases = {i: args[v.input] for i, v in self.host_views.items() if v.input is not None}

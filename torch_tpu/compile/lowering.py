@@ -468,7 +468,7 @@ def env_lookup(out, env):
 
 def _constant(value):
     if isinstance(value, torch.Tensor):
-        from ..storage import access
+        from ..eager import access
         if value.device.type == "tpu":
             return access.read(value)
         return jnp.asarray(dtypes.numpy_from_cpu_tensor(value))

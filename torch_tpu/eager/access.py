@@ -7,8 +7,8 @@ import jax.numpy as jnp
 
 from .. import dtypes
 from ..casting import convert
-from ..eager import fusion
-from . import buffers, views
+from ..storage import buffers, views
+from . import fusion
 
 
 @functools.lru_cache(maxsize=None)

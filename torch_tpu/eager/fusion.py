@@ -23,7 +23,7 @@ import weakref
 import jax
 
 from .. import logs
-from ..profiler import record as _prof
+from . import pending, ranges as _prof
 
 log = logging.getLogger("torch_tpu.fusion")
 
@@ -282,7 +282,6 @@ def _launch(nodes, group, external, computed, handed, reason):
             lazy.value = value
         if (i, slot) in handed:
             computed[(i, slot)] = value
-    from . import pending
     pending.note(results)
 
 

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from jax import lax
 
-from ..eager import modes
+from ..eager.launch import launch
 from ..storage import buffers
-from . import errors, indexing
+from . import indexing
 from .core import copy_into
 from .registry import _to_meta, register_raw
 
@@ -148,12 +148,7 @@ def _lengths(v, what):
 def _call(name, fn, *args, **static):
     inputs = [indexing._value(a) if isinstance(a, torch.Tensor) else jnp.asarray(np.asarray(a, np.int64))
               for a in args]
-    try:
-        results = fn(*inputs, **static)
-    except Exception as e:
-        raise errors.runtime_failure(name, e) from None
-    modes.after_op(name, results)
-    return results
+    return launch(name, functools.partial(fn, **static) if static else fn, inputs)
 
 
 def _into(outs, tensors):

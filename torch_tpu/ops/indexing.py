@@ -21,8 +21,10 @@ import torch
 from jax import lax
 
 from .. import dtypes
-from ..eager import checks, modes
-from ..storage import access, buffers
+from ..eager import checks
+from ..eager.launch import launch
+from ..eager import access
+from ..storage import buffers
 from . import core, errors
 from .registry import _LIB, KERNELS, Kernel, _siblings, out_dtype, register, register_raw, resolve
 
@@ -132,13 +134,12 @@ def _nonzero_kernel(x, n):
 
 def _nonzero_array(x):
     n = int(_count_nonzero(x))  # the one host read: the result's size
-    return _nonzero_kernel(x, n)
+    return launch("aten::nonzero", functools.partial(_nonzero_kernel, n=n), (x,))
 
 
 @register_raw("nonzero.default")
 def nonzero(self):
     value = _nonzero_array(_value(self))
-    modes.after_op("aten::nonzero", value)
     return buffers.wrap(value)
 
 
@@ -517,8 +518,7 @@ def masked_select(self, mask):
     shape = torch.broadcast_shapes(tuple(self.shape), tuple(mask.shape))
     x, m = access.read(self), access.read(mask)
     n = int(_broadcast_count(m, tuple(shape)))  # the result's size, read to the host
-    value = _masked_select_kernel(x, m, n)
-    modes.after_op("aten::masked_select", value)
+    value = launch("aten::masked_select", functools.partial(_masked_select_kernel, n=n), (x, m))
     return buffers.wrap(value)
 
 

@@ -10,7 +10,6 @@ Target checks run on the host first, with the CPU's messages.
 """
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 
 from . import indexing

@@ -17,7 +17,7 @@ from jax import lax
 
 from .. import dtypes
 from ..eager import checks
-from ..storage import access
+from ..eager import access
 from . import indexing
 from .registry import Kernel, Options, register, register_masked, register_raw, resolve, rng_key
 

@@ -13,8 +13,8 @@ from jax import lax
 from torch._prims_common import canonicalize_dim
 
 from .. import dtypes
-from ..eager import modes
-from ..storage import access
+from ..eager.launch import launch
+from ..eager import access
 from . import errors, indexing
 from .elementwise import log_add_exp_complex
 from .registry import out_dtype, register, register_raw
@@ -355,8 +355,7 @@ def equal(self, other):
         return False
     common = dtypes.to_np(torch.result_type(self, other))  # mixed dtypes compare promoted, as on the CPU
     a, b = access.read(self).astype(common), access.read(other).astype(common)
-    result = _all_equal(a, b)
-    modes.after_op("aten::equal", result)
+    result = launch("aten::equal", _all_equal, (a, b))
     return bool(result)
 
 

@@ -31,10 +31,10 @@ from .. import dtypes
 from ..casting import convert
 from ..eager import fusion, modes
 from ..eager.fusion import LazyBuffer
+from ..eager.launch import launch
 from ..storage import buffers, views
 from . import errors
 from .. import logs as _logs
-from ..profiler import record as _prof  # torch.profiler ranges, only while one is active
 
 log = logging.getLogger("torch_tpu.ops")
 
@@ -285,17 +285,9 @@ class Kernel:
                 self.cache[key] = entry
         if self.opts.rng:
             inputs.append(_rng_material(args, kwargs))
-        if modes.is_fused():
-            results = fusion.record(entry.fn, inputs, entry.out_buffers)
-            if self.mode == "inplace" and not self.writes_list:
-                results = results[0]
-        else:
-            try:
-                results = (entry.fn(*inputs) if not _prof.torch_profiler._is_profiler_enabled
-                           else _prof.run(self.name, entry.fn, inputs))
-            except Exception as e:  # an XLA runtime failure: name the op, not JAX internals
-                raise errors.runtime_failure(self.name, e) from None
-            modes.after_op(self.name, results)
+        results = launch(self.name, entry.fn, inputs, entry.out_buffers)
+        if type(results) is list and self.mode == "inplace" and not self.writes_list:
+            results = results[0]  # recorded: one LazyBuffer for the one buffer written
         return self._finish(entry, results, args, kwargs)
 
     # -- output handling ------------------------------------------------------

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..storage import access
+from ..eager import access
 from . import nn
 from .nn import _bn_axes, _bn_forward, _channel_shape, _up
 from .registry import Kernel, Options, register, register_masked, register_raw, resolve

@@ -10,7 +10,6 @@
 * autograd: a second op computing ``jax.vjp`` of the function, or running a
   user-given backward JAX function.
 """
-import inspect
 
 import jax
 import jax.numpy as jnp
