@@ -83,8 +83,8 @@ class CompiledGraph:
         # Python numbers while tracing, fixed per signature, so kept on the host.
         self.scalar_outputs = {} if any(isinstance(v, (int, float, torch.SymInt, torch.SymFloat))
                                         for v in vals) else None
-        self.uses_rng = any(n.op == "call_function" and isinstance(registry.KERNELS.get(n.target), registry.Kernel)
-                            and registry.KERNELS[n.target].opts.rng
+        self.uses_rng = any(n.op == "call_function" and registry.graph_form(n.target) is not None
+                            and registry.graph_form(n.target).opts.rng
                             for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule)  # cond branches too
                             for n in sub.graph.nodes)
 
@@ -159,7 +159,7 @@ class CompiledGraph:
             full = [(readers[i](next(it)) if readers[i] else next(it)) if _is_tensor_entry(e) else e
                     for i, e in enumerate(signature)]
             outputs, new_values = fn(material, *full, *it)  # the rest: host values
-            outputs = [registry._to_storage_layout(o, lay) if lay is not None and o is not None else o
+            outputs = [views.to_storage_layout(o, lay) if lay is not None and o is not None else o
                        for o, lay in zip(outputs, layouts)]
             for i, o in enumerate(outputs):
                 if isinstance(o, (int, float)):  # a size computed from static sizes
@@ -285,7 +285,7 @@ class _OutputPlan:
         if not all(isinstance(d, int) for d in (*val.shape, *val.stride())):
             return  # symbolic shape (dynamic=True): row-major
         spec = (tuple(val.shape), tuple(val.stride()), dtypes.to_np(val.dtype))
-        if registry._permuted_order(spec) is not None:
+        if views.permuted_order(spec) is not None:
             self.layout = spec
 
     def __call__(self, result):

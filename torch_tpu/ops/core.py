@@ -8,9 +8,9 @@ from .. import dtypes, logs, runtime
 from ..casting import convert
 from ..eager import access, checks, fusion
 from ..eager.launch import launch
-from ..storage import buffers
-from . import errors, registry
-from .registry import Kernel, Options, out_dtype, register_raw, resolve
+from ..storage import buffers, views
+from . import errors
+from .registry import kernel, out_dtype, register_raw, resolve
 
 _CPU = DispatchKeySet(DispatchKey.CPU)
 _aten = torch.ops.aten
@@ -140,8 +140,8 @@ def to_cpu_tensor(t):
 
 # dst[...] = src through dst's view, cast and broadcast: one jitted write (or
 # one recorded op in fused mode); src may be a CPU tensor (a host-to-device copy).
-_copy_kernel = Kernel(resolve("copy_.default"), lambda self, src, non_blocking=False: src,
-                      "inplace", Options(allow_cpu=("src",)))
+_copy_kernel = kernel("copy_.default", lambda self, src, non_blocking=False: src,
+                      "inplace", allow_cpu=("src",))
 
 
 def copy_into(dst, src) -> None:
@@ -170,8 +170,7 @@ def _copy_from_and_resize(self, dst):
     return copy_(dst, self)
 
 
-_same_device_cast = Kernel(
-    resolve("_to_copy.default"), lambda self, **_: convert(self, out_dtype()), "functional", Options())
+_same_device_cast = kernel("_to_copy.default", lambda self, **_: convert(self, out_dtype()))
 
 
 @register_raw("_to_copy.default")
@@ -187,7 +186,7 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
         value = launch("aten::_to_copy", to_device_array, (self.to(dtype),))
         strides = _copy_strides(self, memory_format)
         spec = (tuple(self.shape), strides, value.dtype)
-        return registry._make_output(registry._to_storage_layout(value, spec), spec)
+        return views.wrap_result(views.to_storage_layout(value, spec), spec)
     host = to_cpu_tensor(self)
     strides = _copy_strides(self, memory_format)
     if strides != buffers.contiguous_strides(tuple(self.shape)):  # e.g. channels_last stays so

@@ -26,7 +26,7 @@ from ..eager.launch import launch
 from ..eager import access
 from ..storage import buffers
 from . import core, errors
-from .registry import _LIB, KERNELS, Kernel, _siblings, out_dtype, register, register_raw, resolve
+from .registry import KERNELS, guard, out_dtype, register, register_raw, resolve
 
 _aten = torch.ops.aten
 
@@ -83,35 +83,6 @@ def _dim_size(t, dim):
     if not -n <= dim < n:
         return None
     return t.shape[dim] if t.dim() else 1
-
-
-class _Guarded:
-    """A kernel with a host-side step first (bounds check, mask conversion)."""
-
-    def __init__(self, kernel, prepare):
-        self.kernel = kernel
-        self.prepare = prepare
-        self.names = kernel.arg_names
-
-    def __call__(self, *args, **kwargs):
-        bound = dict(zip(self.names, args))
-        bound.update(kwargs)
-        self.prepare(bound)
-        new_args = [bound[n] for n in self.names[:len(args)]]
-        return self.kernel(*new_args, **{k: bound[k] for k in kwargs})
-
-
-def guard(*names, prepare):
-    """Put ``prepare(args_by_name)`` in front of the named ops and their in-place/out= siblings.
-
-    Only the eager dispatcher entry is wrapped: KERNELS keeps the plain Kernel,
-    which torch.compile lowers (a traced graph cannot check on the host)."""
-    for name in names:
-        op = resolve(name)
-        for target in [op] + [s for s, _ in _siblings(op)]:
-            kernel = KERNELS.get(target)
-            if isinstance(kernel, Kernel):
-                _LIB.impl(target, _Guarded(kernel, prepare), "PrivateUse1")
 
 
 def _dim_error(exc, dim, size):

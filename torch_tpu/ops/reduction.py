@@ -15,9 +15,9 @@ from torch._prims_common import canonicalize_dim
 from .. import dtypes
 from ..eager.launch import launch
 from ..eager import access
-from . import errors, indexing
+from . import errors
 from .elementwise import log_add_exp_complex
-from .registry import out_dtype, register, register_raw
+from .registry import guard, out_dtype, register, register_raw
 
 _HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
 
@@ -601,7 +601,7 @@ def _dim_in_range(bound):
     canonicalize_dim(bound["self"].dim(), bound["dim"])
 
 
-indexing.guard("_softmax.default", "_log_softmax.default", "_safe_softmax.default", prepare=_dim_in_range)
+guard("_softmax.default", "_log_softmax.default", "_safe_softmax.default", prepare=_dim_in_range)
 
 
 @register("_softmax_backward_data.default")

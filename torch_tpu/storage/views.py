@@ -10,9 +10,10 @@ import math
 
 import jax.numpy as jnp
 import numpy as np
+import torch
 from jax import lax
 
-from .buffers import contiguous_strides, get_buffer
+from .buffers import contiguous_strides, get_buffer, wrap
 
 
 def spec_of(t, np_dtype):
@@ -178,6 +179,52 @@ def _read_flat(flat, size, stride, offset):
         block = _block_of(flat, offset, length).reshape(shape)
         return _from_block(block, size, order, stride[order[-1]])
     return flat[_flat_indices(size, stride, offset)]
+
+
+# ---- results laid out as PyTorch strides them ---------------------------------
+# An op's result whose strides PyTorch permutes (channels_last, a transposed
+# copy) is stored as a row-major buffer of the permuted shape.
+
+def permuted_order(spec):
+    """Storage order of the dims of a result with out spec ``(size, stride,
+    dtype)`` that PyTorch lays out permuted (None: row-major)."""
+    if spec is None:
+        return None
+    size, stride, _ = spec
+    if stride is None or len(size) < 2 or stride == contiguous_strides(size):
+        return None
+    return _dense_permutation(size, stride)
+
+
+def buffer_shape(spec):
+    """The shape of the buffer that holds a result of out spec ``spec``."""
+    order = permuted_order(spec)
+    return spec[0] if order is None else tuple(spec[0][d] for d in order)
+
+
+def to_storage_layout(arr, spec):
+    """A result's value (traced or not) as its buffer stores it."""
+    order = permuted_order(spec)
+    return arr if order is None else jnp.transpose(arr, order)
+
+
+def wrap_result(buf, spec):
+    """A new tpu tensor for a result of out spec ``spec`` stored in ``buf``."""
+    if permuted_order(spec) is None:
+        return wrap(buf)
+    return wrap(buf, shape=spec[0], strides=spec[1])
+
+
+def channels_last_like(tensors, out_specs):
+    """``out_specs`` with channels_last strides for the outputs of the rank of
+    the first of ``tensors`` laid out channels_last (PyTorch's suggested format)."""
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.dim() in (4, 5):
+            fmt = torch._prims_common.suggest_memory_format(t)
+            if fmt in (torch.channels_last, torch.channels_last_3d):
+                return [(s[0], torch.empty(s[0], device="meta", memory_format=fmt).stride(), s[2])
+                        if len(s[0]) == t.dim() else s for s in out_specs]
+    return out_specs
 
 
 @functools.lru_cache(maxsize=None)
