@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 import warnings
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -149,8 +150,7 @@ class CompiledGraph:
 
     def _compile(self, signature, arrays):
         fn = self.fn
-        readers = [views.reader(e[1]) if _is_tensor_entry(e) and e[0] == _TPU else None
-                   for e in signature]
+        readers = [views.reader(e.spec) if type(e) is TpuInput else None for e in signature]
         layouts = [plan.layout for plan in self.out_plans]
         scalars = {}
 
@@ -173,7 +173,7 @@ class CompiledGraph:
         seconds = time.perf_counter() - start
         stats.compiles += 1
         stats.compile_seconds += seconds
-        shapes = [e[1][2] if e[0] == _TPU else e[1][0] for e in signature if _is_tensor_entry(e)]
+        shapes = [e.spec.size if type(e) is TpuInput else e.shape for e in signature if _is_tensor_entry(e)]
         logs.graph_compile(self.name, shapes, seconds, first=not self.executables)  # TORCH_TPU_LOGS
         if self.executables:
             log.info("torch_tpu: recompiling %s for new input shapes %s (%.2fs)", self.name, shapes, seconds)
@@ -187,7 +187,6 @@ class CompiledGraph:
 
 _NO_RNG = np.zeros(3, np.uint32)
 _ON_EAGER_KERNELS = "run on the eager kernels"  # executables entry of a signature that failed to build
-_TPU, _CPU = "tpu-tensor", "cpu-tensor"
 _ON_HOST = "read on the host"  # signature entry of a CPU input only host nodes read
 
 
@@ -239,37 +238,43 @@ def _host_views(gm, outputs):
     return views
 
 
-class _TensorEntry(tuple):
-    """A tensor input's place in a signature (a distinct type, so a static
-    argument that happens to be a tuple can never be mistaken for one)."""
+# A tensor input's entry in a graph call's signature: its own type, so a
+# static argument that happens to be a tuple can never be mistaken for one.
+class TpuInput(NamedTuple):
+    spec: views.ViewSpec  # how the graph reads the buffer passed for it
+
+
+class CpuInput(NamedTuple):
+    shape: tuple
+    dtype: np.dtype
 
 
 def _is_tensor_entry(e):
-    return type(e) is _TensorEntry
+    return type(e) is TpuInput or type(e) is CpuInput
 
 
 def _input_buffer(t, signature):
     """The array passed for graph input ``t``; appends its signature entry."""
     if t.device.type != "tpu":
         host = dtypes.numpy_from_cpu_tensor(t)
-        signature.append(_TensorEntry((_CPU, (host.shape, host.dtype))))
+        signature.append(CpuInput(host.shape, host.dtype))
         return host
     if views.lazy_bits(t):  # a lazy conjugate/negative view: the graph expects its values
         value = access.read(t)
         shape = tuple(value.shape)
-        signature.append(_TensorEntry((_TPU, (shape, value.dtype, shape, buffers.contiguous_strides(shape),
-                                               0, value.dtype))))
+        signature.append(TpuInput(views.ViewSpec(shape, value.dtype, shape, buffers.contiguous_strides(shape),
+                                                 0, value.dtype)))
         return value
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     buf = fusion.resolve(buf)
-    if len(spec[0]) == 1 and spec[0] != spec[2] and views.covers_buffer(spec):
+    if len(spec.buf_shape) == 1 and spec.buf_shape != spec.size and views.covers_buffer(spec):
         # A whole storage kept flat: give the storage the tensor's shape once,
         # so later calls share one signature.  (Only flat ones: a storage two
         # graphs read in two shapes would otherwise be reshaped every call.)
-        buf = buf.reshape(spec[2])
+        buf = buf.reshape(spec.size)
         buffers.set_buffer(t.untyped_storage(), buf)
-        spec = (spec[2],) + spec[1:]
-    signature.append(_TensorEntry((_TPU, spec)))
+        spec = spec._replace(buf_shape=spec.size)
+    signature.append(TpuInput(spec))
     return buf
 
 
@@ -279,12 +284,12 @@ class _OutputPlan:
 
     def __init__(self, val):
         self.val = val
-        self.layout = None  # (size, stride, dtype) of a permuted-stride output
+        self.layout = None  # the OutSpec of a permuted-stride output
         if not isinstance(val, torch.Tensor) or val.device.type != "tpu":
             return
         if not all(isinstance(d, int) for d in (*val.shape, *val.stride())):
             return  # symbolic shape (dynamic=True): row-major
-        spec = (tuple(val.shape), tuple(val.stride()), dtypes.to_np(val.dtype))
+        spec = views.OutSpec(tuple(val.shape), tuple(val.stride()), dtypes.to_np(val.dtype))
         if views.permuted_order(spec) is not None:
             self.layout = spec
 

@@ -20,7 +20,7 @@ def _jit_reader(spec, bits=()):
 @functools.lru_cache(maxsize=None)
 def _jit_writer(spec, value_shape, value_dtype, bits=()):
     write = views.writer(spec)
-    size, dtype = spec[2], spec[5]
+    size, dtype = spec.size, spec.dtype
     return jax.jit(lambda buf, value: write(buf, views.apply_bits(
         jnp.broadcast_to(convert(value, dtype), size), bits)))
 
@@ -30,7 +30,7 @@ def read(t):
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     buf = fusion.resolve(buf)
     bits = views.lazy_bits(t)
-    if not bits and views.covers_buffer(spec) and spec[0] == spec[2]:
+    if not bits and views.covers_buffer(spec) and spec.buf_shape == spec.size:
         return buf
     return _jit_reader(spec, bits)(buf)
 
@@ -39,7 +39,7 @@ def write(t, value) -> None:
     """Store ``value`` (broadcast and cast as needed) through tpu tensor ``t``."""
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     bits = views.lazy_bits(t)
-    if not bits and views.covers_buffer(spec) and tuple(value.shape) == spec[2] and value.dtype == spec[5]:
+    if not bits and views.covers_buffer(spec) and tuple(value.shape) == spec.size and value.dtype == spec.dtype:
         new = value  # the old contents do not matter: no need to wait for them
     else:
         new = _jit_writer(spec, tuple(value.shape), value.dtype, bits)(fusion.resolve(buf), value)

@@ -185,7 +185,7 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
             return _same_device_cast(self, dtype=dtype, memory_format=memory_format)
         value = launch("aten::_to_copy", to_device_array, (self.to(dtype),))
         strides = _copy_strides(self, memory_format)
-        spec = (tuple(self.shape), strides, value.dtype)
+        spec = views.OutSpec(tuple(self.shape), strides, value.dtype)
         return views.wrap_result(views.to_storage_layout(value, spec), spec)
     host = to_cpu_tensor(self)
     strides = _copy_strides(self, memory_format)

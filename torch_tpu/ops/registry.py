@@ -33,6 +33,7 @@ from ..eager import fusion, modes
 from ..eager.fusion import LazyBuffer
 from ..eager.launch import launch
 from ..storage import buffers, views
+from ..storage.views import OutSpec
 from . import errors
 from .. import logs as _logs
 
@@ -294,7 +295,7 @@ class _Entry:
         self.single = single
         self.out_buffers = out_buffers  # (shape, dtype) of each buffer fn returns
         # (size, stride) for outputs laid out permuted in their buffer, else None
-        self.out_layouts = [None if views.permuted_order(s) is None else (s[0], s[1]) for s in out_specs]
+        self.out_layouts = [None if views.permuted_order(s) is None else (s.size, s.stride) for s in out_specs]
 
 
 class Kernel:
@@ -417,14 +418,14 @@ class Kernel:
             in_place_bits = [t[2] if len(t) > 2 else () for t in destinations]
         out_specs = None
         if mode == "inplace":
-            out_specs = [(spec[2], None, spec[5]) for spec in in_place_specs]
+            out_specs = [OutSpec(spec.size, None, spec.dtype) for spec in in_place_specs]
         elif meta_out is not None:
             metas = list(meta_out) if not single else [meta_out]
             if mode == "out":
                 metas = metas[:len(self.out_names)] if len(metas) >= len(self.out_names) else metas
-            out_specs = [(tuple(m.shape), m.stride(), dtypes.to_np(m.dtype)) for m in metas]
+            out_specs = [OutSpec(tuple(m.shape), m.stride(), dtypes.to_np(m.dtype)) for m in metas]
             if self.opts.out_dtypes is not None and mode == "functional":
-                out_specs = [spec if d is None else spec[:2] + (dtypes.to_np(d),)
+                out_specs = [spec if d is None else spec._replace(dtype=dtypes.to_np(d))
                              for spec, d in zip(out_specs, self.opts.out_dtypes(args, kwargs))]
 
         def traced(*inputs):
@@ -432,14 +433,14 @@ class Kernel:
             a = [_decode(t, it) for t in pos_t]
             k = {name: _decode(t, it) for name, t in kw_t}
             key = make_key(next(it)) if rng else None
-            outs = apply(a, k, promote_dtype, [s[2] for s in out_specs] if out_specs else None, key)
+            outs = apply(a, k, promote_dtype, [s.dtype for s in out_specs] if out_specs else None, key)
             if mode == "inplace":  # write each result back through its destination view
                 # Destinations that share a storage (views of one flat buffer)
                 # are written one after another into the same buffer.
                 current = {}
                 for i, spec in enumerate(in_place_specs):
                     g = groups[i]
-                    value = views.apply_bits(jnp.broadcast_to(outs[i], spec[2]), in_place_bits[i])
+                    value = views.apply_bits(jnp.broadcast_to(outs[i], spec.size), in_place_bits[i])
                     current[g] = views.writer(spec)(current.get(g, inputs[g]), value)
                 new = [current[groups[i]] for i in range(len(in_place_specs))]
                 return tuple(new) if len(new) > 1 or self.writes_list else new[0]
@@ -449,7 +450,7 @@ class Kernel:
             probe = list(inputs) + ([_rng_material(args, kwargs)] if rng else [])
             shapes = jax.eval_shape(traced, *probe)
             shapes = shapes if isinstance(shapes, (tuple, list)) else [shapes]
-            out_specs = [(tuple(o.shape), buffers.contiguous_strides(o.shape), np.dtype(o.dtype))
+            out_specs = [OutSpec(tuple(o.shape), buffers.contiguous_strides(o.shape), np.dtype(o.dtype))
                          for o in shapes]
             single = len(out_specs) == 1
         if self.opts.layout_from and mode != "inplace":
@@ -458,10 +459,10 @@ class Kernel:
         _logs.kernel_compile(self, args, kwargs)  # TORCH_TPU_LOGS=recompiles
         traced.__name__ = self.name  # names the op in fused-chain logs and XLA traces
         if mode == "inplace":  # a write covering its whole buffer returns the value's shape
-            out_buffers = [(spec[2] if views.covers_buffer(spec) else spec[0], spec[1])
+            out_buffers = [(spec.size if views.covers_buffer(spec) else spec.buf_shape, spec.buf_dtype)
                            for spec in in_place_specs]
         else:
-            out_buffers = [(views.buffer_shape(s), s[2]) for s in out_specs]
+            out_buffers = [(views.buffer_shape(s), s.dtype) for s in out_specs]
         return _Entry(jax.jit(traced), out_specs, single, out_buffers)
 
     def promote_dtype(self, args, kwargs):

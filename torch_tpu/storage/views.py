@@ -2,11 +2,12 @@
 and writing a value back through it.  These build traceable functions that
 run inside the op's jitted computation, so a view costs no extra dispatch.
 
-A *view spec* is ``(buf_shape, buf_dtype, size, stride, offset, dtype)`` with
-NumPy dtypes; ``offset`` and ``stride`` count elements of ``dtype``.
+A tensor's ``ViewSpec`` says how it sees its storage's buffer; an op
+result's ``OutSpec`` says the geometry PyTorch gives it.
 """
 import functools
 import math
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -16,10 +17,31 @@ from jax import lax
 from .buffers import contiguous_strides, get_buffer, wrap
 
 
+class ViewSpec(NamedTuple):
+    """A tensor's view of its storage's buffer (NumPy dtypes; ``stride`` and
+    ``offset`` count elements of ``dtype``, which may differ from the buffer's)."""
+    buf_shape: tuple
+    buf_dtype: np.dtype
+    size: tuple
+    stride: tuple
+    offset: int
+    dtype: np.dtype
+
+
+class OutSpec(NamedTuple):
+    """An op result's geometry as PyTorch gives it (``stride`` None: row-major)."""
+    size: tuple
+    stride: tuple
+    dtype: np.dtype
+
+
+_new = tuple.__new__  # builds a ViewSpec without NamedTuple's keyword-handling __new__ (every op input)
+
+
 def spec_of(t, np_dtype):
-    """The view spec of tpu tensor ``t`` and the buffer it reads."""
+    """The ViewSpec of tpu tensor ``t`` and the buffer it reads."""
     buf = get_buffer(t.untyped_storage())
-    return (buf.shape, buf.dtype, tuple(t.shape), t.stride(), t.storage_offset(), np_dtype), buf
+    return _new(ViewSpec, (buf.shape, buf.dtype, tuple(t.shape), t.stride(), t.storage_offset(), np_dtype)), buf
 
 
 def lazy_bits(t):
@@ -199,7 +221,7 @@ def permuted_order(spec):
 def buffer_shape(spec):
     """The shape of the buffer that holds a result of out spec ``spec``."""
     order = permuted_order(spec)
-    return spec[0] if order is None else tuple(spec[0][d] for d in order)
+    return spec.size if order is None else tuple(spec.size[d] for d in order)
 
 
 def to_storage_layout(arr, spec):
@@ -212,7 +234,7 @@ def wrap_result(buf, spec):
     """A new tpu tensor for a result of out spec ``spec`` stored in ``buf``."""
     if permuted_order(spec) is None:
         return wrap(buf)
-    return wrap(buf, shape=spec[0], strides=spec[1])
+    return wrap(buf, shape=spec.size, strides=spec.stride)
 
 
 def channels_last_like(tensors, out_specs):
@@ -222,8 +244,8 @@ def channels_last_like(tensors, out_specs):
         if isinstance(t, torch.Tensor) and t.dim() in (4, 5):
             fmt = torch._prims_common.suggest_memory_format(t)
             if fmt in (torch.channels_last, torch.channels_last_3d):
-                return [(s[0], torch.empty(s[0], device="meta", memory_format=fmt).stride(), s[2])
-                        if len(s[0]) == t.dim() else s for s in out_specs]
+                return [s._replace(stride=torch.empty(s.size, device="meta", memory_format=fmt).stride())
+                        if len(s.size) == t.dim() else s for s in out_specs]
     return out_specs
 
 
