@@ -8,8 +8,7 @@ from . import elementwise, reduction, linalg, nn, factory, random, shape  # noqa
 from . import foreach  # noqa: F401,E402
 from . import optim  # noqa: F401,E402
 from . import attention, fft  # noqa: F401,E402
-from . import transformer  # noqa: F401,E402
-from . import decompositions  # noqa: F401,E402
+from . import factorizations  # noqa: F401,E402
 from . import special, distance  # noqa: F401,E402
 from . import embedding_bag, unpool, margin, grid_sample, antialias, ctc  # noqa: F401,E402
 from . import rnn, sync_batch_norm, reparam, grouped_mm  # noqa: F401,E402

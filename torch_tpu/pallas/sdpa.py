@@ -1,6 +1,6 @@
 """``F.scaled_dot_product_attention`` on a real TPU: the Pallas flash kernel.
 
-Registered with ``ops.attention.accelerated``: SDPA comes here only when the
+Registered with ``ops.attention.sdpa.accelerated``: SDPA comes here only when the
 platform is a TPU; elsewhere the interpreted kernel would only be slower than
 the XLA-compiled fused op.
 Cases the kernel does not cover (dropout, differing value head dim, nested or
@@ -11,7 +11,7 @@ import functools
 import torch
 
 from .. import runtime
-from ..ops import attention
+from ..ops.attention import sdpa as attention
 
 
 @functools.lru_cache(maxsize=None)

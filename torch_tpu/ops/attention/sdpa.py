@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from .registry import kernel, register, register_raw, resolve
+from ..registry import kernel, register, register_raw, resolve
 
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
 _FUSED = resolve("_scaled_dot_product_fused_attention_overrideable.default")

@@ -17,10 +17,10 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from .attention import _root_scale, _scores
-from .linalg import matmul
-from .nn import _up, native_layer_norm
-from .registry import kernel, register, register_raw
+from ..linalg import matmul
+from ..nn import _up, native_layer_norm
+from ..registry import kernel, register, register_raw
+from .sdpa import _root_scale, _scores
 
 
 def _linear(x, weight, bias):
