@@ -75,7 +75,7 @@ def test_torch_profiler_table_names_tpu_ops():
 
 def test_torch_profiler_sees_fused_chains_and_costs_nothing_when_off(tmp_path):
     from torch.profiler import profile
-    from torch_tpu.profiler import record
+    from torch_tpu.eager import ranges as record
     assert record.torch_profiler._is_profiler_enabled is False
     x = torch.randn(8, 8, device="tpu")
     with torch.tpu.set_eager_mode("fused"):

@@ -24,7 +24,7 @@ from .device import accelerator as _accelerator  # noqa: E402
 from .device import generator as _generator  # noqa: E402
 from .device import module as _tpu_module  # noqa: E402
 from .device import pinned as _pinned  # noqa: E402
-from .ops import flex_attention as _flex_attention  # noqa: E402
+from .ops.attention import flex as _flex_attention  # noqa: E402
 from .storage import patches as _storage_patches  # noqa: E402
 
 _storage_patches.install()   # UntypedStorage(n, device="tpu"), storage.resize_

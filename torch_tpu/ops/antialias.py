@@ -24,9 +24,8 @@ import torch
 from jax import lax
 
 from .. import dtypes
-from . import indexing
 from .nn import _cubic_taps, _up
-from .registry import register
+from .registry import guard, register
 
 
 def _triangle(x):
@@ -174,8 +173,8 @@ def _prepare_forward(bound):
 
 
 for _kind in ("bilinear", "bicubic"):
-    indexing.guard(f"_upsample_{_kind}2d_aa.default", prepare=_prepare_forward)
-    indexing.guard(f"_upsample_{_kind}2d_aa_backward.default", prepare=lambda bound, k=_kind: _check_dtype(
+    guard(f"_upsample_{_kind}2d_aa.default", prepare=_prepare_forward)
+    guard(f"_upsample_{_kind}2d_aa_backward.default", prepare=lambda bound, k=_kind: _check_dtype(
         f"upsample_{k}2d_aa_backward_cpu", bound["grad_output"], _FORWARD_DTYPES[:2] + _FORWARD_DTYPES[3:]))
 
 
@@ -189,4 +188,4 @@ _PLAIN_KERNELS = {  # op: (the CPU kernel's name in its error, the dtypes it tak
     "upsample_bicubic2d.default": ("compute_indices_weights_cubic", _FLOATS + (torch.uint8,)),
 }
 for _op, (_name, _dtypes) in _PLAIN_KERNELS.items():
-    indexing.guard(_op, prepare=lambda bound, n=_name, d=_dtypes: _check_dtype(n, bound["self"], d))
+    guard(_op, prepare=lambda bound, n=_name, d=_dtypes: _check_dtype(n, bound["self"], d))

@@ -19,8 +19,7 @@ import torch
 from jax import lax
 
 from .. import dtypes
-from .indexing import guard
-from .registry import PROMOTE, Kernel, Options, compute_dtype, out_dtype, register, register_raw, resolve
+from .registry import PROMOTE, compute_dtype, guard, out_dtype, register
 
 DEFAULT, INT_TO_FLOAT, ALWAYS_BOOL = PROMOTE.DEFAULT, PROMOTE.INT_TO_FLOAT, PROMOTE.ALWAYS_BOOL
 COMPLEX_TO_FLOAT, BOOL_TO_LONG, NO_OPMATH = PROMOTE.COMPLEX_TO_FLOAT, PROMOTE.BOOL_TO_LONG, PROMOTE.NO_OPMATH
@@ -185,8 +184,8 @@ def conj_physical(self):
     return jnp.conj(self) if jnp.iscomplexobj(self) else self
 
 
-register_raw("conj_physical.out")(Kernel(resolve("conj_physical.out"), conj_physical, "out", Options()))
-register_raw("conj_physical_.default")(Kernel(resolve("conj_physical_.default"), conj_physical, "inplace", Options()))
+register("conj_physical.out", mode="out")(conj_physical)
+register("conj_physical_.default", mode="inplace")(conj_physical)
 
 
 @register("reciprocal.default", promote=INT_TO_FLOAT)
@@ -584,8 +583,7 @@ register("__rshift__.Tensor", "__rshift__.Scalar", promote=DEFAULT)(_shift(_rshi
 # x <<= y has its own names, which the registry's sibling search does not find
 for _name, _sh in (("__ilshift__", _lshift), ("__irshift__", _rshift)):
     for _ovl in ("Tensor", "Scalar"):
-        _op = resolve(f"{_name}.{_ovl}")
-        register_raw(f"{_name}.{_ovl}")(Kernel(_op, _shift(_sh), "inplace", Options(promote=DEFAULT)))
+        register(f"{_name}.{_ovl}", mode="inplace", promote=DEFAULT)(_shift(_sh))
 
 
 # ---- selection ----------------------------------------------------------------------

@@ -23,7 +23,7 @@ import torch
 
 from . import indexing
 from .nn import _up
-from .registry import register, register_raw
+from .registry import guard, register, register_raw
 
 SUM, MEAN, MAX = 0, 1, 2
 
@@ -167,4 +167,4 @@ def _prepare(bound):
                            f"range [0, {rows})")
 
 
-indexing.guard("_embedding_bag.default", "_embedding_bag_forward_only.default", prepare=_prepare)
+guard("_embedding_bag.default", "_embedding_bag_forward_only.default", prepare=_prepare)

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from .nn import _up
-from .registry import register, register_masked
+from .registry import register
 
 BILINEAR, NEAREST, BICUBIC = 0, 1, 2
 ZEROS, BORDER, REFLECTION = 0, 1, 2
@@ -116,5 +116,4 @@ def _backward(grad_output, input, grid, interpolation_mode, padding_mode, align_
 
 
 register("grid_sampler_2d.default", "grid_sampler_3d.default")(_forward)
-register_masked("grid_sampler_2d_backward.default")(_backward)
-register_masked("grid_sampler_3d_backward.default")(_backward)
+register("grid_sampler_2d_backward.default", "grid_sampler_3d_backward.default", mask="output_mask")(_backward)

@@ -10,8 +10,7 @@ import numpy as np
 import torch
 
 from ..dtypes import aten_name
-from . import indexing
-from .registry import PROMOTE, out_dtype, register
+from .registry import PROMOTE, guard, out_dtype, register
 
 DEFAULT = PROMOTE.DEFAULT
 _HALF = (np.dtype(jnp.bfloat16), np.dtype(np.float16))
@@ -194,15 +193,15 @@ def _found(a, b):
     return f"expected scalar type {aten_name(a)} but found {aten_name(b)}"
 
 
-indexing.guard("mm.default", prepare=_same_dtypes(("self", "mat2", _mm_message)))
-indexing.guard("addmm.default", prepare=_same_dtypes(
+guard("mm.default", prepare=_same_dtypes(("self", "mat2", _mm_message)))
+guard("addmm.default", prepare=_same_dtypes(
     ("self", "mat2", lambda a, b: f"self and mat2 must have the same dtype, but got {aten_name(a)} and {aten_name(b)}"),
     ("mat1", "mat2", _mm_message)))
-indexing.guard("bmm.default", prepare=_same_dtypes(("self", "mat2", _found)))
-indexing.guard("baddbmm.default", prepare=_same_dtypes(("batch1", "batch2", _found), ("self", "batch2", _found)))
-indexing.guard("mv.default", prepare=_same_dtypes(
+guard("bmm.default", prepare=_same_dtypes(("self", "mat2", _found)))
+guard("baddbmm.default", prepare=_same_dtypes(("batch1", "batch2", _found), ("self", "batch2", _found)))
+guard("mv.default", prepare=_same_dtypes(
     ("self", "vec", lambda a, b: f"mv: expected both tensors to have the same dtype, but got {aten_name(a)} and {aten_name(b)}")))
-indexing.guard("dot.default", prepare=_same_dtypes(
+guard("dot.default", prepare=_same_dtypes(
     ("self", "tensor", lambda a, b: f"dot : expected both vectors to have same dtype, but found {aten_name(a)} and {aten_name(b)}")))
 
 
@@ -215,7 +214,7 @@ def _integral_addr_scalars(bound):
                 raise RuntimeError(f"For integral input tensors, argument {name} must not be a floating point number.")
 
 
-indexing.guard("addr.default", prepare=_integral_addr_scalars)
+guard("addr.default", prepare=_integral_addr_scalars)
 
 
 def _addmv_sizes(bound):
@@ -228,4 +227,4 @@ def _addmv_sizes(bound):
                                f"vec ({vec.shape[0]})")
 
 
-indexing.guard("addmv.default", prepare=_addmv_sizes)
+guard("addmv.default", prepare=_addmv_sizes)

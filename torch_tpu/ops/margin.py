@@ -10,12 +10,11 @@ Target checks run on the host first, with the CPU's messages.
 """
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 
 from . import indexing
 from .nn import MEAN, SUM, _up
-from .registry import register
+from .registry import guard, register
 
 
 def _as_rows(self):
@@ -134,6 +133,6 @@ def _prepare_multilabel(bound):
         raise RuntimeError("argument #2 'target' is out of range")
 
 
-indexing.guard("multi_margin_loss.default", "multi_margin_loss_backward.default", prepare=_prepare_multi_margin)
-indexing.guard("multilabel_margin_loss_forward.default", "multilabel_margin_loss_backward.default",
+guard("multi_margin_loss.default", "multi_margin_loss_backward.default", prepare=_prepare_multi_margin)
+guard("multilabel_margin_loss_forward.default", "multilabel_margin_loss_backward.default",
                prepare=_prepare_multilabel)

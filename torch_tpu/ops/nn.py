@@ -17,9 +17,9 @@ from jax import lax
 
 from .. import dtypes
 from ..eager import checks
-from ..storage import access
+from ..eager import access
 from . import indexing
-from .registry import Kernel, Options, register, register_masked, register_raw, resolve, rng_key
+from .registry import guard, kernel, register, register_raw, rng_key
 
 HIGHEST = lax.Precision.HIGHEST
 _HALF = (np.dtype(jnp.bfloat16), np.dtype(np.float16))
@@ -102,7 +102,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     return y
 
 
-@register_masked("convolution_backward.default", layout_from=(1, 2))
+@register("convolution_backward.default", mask="output_mask", layout_from=(1, 2))
 def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
                          transposed, output_padding, groups, output_mask):
     stride, padding, dilation, output_padding = _conv_args(input, stride, padding, dilation, output_padding)
@@ -452,8 +452,7 @@ def _bn_forward(input, weight, bias, running_mean, running_var, training, moment
     return outs
 
 
-_bn_kernel = Kernel(resolve("native_batch_norm.default"), _bn_forward, "functional",
-                    Options(meta=False, layout_from=(0,)))
+_bn_kernel = kernel("native_batch_norm.default", _bn_forward, meta=False, layout_from=(0,))
 
 
 @register_raw("native_batch_norm.default", "_native_batch_norm_legit.default")
@@ -484,7 +483,7 @@ def _native_batch_norm_legit_no_training(input, weight, bias, running_mean, runn
     return _bn_forward(input, weight, bias, running_mean, running_var, False, momentum, eps)
 
 
-@register_masked("native_batch_norm_backward.default", layout_from=(1,))
+@register("native_batch_norm_backward.default", mask="output_mask", layout_from=(1,))
 def native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean,
                                save_invstd, train, eps, output_mask):
     x, dy = _up(input), _up(grad_out)
@@ -544,7 +543,7 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     return y, mean, rstd
 
 
-@register_masked("native_layer_norm_backward.default")
+@register("native_layer_norm_backward.default", mask="output_mask")
 def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
     x, dy = _up(input), _up(grad_out)
     axes = _norm_axes(x, normalized_shape)
@@ -582,7 +581,7 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
     return y.reshape(input.shape), mean, rstd
 
 
-@register_masked("native_group_norm_backward.default")
+@register("native_group_norm_backward.default", mask="output_mask")
 def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
     x = _up(input).reshape(N, C, HxW)
     dy = _up(grad_out).reshape(N, C, HxW)
@@ -1149,5 +1148,5 @@ def channel_shuffle(self, groups):
     return jnp.swapaxes(x, 1, 2).reshape(self.shape)
 
 
-indexing.guard("embedding.default", prepare=_check_embedding_indices)
-indexing.guard("nll_loss_forward.default", "nll_loss2d_forward.default", prepare=_check_targets)
+guard("embedding.default", prepare=_check_embedding_indices)
+guard("nll_loss_forward.default", "nll_loss2d_forward.default", prepare=_check_targets)

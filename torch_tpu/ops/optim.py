@@ -4,7 +4,7 @@ is updated by one jitted XLA executable, then every state tensor gets its new
 buffer.
 
 The registry's in-place wrapper writes only one list argument, and these ops
-write four or five, so they are raw kernels over ``storage.access``.
+write four or five, so they are raw kernels over ``eager.access``.
 """
 import functools
 
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from ..storage import access
+from ..eager import access
 from .registry import register_raw
 
 _LOW = (np.dtype(jnp.bfloat16), np.dtype(np.float16))

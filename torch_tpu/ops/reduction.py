@@ -13,11 +13,11 @@ from jax import lax
 from torch._prims_common import canonicalize_dim
 
 from .. import dtypes
-from ..eager import modes
-from ..storage import access
-from . import errors, indexing
+from ..eager.launch import launch
+from ..eager import access
+from . import errors
 from .elementwise import log_add_exp_complex
-from .registry import out_dtype, register, register_raw
+from .registry import guard, out_dtype, register, register_raw
 
 _HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
 
@@ -355,8 +355,7 @@ def equal(self, other):
         return False
     common = dtypes.to_np(torch.result_type(self, other))  # mixed dtypes compare promoted, as on the CPU
     a, b = access.read(self).astype(common), access.read(other).astype(common)
-    result = _all_equal(a, b)
-    modes.after_op("aten::equal", result)
+    result = launch("aten::equal", _all_equal, (a, b))
     return bool(result)
 
 
@@ -602,7 +601,7 @@ def _dim_in_range(bound):
     canonicalize_dim(bound["self"].dim(), bound["dim"])
 
 
-indexing.guard("_softmax.default", "_log_softmax.default", "_safe_softmax.default", prepare=_dim_in_range)
+guard("_softmax.default", "_log_softmax.default", "_safe_softmax.default", prepare=_dim_in_range)
 
 
 @register("_softmax_backward_data.default")

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from .nn import _up
-from .registry import register, register_masked
+from .registry import register
 
 
 def _gates(input_gates, hidden_gates, input_bias, hidden_bias):
@@ -36,8 +36,8 @@ def _thnn_fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden
     return hy.astype(dtype), cy.astype(dtype), jnp.concatenate([i, f, g, o], axis=1).astype(dtype)
 
 
-@register_masked("_thnn_fused_lstm_cell_backward_impl.default", mask_arg="has_bias",
-                 mask_of=lambda has_bias: (True, True, has_bias))
+@register("_thnn_fused_lstm_cell_backward_impl.default", mask="has_bias",
+          mask_of=lambda has_bias: (True, True, has_bias))
 def _thnn_fused_lstm_cell_backward_impl(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     i, f, g, o = jnp.split(_up(workspace), 4, axis=1)
     cy = _up(cy)
@@ -73,8 +73,8 @@ def _thnn_fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_
     return hy.astype(dtype), jnp.concatenate([r, z, n, h, hn], axis=1).astype(dtype)
 
 
-@register_masked("_thnn_fused_gru_cell_backward.default", mask_arg="has_bias",
-                 mask_of=lambda has_bias: (True, True, True, has_bias, has_bias))
+@register("_thnn_fused_gru_cell_backward.default", mask="has_bias",
+          mask_of=lambda has_bias: (True, True, True, has_bias, has_bias))
 def _thnn_fused_gru_cell_backward(grad_hy, workspace, has_bias):
     r, z, n, h, hn = jnp.split(_up(workspace), 5, axis=1)
     dh = _up(grad_hy)

@@ -15,10 +15,10 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..storage import access
+from ..eager import access
 from . import nn
 from .nn import _bn_axes, _bn_forward, _channel_shape, _up
-from .registry import Kernel, Options, register, register_masked, register_raw, resolve
+from .registry import kernel, register, register_raw
 
 
 def _invstd(var, eps):
@@ -72,10 +72,8 @@ def _gather_one_count(input, mean, invstd, running_mean, running_var, momentum, 
     return _gather(input, mean, invstd, running_mean, running_var, momentum, eps, counts)
 
 
-_gather_kernel = Kernel(resolve("batch_norm_gather_stats_with_counts.default"), _gather,
-                        "functional", Options(meta=False))
-_gather_one_kernel = Kernel(resolve("batch_norm_gather_stats.default"), _gather_one_count,
-                            "functional", Options(meta=False))
+_gather_kernel = kernel("batch_norm_gather_stats_with_counts.default", _gather, meta=False)
+_gather_one_kernel = kernel("batch_norm_gather_stats.default", _gather_one_count, meta=False)
 
 
 # The schemas do not mark the running statistics as written, but CUDA updates
@@ -105,8 +103,8 @@ def batch_norm_elemt(input, weight, bias, mean, invstd, eps):
     return y.astype(input.dtype)
 
 
-@register_masked("batch_norm_backward_reduce.default", mask_arg=("input_g", "weight_g", "bias_g"),
-                 mask_of=lambda g: (g[0], g[0], g[1], g[2]))
+@register("batch_norm_backward_reduce.default", mask=("input_g", "weight_g", "bias_g"),
+          mask_of=lambda g: (g[0], g[0], g[1], g[2]))
 def batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g):
     """(sum_dy, sum_dy_xmu) for the input gradient (all-reduced by the caller),
     grad_weight, grad_bias: the ones the flags ask for."""
@@ -172,7 +170,7 @@ def _batch_norm_no_update(input, weight, bias, running_mean, running_var, moment
     return out, mean, invstd, jnp.zeros((0,), jnp.uint8)
 
 
-@register_masked("batch_norm_backward.default")
+@register("batch_norm_backward.default", mask="output_mask")
 def batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd,
                         update, eps, output_mask, reserve):
     # ``update``: the forward normalized with batch statistics (saved ones)

@@ -65,6 +65,13 @@ def storage_of(st):
     return owner
 
 
+def owned_buffer(st):
+    """The buffer ``st`` holds itself, or None: a C++-made alias of a tpu
+    storage (see ``storage_of``) or a storage of another device.  The cheap
+    first question of per-op code, which then falls back to ``get_buffer``."""
+    return getattr(st, "_tpu_buf", None)
+
+
 def get_buffer(st):
     try:
         return st._tpu_buf

@@ -17,10 +17,10 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from .attention import _root_scale, _scores
-from .linalg import matmul
-from .nn import _up, native_layer_norm
-from .registry import Kernel, Options, register, register_raw, resolve
+from ..linalg import matmul
+from ..nn import _up, native_layer_norm
+from ..registry import kernel, register, register_raw
+from .sdpa import _root_scale, _scores
 
 
 def _linear(x, weight, bias):
@@ -70,7 +70,7 @@ def _mha(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weig
 
 
 # no meta kernel in PyTorch: result shapes come from tracing _mha
-_MHA = Kernel(resolve("_native_multi_head_attention.default"), _mha, "functional", Options(meta=False))
+_MHA = kernel("_native_multi_head_attention.default", _mha, meta=False)
 
 
 def _check_mha(query, key, value, embed_dim, num_head, mask, mask_type):
@@ -85,7 +85,6 @@ def _check_mha(query, key, value, embed_dim, num_head, mask, mask_type):
     torch._check(mask is None or mask_type is not None, lambda: "Mask Type should be defined")
 
 
-@register_raw("_native_multi_head_attention.default")
 def native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
                                 proj_weight, proj_bias, mask=None, need_weights=True,
                                 average_attn_weights=True, mask_type=None):
@@ -108,7 +107,7 @@ class _MhaInGraph:
         return outs + [None] * (2 - len(outs))
 
 
-native_multi_head_attention.graph = _MhaInGraph()
+register_raw("_native_multi_head_attention.default", graph=_MhaInGraph())(native_multi_head_attention)
 
 
 # ---- _transformer_encoder_layer_fwd -----------------------------------------------
@@ -148,8 +147,7 @@ def _left_aligned(t, mask):
     return jnp.all(mask == (jnp.arange(mask.shape[1]) < lengths))
 
 
-_LEFT_ALIGNED = Kernel(resolve("_nested_tensor_from_mask_left_aligned.default"), _left_aligned,
-                       "functional", Options(meta=False))
+_LEFT_ALIGNED = kernel("_nested_tensor_from_mask_left_aligned.default", _left_aligned, meta=False)
 
 
 @register_raw("_nested_tensor_from_mask_left_aligned.default")
