@@ -67,15 +67,22 @@ def _training_step(compiled):
     return lambda: step().item()
 
 
-# ---- budgets --------------------------------------------------------------------
+# ---- budgets (measured with jax 0.10.2, torch 2.13, Python 3.11; a point or
+# two of headroom) ---------------------------------------------------------------
 # Compiled: forward, backward and optimizer graphs, one executable each.
 COMPILED_STEP_LAUNCHES = 3
 # Fused: the chain the loss read needs, then the rest (backward, optimizer).
 FUSED_STEP_LAUNCHES = 2
-# torch_tpu's own calls per cached strict op and per compiled step (3 graphs).
-STRICT_OP_CALLS = 56
-FUSED_OP_CALLS = 60
-COMPILED_STEP_CALLS = 160
+# torch_tpu's own calls per cached elementwise op (41 and 63 measured; 47 and
+# 69 before issue 21's work).
+STRICT_OP_CALLS = 42
+FUSED_OP_CALLS = 64
+# ... and per training step of the model above, on the host thread (the
+# backward runs on autograd's thread and is not counted): 948 compiled (1015
+# before), 2154 strict (2245), 3330 fused (3372).
+COMPILED_STEP_CALLS = 960
+STRICT_STEP_CALLS = 2180
+FUSED_STEP_CALLS = 3380
 
 
 def test_compiled_training_step_launches_one_executable_per_graph():
@@ -108,13 +115,19 @@ def test_python_calls_per_cached_elementwise_op(mode, budget):
         calls = calls_in_torch_tpu(lambda: results.append(x * 1.0001 + y)) / 2
         torch.tpu.synchronize()
     assert calls <= budget, f"{calls} calls per op in torch_tpu, budget {budget}"
-    torch.testing.assert_close(results[-1].cpu(), x.cpu() * 1.0001 + y.cpu(), rtol=0, atol=0)
+    # (exact in strict mode; a fused chain's XLA executable may contract the
+    # multiply and add into one fused multiply-add)
+    exact = dict(rtol=0, atol=0) if mode == "strict" else {}
+    torch.testing.assert_close(results[-1].cpu(), x.cpu() * 1.0001 + y.cpu(), **exact)
 
 
-def test_python_calls_per_compiled_training_step():
-    step = _training_step(compiled=True)
-    for _ in range(3):
-        step()
-    torch.tpu.synchronize()
-    calls = calls_in_torch_tpu(step)
-    assert calls <= COMPILED_STEP_CALLS, f"{calls} calls per compiled step in torch_tpu, budget {COMPILED_STEP_CALLS}"
+@pytest.mark.parametrize("mode,budget", [("compiled", COMPILED_STEP_CALLS), ("strict", STRICT_STEP_CALLS),
+                                         ("fused", FUSED_STEP_CALLS)])
+def test_python_calls_per_training_step(mode, budget):
+    step = _training_step(compiled=mode == "compiled")
+    with torch.tpu.set_eager_mode("fused" if mode == "fused" else "strict"):
+        for _ in range(4):
+            step()
+        torch.tpu.synchronize()
+        calls = calls_in_torch_tpu(step)
+    assert calls <= budget, f"{calls} calls per {mode} step in torch_tpu, budget {budget}"

@@ -257,7 +257,7 @@ def _input_buffer(t, signature):
     """The array passed for graph input ``t``; appends its signature entry."""
     # The common case first, with no helper calls: a tpu tensor whose storage
     # holds its buffer (C++-made alias storages and CPU tensors lack _tpu_buf).
-    buf = buffers.owned_buffer(t.untyped_storage())
+    buf = getattr(t.untyped_storage(), "_tpu_buf", None)
     if buf is None or t.is_conj() or t.is_neg():
         return _input_buffer_general(t, signature)
     if type(buf) is fusion.LazyBuffer:

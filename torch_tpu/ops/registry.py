@@ -18,6 +18,7 @@ changing learning rate does not recompile.
 """
 import dataclasses
 import logging
+import math
 import threading
 from typing import Callable, Protocol
 
@@ -33,7 +34,7 @@ from ..eager import fusion, modes
 from ..eager.fusion import LazyBuffer
 from ..eager.launch import launch
 from ..storage import buffers, views
-from ..storage.views import OutSpec
+from ..storage.views import OutSpec, ViewSpec
 from . import errors
 from .. import logs as _logs
 
@@ -59,6 +60,11 @@ class _Tag:
 
 
 TENSOR, CPU_SCALAR, NUMBER = _Tag("T"), _Tag("C"), _Tag("S")
+_NUMBER_KEYS = {t: (NUMBER, t) for t in _SCALAR_TYPES}  # a traced number's signature entry, made once
+# static arguments the fast path keeps as they are (what _encode returns them as)
+_STATIC_TYPES = (int, float, bool, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
+_TORCH_TO_NP = dtypes.TORCH_TO_NP
+_new = tuple.__new__  # builds a ViewSpec without NamedTuple's keyword-handling __new__ (every op input)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,7 +293,7 @@ def set_device_type(name: str) -> None:
 
 
 class _Entry:
-    __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts")
+    __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors")
 
     def __init__(self, fn, out_specs, single, out_buffers):
         self.fn = fn
@@ -296,6 +302,21 @@ class _Entry:
         self.out_buffers = out_buffers  # (shape, dtype) of each buffer fn returns
         # (size, stride) for outputs laid out permuted in their buffer, else None
         self.out_layouts = [None if views.permuted_order(s) is None else (s.size, s.stride) for s in out_specs]
+        # per output, buffers.wrap_as's (dtype, nbytes, shape, strides): taken
+        # from the first call's results, as wrap would (one executable's
+        # results always have the same shapes and dtypes)
+        self.out_tensors = None
+
+
+def _out_tensors(results, layouts):
+    """``_Entry.out_tensors`` from one call's results."""
+    out = []
+    for arr, lay in zip(results, layouts):
+        aval = getattr(arr, "aval", arr)
+        shape, strides = (aval.shape, buffers.contiguous_strides(aval.shape)) if lay is None else lay
+        out.append((dtypes.NP_TO_TORCH[aval.dtype], math.prod(aval.shape) * aval.dtype.itemsize,
+                    tuple(shape), tuple(strides)))
+    return out
 
 
 class Kernel:
@@ -322,6 +343,10 @@ class Kernel:
         self.dynamic = set() if opts.static_scalars else self.scalar_args | tensor_args
         self.out_names = [a.name for a in schema.arguments
                           if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+        # The common call (positional tpu tensors and traced numbers, no out=,
+        # no tensor list written) is encoded inline by __call__ (see _fast_key).
+        self.fast = mode in ("functional", "inplace") and not self.writes_list and not self.out_names
+        self.traced_positions = tuple(n in self.dynamic for n in self.arg_names)
         self.cache = {}
         self.lock = threading.Lock()
 
@@ -351,13 +376,42 @@ class Kernel:
             return None
         return x
 
+    def _fast_key(self, args, inputs):
+        """The signature ``__call__``'s general encoding gives positional
+        arguments that are tpu tensors seen plainly through their own storage,
+        traced numbers or static values, built with no call per argument; or
+        None for anything else (then the general path starts over)."""
+        pos = []
+        traced = self.traced_positions
+        fused = modes.is_fused()
+        for i, x in enumerate(args):
+            if isinstance(x, torch.Tensor):
+                buf = getattr(x.untyped_storage(), "_tpu_buf", None)  # None: a C++-made alias (storage_of)
+                if buf is None or x.is_conj() or x.is_neg():
+                    return None
+                aval = getattr(buf, "aval", buf)  # shape and dtype as attributes
+                pos.append((TENSOR, _new(ViewSpec, (aval.shape, aval.dtype, tuple(x.shape), x.stride(),
+                                                    x.storage_offset(), _TORCH_TO_NP[x.dtype]))))
+                inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
+            elif traced[i] and type(x) in _SCALAR_TYPES:
+                inputs.append(x)
+                pos.append(_NUMBER_KEYS[type(x)])
+            elif isinstance(x, _STATIC_TYPES) or x is None:
+                pos.append(x)
+            else:  # lists, CPU tensors, generators, ...
+                return None
+        return (tuple(pos), (), None)
+
     def __call__(self, *args, **kwargs):
         inputs = []
-        names = self.arg_names
-        pos = tuple(self._encode(a, names[i], inputs) for i, a in enumerate(args))
-        kw = tuple((k, self._encode(v, k, inputs)) for k, v in kwargs.items()
-                   if k not in self.out_names)
-        key = (pos, kw, _storage_groups(args[0]) if self.writes_list else None)
+        key = self._fast_key(args, inputs) if self.fast and not kwargs else None
+        if key is None:
+            inputs = []
+            names = self.arg_names
+            pos = tuple(self._encode(a, names[i], inputs) for i, a in enumerate(args))
+            kw = tuple((k, self._encode(v, k, inputs)) for k, v in kwargs.items()
+                       if k not in self.out_names)
+            key = (pos, kw, _storage_groups(args[0]) if self.writes_list else None)
         entry = self.cache.get(key)
         if entry is None:
             with self.lock:
@@ -380,9 +434,11 @@ class Kernel:
                 return None
             buffers.set_buffer(self_t.untyped_storage(), results)
             return self_t
-        wrap = buffers.wrap
-        tensors = [wrap(arr) if lay is None else wrap(arr, *lay)
-                   for arr, lay in zip(results, entry.out_layouts)]
+        metas = entry.out_tensors
+        if metas is None:
+            metas = entry.out_tensors = _out_tensors(results, entry.out_layouts)
+        wrap_as = buffers.wrap_as
+        tensors = [wrap_as(arr, *meta) for arr, meta in zip(results, metas)]
         if self.mode == "out":
             from .core import copy_into
             outs = []

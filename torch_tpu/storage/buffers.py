@@ -65,13 +65,6 @@ def storage_of(st):
     return owner
 
 
-def owned_buffer(st):
-    """The buffer ``st`` holds itself, or None: a C++-made alias of a tpu
-    storage (see ``storage_of``) or a storage of another device.  The cheap
-    first question of per-op code, which then falls back to ``get_buffer``."""
-    return getattr(st, "_tpu_buf", None)
-
-
 def get_buffer(st):
     try:
         return st._tpu_buf
@@ -80,7 +73,10 @@ def get_buffer(st):
 
 
 def set_buffer(st, buf) -> None:
-    storage_of(st)._tpu_buf = buf
+    if hasattr(st, "_tpu_buf"):  # the storage's own object (every in-place op: no storage_of call)
+        st._tpu_buf = buf
+    else:
+        storage_of(st)._tpu_buf = buf
 
 
 @functools.lru_cache(maxsize=4096)
