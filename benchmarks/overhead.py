@@ -12,7 +12,7 @@ executables run on the same cores); wall time is shown too but is noisy on a
 shared machine.  Variants run round-robin and each keeps the median of its
 rounds.
 
-    python benchmarks/overhead.py [--rounds 5] [--steps 20]
+    python benchmarks/overhead.py [--rounds 5] [--steps 20] [--plot overhead.png]
 """
 import argparse
 import os
@@ -127,16 +127,34 @@ def rows(results):
 HEADERS = ["benchmark", "variant", "CPU time", "wall time", "CPU time vs CPU eager (1 thread)"]
 
 
+def plot(results, path, bar_chart):
+    """The CPU-time ratios as a bar chart (``bar_chart``: report.py's)."""
+    groups = ["chain (per op)", "micro step"]
+    variants = list(dict.fromkeys([*results["chain"], *results["micro"]]))
+    values = {}
+    for group, name in zip(groups, ("chain", "micro")):
+        base = results[name].get("cpu-eager", (None,))[0]
+        for variant, (cpu, _) in results[name].items():
+            if base:
+                values[(group, variant)] = cpu / base
+    bar_chart(path, groups, variants, values, "CPU time / PyTorch CPU eager (log)",
+              "Host overhead: CPU time vs PyTorch CPU eager, 1 thread (lower is better)", log=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20, help="micro steps per round")
     parser.add_argument("--chains", type=int, default=20, help="chains per round")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--plot", metavar="PNG", help="also draw the ratios (needs matplotlib)")
     args = parser.parse_args()
     results = run(args.rounds, args.chains, args.steps, args.warmup)
     print(f"platform: {torch.tpu.get_device_name()}; torch threads: 1; CPU time: all threads of the process")
     print(table(rows(results), HEADERS))
+    if args.plot:
+        from report import _bar_chart
+        plot(results, args.plot, _bar_chart)
 
 
 if __name__ == "__main__":
