@@ -75,6 +75,10 @@ class Options:
     # (args, kwargs) -> the outputs' torch dtypes (None: the meta kernel's), for
     # ops whose CPU kernel picks other dtypes than their meta kernel does
     out_dtypes: object = None
+    # compute in the result dtype's opmath (``dtypes.opmath``): tensor and
+    # Scalar operands arrive cast to it, as PyTorch's CPU kernels compute
+    # float16/bfloat16 in float32 (torch._decomp's ``pw_cast_for_opmath``)
+    opmath: bool = False
 
 
 # ---- what an implementation can ask while it is traced --------------------
@@ -483,6 +487,10 @@ class Kernel:
                     for i, x in enumerate(args)]
             kwargs = {n: _cast_operand(x, promote_dtype, n in self.scalar_args)
                       for n, x in kwargs.items()}
+        if self.opts.opmath:
+            ct = dtypes.opmath(out_dtypes[0])
+            args = [_to_opmath(x, ct) for x in args]
+            kwargs = {n: _to_opmath(x, ct) for n, x in kwargs.items()}
         _trace.compute_dtype = promote_dtype
         _trace.out_dtypes = tuple(out_dtypes) if out_dtypes else ()
         _trace.key = key
@@ -585,6 +593,11 @@ def _cast_operand(x, dtype, is_scalar_arg):
     if isinstance(x, tuple) and x and isinstance(x[0], jax.Array):
         return tuple(e.astype(dtype) for e in x)
     return x
+
+
+def _to_opmath(x, dtype):
+    """An operand (a traced tensor or Scalar) in the op's opmath dtype; others as they are."""
+    return x.astype(dtype) if isinstance(x, (jax.Array, np.ndarray)) else x
 
 
 def _rng_material(args, kwargs):
