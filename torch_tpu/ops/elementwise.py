@@ -302,6 +302,10 @@ def _angle(x):
 
 
 # ops whose integer inputs compute in the default float dtype
+def _sigmoid(x):
+    return 1 / (1 + jnp.exp(-x))
+
+
 _INT_TO_FLOAT_UNARY = {
     "sqrt": jnp.sqrt, "rsqrt": lambda x: 1 / jnp.sqrt(x),
     "exp": jnp.exp, "exp2": _exp2, "expm1": jnp.expm1,
@@ -312,7 +316,7 @@ _INT_TO_FLOAT_UNARY = {
     "asinh": jnp.arcsinh, "acosh": jnp.arccosh, "atanh": jnp.arctanh,
     "erf": lax.erf, "erfc": lax.erfc, "erfinv": lax.erf_inv,
     "lgamma": lax.lgamma, "digamma": _digamma,
-    "sigmoid": lambda x: 1 / (1 + jnp.exp(-x)),
+    "sigmoid": _sigmoid,
     "sinc": _sinc, "angle": _angle,
     "i0": jsp.i0, "special_i0e": jsp.i0e, "special_i1": jsp.i1, "special_i1e": jsp.i1e,
     "special_ndtri": jsp.ndtri, "special_log_ndtr": jsp.log_ndtr, "special_entr": _entr,
@@ -667,10 +671,6 @@ def gelu_backward(g, x, approximate="none"):
     return g * (cdf + x * pdf)
 
 
-def _sigmoid(x):
-    return 1 / (1 + jnp.exp(-x))
-
-
 @register("silu.default", opmath=True)
 def silu(x):
     return x / (1 + jnp.exp(-x))
@@ -821,18 +821,14 @@ def log_sigmoid_backward(g, x, buffer):
 
 # ---- added for Hugging Face models ----
 
-def _isin(elements, test_elements, assume_unique, invert):
+@register("isin.Tensor_Tensor", "isin.Tensor_Scalar", "isin.Scalar_Tensor")
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
     common = jnp.result_type(elements, test_elements)
     e = jnp.asarray(elements).astype(common)
     t = jnp.asarray(test_elements).astype(common).reshape(-1)
     # one broadcast compare: generate() calls this on a handful of token ids
     hit = (e[..., None] == t).any(-1) if t.size else jnp.zeros(e.shape, bool)
     return ~hit if invert else hit
-
-
-@register("isin.Tensor_Tensor", "isin.Tensor_Scalar", "isin.Scalar_Tensor")
-def isin(elements, test_elements, *, assume_unique=False, invert=False):
-    return _isin(elements, test_elements, assume_unique, invert)
 
 
 # ---- integer and float decomposition -----------------------------------------------------

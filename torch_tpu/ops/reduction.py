@@ -42,10 +42,6 @@ def _axis(dim, ndim):
     return None if ndim == 0 else dim % ndim
 
 
-def _keep(result, dims, keepdim):
-    return jnp.expand_dims(result, dims) if keepdim and dims else result
-
-
 def _refuse(x, dtypes, what):
     """PyTorch's kernel-level dtype errors that its meta kernels let through."""
     if any(jnp.issubdtype(x.dtype, d) for d in dtypes):

@@ -282,14 +282,6 @@ def _install(op, kernel, graph=None, dispatch_key="PrivateUse1") -> None:
 
 # ---- the kernel wrapper -----------------------------------------------------
 
-_TPU = "privateuseone"  # replaced by "tpu" once the backend is renamed
-
-
-def set_device_type(name: str) -> None:
-    global _TPU
-    _TPU = name
-
-
 class _Entry:
     __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts")
 
@@ -335,7 +327,7 @@ class Kernel:
     # -- encoding the arguments into a hashable signature plus array inputs --
     def _encode(self, x, name, inputs):
         if isinstance(x, torch.Tensor):
-            if x.device.type == _TPU:
+            if x.device.type == "tpu":
                 spec, buf = views.spec_of(x, dtypes.TORCH_TO_NP[x.dtype])
                 if type(buf) is LazyBuffer and not modes.is_fused():
                     buf = fusion.resolve(buf)
@@ -564,7 +556,7 @@ def to_meta(x):
         return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
     if isinstance(x, (list, tuple)):
         return type(x)(to_meta(e) for e in x)
-    if isinstance(x, torch.device) and x.type == _TPU:
+    if isinstance(x, torch.device) and x.type == "tpu":
         return torch.device("meta")
     return x
 
