@@ -15,8 +15,8 @@ import torch
 
 from ..dtypes import to_opmath
 from ..eager import access
+from ..eager.launch import launch
 from .registry import register_raw
-
 
 
 @functools.lru_cache(maxsize=None)
@@ -76,10 +76,10 @@ def _fused_adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, stat
         return
     inv_scale = 1.0 / _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0)
     fn = _adam_fn(adamw, bool(amsgrad), bool(maximize))
-    new_p, new_m, new_v, new_max = fn(
+    new_p, new_m, new_v, new_max = launch("aten::_fused_adamw_" if adamw else "aten::_fused_adam_", fn, (
         _read_all(self), _read_all(grads), _read_all(exp_avgs), _read_all(exp_avg_sqs),
         _read_all(max_exp_avg_sqs) if amsgrad else [], _read_all(state_steps),
-        _scalar(lr), _scalar(beta1), _scalar(beta2), _scalar(weight_decay), _scalar(eps), inv_scale)
+        _scalar(lr), _scalar(beta1), _scalar(beta2), _scalar(weight_decay), _scalar(eps), inv_scale))
     _write_all(((self, new_p), (exp_avgs, new_m), (exp_avg_sqs, new_v),
                 (max_exp_avg_sqs if amsgrad else [], new_max)))
 
@@ -146,10 +146,10 @@ def fused_sgd_(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr,
         return
     fn = _sgd_fn(momentum != 0, bool(nesterov), bool(maximize), bool(is_first_step), grad_scale is not None,
                  weight_decay != 0)
-    new_p, new_g, new_b = fn(_read_all(self), _read_all(grads), _read_all(momentum_buffer_list),
-                             _scalar(lr), jnp.asarray(float(weight_decay)), jnp.asarray(float(momentum)),
-                             jnp.asarray(float(dampening)),
-                             _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0))
+    new_p, new_g, new_b = launch("aten::_fused_sgd_", fn, (
+        _read_all(self), _read_all(grads), _read_all(momentum_buffer_list),
+        _scalar(lr), jnp.asarray(float(weight_decay)), jnp.asarray(float(momentum)), jnp.asarray(float(dampening)),
+        _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0)))
     _write_all(((self, new_p), (grads, new_g), (momentum_buffer_list, new_b)))
 
 
@@ -174,10 +174,11 @@ def fused_adagrad_(self, grads, state_sums, state_steps, *, lr, lr_decay, weight
                    grad_scale=None, found_inf=None):
     if not self or _skipped(found_inf):
         return
-    new_p, new_g, new_s = _adagrad_fn(bool(maximize), grad_scale is not None, weight_decay != 0)(
+    fn = _adagrad_fn(bool(maximize), grad_scale is not None, weight_decay != 0)
+    new_p, new_g, new_s = launch("aten::_fused_adagrad_", fn, (
         _read_all(self), _read_all(grads), _read_all(state_sums), _read_all(state_steps), _scalar(lr),
         jnp.asarray(float(lr_decay)), jnp.asarray(float(weight_decay)), jnp.asarray(float(eps)),
-        _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0))
+        _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0)))
     _write_all(((self, new_p), (grads, new_g), (state_sums, new_s)))
 
 
