@@ -137,13 +137,6 @@ def _resize_image(x, output_size, align_corners, scales, kind):
     return resize_uint8(x, output_size, align_corners, scales, kind, antialias=False)
 
 
-@register("upsample_bilinear2d.default")
-def upsample_bilinear2d(self, output_size, align_corners, scales_h=None, scales_w=None):
-    if self.dtype == np.uint8:
-        return _resize_image(self, output_size, align_corners, (scales_h, scales_w), "bilinear")
-    return _upsample_linear(self, output_size, align_corners, (scales_h, scales_w))
-
-
 @register("upsample_trilinear3d.default")
 def upsample_trilinear3d(self, output_size, align_corners, scales_d=None, scales_h=None, scales_w=None):
     return _upsample_linear(self, output_size, align_corners, (scales_d, scales_h, scales_w))
@@ -191,11 +184,17 @@ def _upsample_bicubic(x, output_size, align_corners, scales):
     return y.astype(x.dtype)
 
 
-@register("upsample_bicubic2d.default")
-def upsample_bicubic2d(self, output_size, align_corners, scales_h=None, scales_w=None):
-    if self.dtype == np.uint8:
-        return _resize_image(self, output_size, align_corners, (scales_h, scales_w), "bicubic")
-    return _upsample_bicubic(self, output_size, align_corners, (scales_h, scales_w))
+def _register_image_resize(kind, upsample):
+    """upsample_{kind}2d: uint8 images as ATen's image kernels compute them, else ``upsample``."""
+    @register(f"upsample_{kind}2d.default")
+    def resize(self, output_size, align_corners, scales_h=None, scales_w=None):
+        if self.dtype == np.uint8:
+            return _resize_image(self, output_size, align_corners, (scales_h, scales_w), kind)
+        return upsample(self, output_size, align_corners, (scales_h, scales_w))
+
+
+_register_image_resize("bilinear", _upsample_linear)
+_register_image_resize("bicubic", _upsample_bicubic)
 
 
 @register("upsample_bicubic2d_backward.default")
