@@ -225,7 +225,7 @@ def test_fullgraph_raises_on_graph_break():
     def f(x):
         print("break")
         return x + 1
-    with pytest.raises(Exception):
+    with pytest.raises(torch._dynamo.exc.Unsupported):
         torch.compile(f, backend="tpu", fullgraph=True)(torch.ones(2, device="tpu"))
 
 

@@ -196,11 +196,6 @@ def _close(tpu, cpu, atol=1e-4, rtol=1e-4):
     assert_same(tpu, cpu, atol=atol, rtol=rtol)
 
 
-@pytest.fixture
-def strict(monkeypatch):
-    monkeypatch.setenv("TORCH_TPU_STRICT", "1")  # any CPU fallback is an error
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64])
 def test_decompositions_match_cpu(strict, dtype):
     A, B = r(3, 4, 4, dtype=dtype, grad=False), r(3, 4, 2, dtype=dtype, grad=False)

@@ -8,10 +8,6 @@ from .device.registration import register_device  # noqa: E402
 
 register_device()  # PrivateUse1 becomes "tpu"; torch.tpu exists from here on
 
-from .ops import registry as _registry  # noqa: E402
-
-_registry.set_device_type("tpu")
-
 # The rest only installs: kernels first, then the pieces that build on them.
 from . import ops  # noqa: E402,F401  (importing installs the aten kernels)
 from . import compile as _compile  # noqa: E402

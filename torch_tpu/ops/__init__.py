@@ -4,7 +4,7 @@ One module per op family; each registers its kernels with ``registry.register``.
 """
 from . import fallback, registry  # noqa: F401
 from . import core, indexing  # noqa: F401  (indexing's kernels first: elementwise overrides some)
-from . import elementwise, reduction, linalg, nn, factory, random, shape  # noqa: F401
+from . import elementwise, reduction, linalg, nn, upsample, factory, random, shape  # noqa: F401
 from . import foreach  # noqa: F401,E402
 from . import optim  # noqa: F401,E402
 from . import attention, fft  # noqa: F401,E402

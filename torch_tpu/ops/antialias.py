@@ -24,8 +24,9 @@ import torch
 from jax import lax
 
 from .. import dtypes
-from .nn import _cubic_taps, _up
+from ..dtypes import to_opmath
 from .registry import guard, register
+from .upsample import cubic_taps
 
 
 def _triangle(x):
@@ -96,7 +97,7 @@ def _plain_cubic_weights(n_in, n_out, align_corners, scale):
     """Plain (not antialiased) bicubic as a matrix in float64: the float
     kernel's 4 edge-clamped taps (their weights add up at the edge); the CPU's
     uint8 bicubic resize uses these."""
-    index, weights = _cubic_taps(n_in, n_out, align_corners, scale, np.float64)
+    index, weights = cubic_taps(n_in, n_out, align_corners, scale, np.float64)
     m = np.zeros((n_out, n_in))
     rows = np.arange(n_out)
     for ix, w in zip(index, weights):
@@ -145,11 +146,11 @@ def _resize_backward(grad, input_size, align_corners, scales, kind):
 def _register(kind):
     @register(f"_upsample_{kind}2d_aa.default")
     def forward(self, output_size, align_corners, scales_h=None, scales_w=None):
-        return _resize(_up(self), output_size, align_corners, (scales_h, scales_w), kind)
+        return _resize(to_opmath(self), output_size, align_corners, (scales_h, scales_w), kind)
 
     @register(f"_upsample_{kind}2d_aa_backward.default")
     def backward(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None):
-        return _resize_backward(_up(grad_output), input_size, align_corners, (scales_h, scales_w), kind)
+        return _resize_backward(to_opmath(grad_output), input_size, align_corners, (scales_h, scales_w), kind)
 
 
 _register("bilinear")

@@ -17,7 +17,7 @@ import itertools
 import jax
 import jax.numpy as jnp
 
-from .nn import _up
+from ..dtypes import to_opmath
 from .registry import register
 
 BILINEAR, NEAREST, BICUBIC = 0, 1, 2
@@ -104,13 +104,13 @@ def _sample(x, grid, mode, padding_mode, align_corners):
 
 
 def _forward(input, grid, interpolation_mode, padding_mode, align_corners):
-    return _sample(_up(input), _up(grid), interpolation_mode, padding_mode, align_corners)
+    return _sample(to_opmath(input), to_opmath(grid), interpolation_mode, padding_mode, align_corners)
 
 
 def _backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
     _, vjp = jax.vjp(lambda x, g: _sample(x, g, interpolation_mode, padding_mode, align_corners),
-                     _up(input), _up(grid))
-    gi, gg = vjp(_up(grad_output))
+                     to_opmath(input), to_opmath(grid))
+    gi, gg = vjp(to_opmath(grad_output))
     wanted = [gi.astype(input.dtype), gg.astype(grid.dtype)]
     return tuple(v for v, m in zip(wanted, output_mask) if m)
 

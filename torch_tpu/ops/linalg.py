@@ -9,20 +9,17 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from ..dtypes import aten_name
+from ..dtypes import aten_name, opmath
 from .registry import PROMOTE, guard, out_dtype, register
 
 DEFAULT = PROMOTE.DEFAULT
-_HALF = (np.dtype(jnp.bfloat16), np.dtype(np.float16))
 
 
 def _acc_type(dtype):
     dtype = np.dtype(dtype)
-    if dtype in _HALF:
-        return np.dtype(np.float32)
     if dtype == np.bool_:  # CPU: bool products are logical or-of-ands; count in int
         return np.dtype(np.int64)
-    return dtype
+    return opmath(dtype)
 
 
 def matmul(a, b):
@@ -135,7 +132,7 @@ def addr(self, vec1, vec2, beta=1, alpha=1):
     if out_dtype() == np.bool_:  # bool addr: (beta and self) or (alpha and outer)
         outer = jnp.logical_and(vec1[:, None], vec2[None, :])
         return jnp.logical_or(jnp.logical_and(self, bool(beta)), jnp.logical_and(outer, bool(alpha)))
-    if out_dtype() in _HALF:
+    if opmath(out_dtype()) != out_dtype():  # float16, bfloat16
         return _half_addr(self, vec1, vec2, beta, alpha, out_dtype())
     outer = vec1[:, None].astype(acc) * vec2[None, :].astype(acc)
     return _fin(_scaled_add(self, outer, beta, alpha))

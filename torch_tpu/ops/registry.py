@@ -81,6 +81,10 @@ class Options:
     # (args, kwargs) -> the outputs' torch dtypes (None: the meta kernel's), for
     # ops whose CPU kernel picks other dtypes than their meta kernel does
     out_dtypes: object = None
+    # compute in the result dtype's opmath (``dtypes.opmath``): tensor and
+    # Scalar operands arrive cast to it, as PyTorch's CPU kernels compute
+    # float16/bfloat16 in float32 (torch._decomp's ``pw_cast_for_opmath``)
+    opmath: bool = False
 
 
 # ---- what an implementation can ask while it is traced --------------------
@@ -284,14 +288,6 @@ def _install(op, kernel, graph=None, dispatch_key="PrivateUse1") -> None:
 
 # ---- the kernel wrapper -----------------------------------------------------
 
-_TPU = "privateuseone"  # replaced by "tpu" once the backend is renamed
-
-
-def set_device_type(name: str) -> None:
-    global _TPU
-    _TPU = name
-
-
 class _Entry:
     __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors")
 
@@ -356,7 +352,7 @@ class Kernel:
     # -- encoding the arguments into a hashable signature plus array inputs --
     def _encode(self, x, name, inputs):
         if isinstance(x, torch.Tensor):
-            if x.device.type == _TPU:
+            if x.device.type == "tpu":
                 spec, buf = views.spec_of(x, dtypes.TORCH_TO_NP[x.dtype])
                 if type(buf) is LazyBuffer and not modes.is_fused():
                     buf = fusion.resolve(buf)
@@ -539,6 +535,10 @@ class Kernel:
                     for i, x in enumerate(args)]
             kwargs = {n: _cast_operand(x, promote_dtype, n in self.scalar_args)
                       for n, x in kwargs.items()}
+        if self.opts.opmath:
+            ct = dtypes.opmath(out_dtypes[0])
+            args = [_to_opmath(x, ct) for x in args]
+            kwargs = {n: _to_opmath(x, ct) for n, x in kwargs.items()}
         _trace.compute_dtype = promote_dtype
         _trace.out_dtypes = tuple(out_dtypes) if out_dtypes else ()
         _trace.key = key
@@ -612,7 +612,7 @@ def to_meta(x):
         return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
     if isinstance(x, (list, tuple)):
         return type(x)(to_meta(e) for e in x)
-    if isinstance(x, torch.device) and x.type == _TPU:
+    if isinstance(x, torch.device) and x.type == "tpu":
         return torch.device("meta")
     return x
 
@@ -641,6 +641,11 @@ def _cast_operand(x, dtype, is_scalar_arg):
     if isinstance(x, tuple) and x and isinstance(x[0], jax.Array):
         return tuple(e.astype(dtype) for e in x)
     return x
+
+
+def _to_opmath(x, dtype):
+    """An operand (a traced tensor or Scalar) in the op's opmath dtype; others as they are."""
+    return x.astype(dtype) if isinstance(x, (jax.Array, np.ndarray)) else x
 
 
 def _rng_material(args, kwargs):

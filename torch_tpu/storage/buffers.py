@@ -5,12 +5,10 @@ Every view of a tensor shares its StorageImpl, so every alias sees the same
 buffer.  Nothing ever dereferences the fake addresses.
 """
 import functools
-import math
 import weakref
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
@@ -157,7 +155,3 @@ def allocate_like(shape, strides, dtype) -> torch.Tensor:
     n = storage_numel(shape, strides)
     st = new_storage(n * npdtype.itemsize, _zeros(n, npdtype))
     return new_tensor(st, dtype, tuple(shape), tuple(strides))
-
-
-def buffer_nbytes(buf) -> int:
-    return int(math.prod(buf.shape)) * np.dtype(buf.dtype).itemsize
