@@ -5,6 +5,7 @@ Every view of a tensor shares its StorageImpl, so every alias sees the same
 buffer.  Nothing ever dereferences the fake addresses.
 """
 import functools
+import math
 import weakref
 
 import jax
