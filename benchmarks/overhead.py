@@ -130,7 +130,7 @@ HEADERS = ["benchmark", "variant", "CPU time", "wall time", "CPU time vs CPU eag
 def plot(results, path, bar_chart):
     """The CPU-time ratios as a bar chart (``bar_chart``: report.py's)."""
     groups = ["chain (per op)", "micro step"]
-    variants = list(dict.fromkeys([*results["chain"], *results["micro"]]))
+    variants = [v for v in STEP_VARIANTS if v in results["chain"] or v in results["micro"]]
     values = {}
     for group, name in zip(groups, ("chain", "micro")):
         base = results[name].get("cpu-eager", (None,))[0]
@@ -138,7 +138,7 @@ def plot(results, path, bar_chart):
             if base:
                 values[(group, variant)] = cpu / base
     bar_chart(path, groups, variants, values, "CPU time / PyTorch CPU eager (log)",
-              "Host overhead: CPU time vs PyTorch CPU eager, 1 thread (lower is better)", log=True)
+              "Host CPU time / PyTorch CPU eager, 1 thread (lower is better)", log=True)
 
 
 def main():
