@@ -26,13 +26,14 @@ from common import best_time  # noqa: E402
 from eager_modes import chain_latency  # noqa: E402
 import generate as generation  # noqa: E402
 from op_latency import OPS  # noqa: E402
+import overhead  # noqa: E402
 from training import run_rounds, seconds_of  # noqa: E402
 
 VARIANTS = ["cpu-eager", "cpu-inductor", "tpu-debug", "tpu-strict", "tpu-fused", "tpu-compiled"]
 COLORS = {"cpu-eager": "#888888", "cpu-inductor": "#444444", "tpu-debug": "#f4a582",
           "tpu-strict": "#d6604d", "tpu-fused": "#4393c3", "tpu-compiled": "#2166ac",
           "torch CPU": "#888888", "jax.jit": "#1b7837", "tpu debug": "#f4a582", "tpu strict": "#d6604d"}
-PLOTS = ["step_time.png", "first_step.png", "op_latency.png"]
+PLOTS = ["step_time.png", "first_step.png", "op_latency.png", "overhead.png"]
 
 
 def op_latencies(number, repeat):
@@ -119,6 +120,8 @@ def main():
         chain = chain_latency(repeat=5 if args.quick else 20)
         generated = [generation.run(c, v, repeat=2 if args.quick else 3)
                      for c in args.generate_configs for v in generation.VARIANTS]
+        host = overhead.run(rounds=3 if args.quick else 5, chain_calls=10 if args.quick else 20,
+                            steps=10 if args.quick else 20)
 
     # ---- tables --------------------------------------------------------------
     rows = []
@@ -141,6 +144,7 @@ def main():
     op_table = _md_table([[name] + [f"{row[c]:.1f}" for c in op_cols] for name, row in ops.items()],
                          ["op (µs per call)"] + op_cols)
     generate_table = _md_table(generation.rows(generated), generation.HEADERS) if generated else "(skipped)"
+    host_table = _md_table(overhead.rows(host), overhead.HEADERS)
     chain_table = _md_table([[k, f"{v * 1e6:.1f}", f"{chain['cpu'] / v:.2f}x"] for k, v in chain.items()],
                             ["100-op elementwise chain", "µs per op", "speed vs CPU eager"])
 
@@ -156,6 +160,8 @@ def main():
         op_values[("100-op chain (per op)", {"cpu": "torch CPU", "tpu-strict": "tpu strict"}.get(k, k))] = v * 1e6
     _bar_chart(os.path.join(args.out, "op_latency.png"), list(ops) + ["100-op chain (per op)"],
                op_cols + ["tpu-fused"], op_values, "µs per op (log)", "Per-op latency (lower is better)", log=True)
+
+    overhead.plot(host, os.path.join(args.out, "overhead.png"), _bar_chart)
 
     # ---- markdown ----------------------------------------------------------------
     load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",)
@@ -209,6 +215,17 @@ compiles" counts executables built during the call. Details and more
 options: `python benchmarks/generate.py --help`.
 
 {generate_table}
+## Host overhead
+
+![host overhead](overhead.png)
+
+{host_table}
+
+CPU time of the whole process (all threads: XLA's executables run on the same
+cores) per op of a 200-op elementwise chain on 64x64 and per training step of
+a "micro" GPT (2 layers, d_model 32), whose compute is negligible, against
+PyTorch CPU eager on one thread (`benchmarks/overhead.py`): the host work each
+mode adds over a native backend's dispatch.
 """
     if errors:
         md += "\n## Failed runs\n\n" + "\n".join(f"- {c} {v}: {e}" for (c, v), e in errors.items()) + "\n"

@@ -17,6 +17,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture
+def strict(monkeypatch):
+    """Any CPU fallback is an error in the test (``from helpers import strict``
+    applies it to every test of a module)."""
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+
+
 @pytest.fixture(autouse=True)
 def _device_checks_belong_to_their_test():
     # An index check fails at the next wait for the device (as CUDA's

@@ -6,9 +6,9 @@ import torch
 
 
 @pytest.fixture(autouse=True)
-def strict(monkeypatch):
-    """Import into a test module to make any CPU fallback an error there."""
-    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+def strict(strict):
+    """Import into a test module to make any CPU fallback an error in every
+    test there (conftest's ``strict``, made autouse)."""
 
 
 def sample(*shape, dtype=torch.float32):

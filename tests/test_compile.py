@@ -225,7 +225,7 @@ def test_fullgraph_raises_on_graph_break():
     def f(x):
         print("break")
         return x + 1
-    with pytest.raises(Exception):
+    with pytest.raises(torch._dynamo.exc.Unsupported):
         torch.compile(f, backend="tpu", fullgraph=True)(torch.ones(2, device="tpu"))
 
 
@@ -389,8 +389,8 @@ def test_a_graph_that_fails_to_build_runs_eagerly(monkeypatch):
     # a bug inside the lowering (here: sqrt failing while traced) costs speed,
     # not the program: a warning, eager kernels, eager results; the optimizer's
     # step counts (updated on the host) still advance once per step
-    from torch_tpu.compile import lowering
-    real = lowering._graph_kernel
+    from torch_tpu.ops import registry
+    real = registry.graph_form
 
     class Broken:
         def __init__(self, kernel):
@@ -401,7 +401,7 @@ def test_a_graph_that_fails_to_build_runs_eagerly(monkeypatch):
 
         def apply(self, *args):
             raise TypeError("simulated lowering bug")
-    monkeypatch.setattr(lowering, "_graph_kernel",
+    monkeypatch.setattr(registry, "graph_form",
                         lambda op: Broken(real(op)) if op is torch.ops.aten.sqrt.default else real(op))
     pairs, (eager_opt, graph_opt), caught = _three_optimizer_steps(torch.optim.Adam)
     assert any("failed (TypeError: simulated lowering bug)" in str(w.message) for w in caught)

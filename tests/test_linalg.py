@@ -185,7 +185,7 @@ def test_empty_inner_dimension():
     check(lambda s, a, b: torch.addmm(s, a, b, beta=2), r(3, 2, grad=False), r(3, 0, grad=False), r(0, 2, grad=False))
 
 
-# ---- decompositions and solvers (torch_tpu/ops/decompositions.py) ------------------
+# ---- decompositions and solvers (torch_tpu/ops/factorizations.py) ------------------
 
 def _spd(*shape, dtype=torch.float32):
     a = r(*shape, dtype=dtype, grad=False)
@@ -194,11 +194,6 @@ def _spd(*shape, dtype=torch.float32):
 
 def _close(tpu, cpu, atol=1e-4, rtol=1e-4):
     assert_same(tpu, cpu, atol=atol, rtol=rtol)
-
-
-@pytest.fixture
-def strict(monkeypatch):
-    monkeypatch.setenv("TORCH_TPU_STRICT", "1")  # any CPU fallback is an error
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64])

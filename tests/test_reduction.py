@@ -6,15 +6,9 @@ import pytest
 import torch
 
 import torch_tpu
-from helpers import assert_same, run_both, to_tpu
+from helpers import assert_same, run_both, strict, to_tpu  # noqa: F401  (strict: no CPU fallback)
 
 NAN, INF = float("nan"), float("inf")
-
-
-@pytest.fixture(autouse=True)
-def strict(monkeypatch):
-    """Forward ops must have tpu kernels: a CPU fallback is an error."""
-    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
 
 
 _MY_OPS = ("sum", "nansum", "mean", "prod", "amax", "amin", "max", "min", "aminmax", "argmax",

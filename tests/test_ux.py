@@ -75,7 +75,7 @@ def test_torch_profiler_table_names_tpu_ops():
 
 def test_torch_profiler_sees_fused_chains_and_costs_nothing_when_off(tmp_path):
     from torch.profiler import profile
-    from torch_tpu.profiler import record
+    from torch_tpu.eager import ranges as record
     assert record.torch_profiler._is_profiler_enabled is False
     x = torch.randn(8, 8, device="tpu")
     with torch.tpu.set_eager_mode("fused"):
@@ -85,6 +85,20 @@ def test_torch_profiler_sees_fused_chains_and_costs_nothing_when_off(tmp_path):
     trace = tmp_path / "trace.json"
     prof.export_chrome_trace(str(trace))
     assert "tpu::fused chain" in trace.read_text()
+
+
+def test_raw_kernels_launch_inside_profiler_ranges():
+    # hand-written kernels (data-dependent sizes) launch through the same
+    # eager.launch as registered ones: their work shows as tpu:: ranges too
+    from torch.profiler import profile
+    x = torch.randn(16, device="tpu")
+    with profile() as prof:
+        torch.nonzero(x > 0)
+        torch.unique(x)
+        torch.bincount((x.abs() * 3).long())
+    names = {e.key for e in prof.key_averages()}
+    for op in ("aten::nonzero", "aten::_unique2", "aten::bincount"):
+        assert f"tpu::{op}" in names, (op, sorted(n for n in names if n.startswith("tpu::")))
 
 
 def test_tpu_profiler_trace_writes_files(tmp_path):

@@ -12,10 +12,6 @@ from .device.registration import register_device  # noqa: E402
 
 register_device()  # PrivateUse1 becomes "tpu"; torch.tpu exists from here on
 
-from .ops import registry as _registry  # noqa: E402
-
-_registry.set_device_type("tpu")
-
 # The rest only installs: kernels first, then the pieces that build on them.
 from . import ops  # noqa: E402,F401  (importing installs the aten kernels)
 from . import compile as _compile  # noqa: E402
@@ -30,7 +26,7 @@ from .device import accelerator as _accelerator  # noqa: E402
 from .device import generator as _generator  # noqa: E402
 from .device import module as _tpu_module  # noqa: E402
 from .device import pinned as _pinned  # noqa: E402
-from .ops import flex_attention as _flex_attention  # noqa: E402
+from .ops.attention import flex as _flex_attention  # noqa: E402
 from .storage import patches as _storage_patches  # noqa: E402
 from . import precision as _precision  # noqa: E402
 from . import optimizers as _optimizers  # noqa: E402

@@ -33,7 +33,6 @@ _BITS_CARRIER = {
     torch.float8_e5m2: torch.uint8,
 }
 
-ITEMSIZE = {t: n.itemsize for t, n in TORCH_TO_NP.items()}
 
 # ATen's C++ names of the scalar types, as its "not implemented for 'Float'" errors spell them
 _ATEN_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
@@ -83,3 +82,18 @@ def cpu_tensor_from_numpy(a: np.ndarray) -> torch.Tensor:
     src = torch.from_numpy(a)
     (out.view(carrier) if carrier is not None else out).copy_(src)
     return out
+
+
+_HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def opmath(dtype) -> np.dtype:
+    """The dtype PyTorch's CPU kernels compute a ``dtype`` op in: float32 for
+    float16 and bfloat16, else ``dtype`` itself (ATen's ``opmath_type``)."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype in _HALF else dtype
+
+
+def to_opmath(x):
+    """Array ``x`` in its opmath dtype (see ``opmath``)."""
+    return x.astype(np.float32) if x.dtype in _HALF else x

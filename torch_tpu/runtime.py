@@ -9,6 +9,7 @@ import os
 import threading
 
 import jax
+import torch
 
 # int64 indices and float64 must be exact, as on PyTorch's CPU (on a TPU XLA
 # emulates them: see tpu_dtypes.py).
@@ -109,6 +110,16 @@ def is_initialized() -> bool:
 
 def device_count() -> int:
     return 1
+
+
+def check_device(device) -> None:
+    """``tpu:N`` for N past the device count is an error, as on CUDA."""
+    if device is not None:
+        d = torch.device(device)
+        if d.type == "tpu" and d.index is not None and d.index >= device_count():
+            raise RuntimeError(
+                f"Invalid device index {d}: this process has {device_count()} tpu device(s) "
+                "(each process drives one chip, exposed as tpu:0)")
 
 
 def device_description() -> str:

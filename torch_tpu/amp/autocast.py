@@ -89,6 +89,3 @@ def install() -> None:
             if op is not None:
                 _lib.impl(op, _kernel(op, policy), "AutocastPrivateUse1")
 
-
-def get_amp_supported_dtype():
-    return [torch.bfloat16, torch.float16, torch.float32]

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 import warnings
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -20,11 +21,11 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from .. import dtypes, logs, precision
-from ..profiler import record as _prof
 from ..device import rng
-from ..eager import fusion, modes
+from ..eager import access, fusion
+from ..eager.launch import launch
 from ..ops import registry
-from ..storage import access, buffers, views
+from ..storage import buffers, views
 from . import lowering, rewrites, options as compiler_options
 from .host import HostPart
 
@@ -86,8 +87,8 @@ class CompiledGraph:
         # Python numbers while tracing, fixed per signature, so kept on the host.
         self.scalar_outputs = {} if any(isinstance(v, (int, float, torch.SymInt, torch.SymFloat))
                                         for v in vals) else None
-        self.uses_rng = any(n.op == "call_function" and isinstance(registry.KERNELS.get(n.target), registry.Kernel)
-                            and registry.KERNELS[n.target].opts.rng
+        self.uses_rng = any(n.op == "call_function" and registry.graph_form(n.target) is not None
+                            and registry.graph_form(n.target).opts.rng
                             for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule)  # cond branches too
                             for n in sub.graph.nodes)
 
@@ -118,13 +119,7 @@ class CompiledGraph:
                 except Exception as e:  # a lowering bug must not take the program down
                     return self._fall_back(signature, args, before, e)
         material = rng.next_key_material() if self.uses_rng else _NO_RNG
-        try:
-            results = (exe(material, *arrays) if not _prof.torch_profiler._is_profiler_enabled
-                       else _prof.run(f"compiled {self.name} graph", exe, [material, *arrays]))
-        except Exception as e:  # an XLA runtime failure: name the graph, not JAX internals
-            raise RuntimeError(f"tpu: compiled {self.name} graph failed on the device: {e}") from None
-        outputs, new_values = results
-        modes.after_op(f"compiled graph {self.name}", [*outputs, *new_values])
+        outputs, new_values = launch(f"compiled {self.name} graph", exe, (material, *arrays))
         if self.mutated:
             _write_inputs([args[i] for i in self.mutated], new_values)
         view_bases = {i: args[v.input] for i, v in self.host_views.items() if v.input is not None}
@@ -165,8 +160,7 @@ class CompiledGraph:
         sizes (the TPU lowering check lowers it too)."""
         signature, matmul_precision = key[:-1], key[-1]
         fn = self.fn
-        readers = [views.reader(e[1]) if _is_tensor_entry(e) and e[0] == _TPU else None
-                   for e in signature]
+        readers = [views.reader(e.spec) if type(e) is TpuInput else None for e in signature]
         layouts = [plan.layout for plan in self.out_plans]
         scalars = {}
 
@@ -176,7 +170,7 @@ class CompiledGraph:
                     for i, e in enumerate(signature)]
             with precision.tracing(matmul_precision):
                 outputs, new_values = fn(material, *full, *it)  # the rest: host values
-            outputs = [registry._to_storage_layout(o, lay) if lay is not None and o is not None else o
+            outputs = [views.to_storage_layout(o, lay) if lay is not None and o is not None else o
                        for o, lay in zip(outputs, layouts)]
             for i, o in enumerate(outputs):
                 if isinstance(o, (int, float)):  # a size computed from static sizes
@@ -195,7 +189,7 @@ class CompiledGraph:
         seconds = time.perf_counter() - start
         stats.compiles += 1
         stats.compile_seconds += seconds
-        shapes = [e[1][2] if e[0] == _TPU else e[1][0] for e in signature if _is_tensor_entry(e)]
+        shapes = [e.spec.size if type(e) is TpuInput else e.shape for e in signature if _is_tensor_entry(e)]
         logs.graph_compile(self.name, shapes, seconds, first=not self.executables)  # TORCH_TPU_LOGS
         if self.executables:
             log.info("torch_tpu: recompiling %s for new input shapes %s (%.2fs)", self.name, shapes, seconds)
@@ -218,7 +212,7 @@ class CompiledGraph:
             uses[id(a)] = uses.get(id(a), 0) + 1
         for i in self.mutated:
             k = position.get(i)
-            if (k is not None and signature[i][0] == _TPU and views.covers_buffer(signature[i][1])
+            if (k is not None and type(signature[i]) is TpuInput and views.covers_buffer(signature[i].spec)
                     and uses[id(arrays[k])] == 1):
                 positions.append(1 + k)  # after the rng material
         return tuple(positions)
@@ -226,7 +220,6 @@ class CompiledGraph:
 
 _NO_RNG = np.zeros(3, np.uint32)
 _ON_EAGER_KERNELS = "run on the eager kernels"  # executables entry of a signature that failed to build
-_TPU, _CPU = "tpu-tensor", "cpu-tensor"
 _ON_HOST = "read on the host"  # signature entry of a CPU input only host nodes read
 
 
@@ -278,38 +271,68 @@ def _host_views(gm, outputs):
     return views
 
 
-class _TensorEntry(tuple):
-    """A tensor input's place in a signature (a distinct type, so a static
-    argument that happens to be a tuple can never be mistaken for one)."""
+# A tensor input's entry in a graph call's signature: its own type, so a
+# static argument that happens to be a tuple can never be mistaken for one.
+class TpuInput(NamedTuple):
+    spec: views.ViewSpec  # how the graph reads the buffer passed for it
+
+
+class CpuInput(NamedTuple):
+    shape: tuple
+    dtype: np.dtype
 
 
 def _is_tensor_entry(e):
-    return type(e) is _TensorEntry
+    return type(e) is TpuInput or type(e) is CpuInput
 
 
 def _input_buffer(t, signature):
     """The array passed for graph input ``t``; appends its signature entry."""
+    # The common case first, with no helper calls: a tpu tensor whose storage
+    # holds its buffer (C++-made alias storages and CPU tensors lack _tpu_buf).
+    buf = getattr(t.untyped_storage(), "_tpu_buf", None)
+    if buf is None or t.is_conj() or t.is_neg():
+        return _input_buffer_general(t, signature)
+    if type(buf) is fusion.LazyBuffer:
+        buf = fusion.resolve(buf)
+    shape, aval = tuple(t.shape), getattr(buf, "aval", buf)
+    spec = _new(views.ViewSpec, (aval.shape, aval.dtype, shape, t.stride(), t.storage_offset(),
+                                 dtypes.TORCH_TO_NP[t.dtype]))
+    if len(spec.buf_shape) == 1 and spec.buf_shape != shape and views.covers_buffer(spec):
+        buf, spec = _shaped_like(t, buf, spec)
+    signature.append(_new(TpuInput, (spec,)))
+    return buf
+
+
+def _input_buffer_general(t, signature):
     if t.device.type != "tpu":
         host = dtypes.numpy_from_cpu_tensor(t)
-        signature.append(_TensorEntry((_CPU, (host.shape, host.dtype))))
+        signature.append(CpuInput(host.shape, host.dtype))
         return host
     if views.lazy_bits(t):  # a lazy conjugate/negative view: the graph expects its values
         value = access.read(t)
         shape = tuple(value.shape)
-        signature.append(_TensorEntry((_TPU, (shape, value.dtype, shape, buffers.contiguous_strides(shape),
-                                               0, value.dtype))))
+        signature.append(TpuInput(views.ViewSpec(shape, value.dtype, shape, buffers.contiguous_strides(shape),
+                                                 0, value.dtype)))
         return value
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     buf = fusion.resolve(buf)
-    if len(spec[0]) == 1 and spec[0] != spec[2] and views.covers_buffer(spec):
-        # A whole storage kept flat: give the storage the tensor's shape once,
-        # so later calls share one signature.  (Only flat ones: a storage two
-        # graphs read in two shapes would otherwise be reshaped every call.)
-        buf = buf.reshape(spec[2])
-        buffers.set_buffer(t.untyped_storage(), buf)
-        spec = (spec[2],) + spec[1:]
-    signature.append(_TensorEntry((_TPU, spec)))
+    if len(spec.buf_shape) == 1 and spec.buf_shape != spec.size and views.covers_buffer(spec):
+        buf, spec = _shaped_like(t, buf, spec)
+    signature.append(TpuInput(spec))
     return buf
+
+
+def _shaped_like(t, buf, spec):
+    """A whole storage kept flat: give the storage the tensor's shape once, so
+    later calls share one signature.  (Only flat ones: a storage two graphs
+    read in two shapes would otherwise be reshaped every call.)"""
+    buf = buf.reshape(spec.size)
+    buffers.set_buffer(t.untyped_storage(), buf)
+    return buf, spec._replace(buf_shape=spec.size)
+
+
+_new = tuple.__new__  # builds signature entries without NamedTuple's keyword handling (every graph input)
 
 
 class _OutputPlan:
@@ -318,13 +341,13 @@ class _OutputPlan:
 
     def __init__(self, val):
         self.val = val
-        self.layout = None  # (size, stride, dtype) of a permuted-stride output
+        self.layout = None  # the OutSpec of a permuted-stride output
         if not isinstance(val, torch.Tensor) or val.device.type != "tpu":
             return
         if not all(isinstance(d, int) for d in (*val.shape, *val.stride())):
             return  # symbolic shape (dynamic=True): row-major
-        spec = (tuple(val.shape), tuple(val.stride()), dtypes.to_np(val.dtype))
-        if registry._permuted_order(spec) is not None:
+        spec = views.OutSpec(tuple(val.shape), tuple(val.stride()), dtypes.to_np(val.dtype))
+        if views.permuted_order(spec) is not None:
             self.layout = spec
 
     def __call__(self, result):
@@ -345,7 +368,7 @@ def _write_inputs(tensors, values):
     optimizer's step counts) are read back in one transfer."""
     cpu = []
     for t, value in zip(tensors, values):
-        if t.device.type != "tpu":
+        if t.is_cpu:
             cpu.append((t, value))
         else:
             access.write(t, value)

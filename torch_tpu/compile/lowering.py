@@ -313,26 +313,60 @@ def check_lowerable(gm: torch.fx.GraphModule) -> None:
         if t in _MASK_PUTS and not _static_mask_put(node):
             raise LoweringError(f"{t} writes one value per element a boolean mask selects "
                                 "(how many is known only at run time)")
-        if (t in _PY_OPS or t in VIEW_LOWERINGS or t in FACTORY_LOWERINGS or t in PRIM_LOWERINGS
-                or t is aten.copy_.default):
+        if t is aten.copy_.default:
             continue
-        if _graph_kernel(t) is not None:
-            continue
+        if lowering_of(t) is None:
+            raise LoweringError(f"no JAX lowering for {t}")
         if t in CONTROL_FLOW_LOWERINGS:
             for a in node.args:
                 if isinstance(a, torch.fx.Node) and a.op == "get_attr":
                     check_lowerable(getattr(gm, a.target))
-            continue
-        raise LoweringError(f"no JAX lowering for {t}")
 
 
-def _graph_kernel(op):
-    """The op's implementation usable inside a graph: a functional Kernel, or a
-    raw kernel's ``graph`` form (e.g. registry.MaskedOutputs), else None."""
-    kernel = registry.KERNELS.get(op)
-    if isinstance(kernel, registry.Kernel):
-        return kernel if kernel.mode == "functional" else None
-    return getattr(kernel, "graph", None)
+def lowering_of(t):
+    """The one lookup of how a graph computes a call of ``t``: a function
+    ``(node, args, kwargs, keys) -> value`` (``keys``: the graph call's
+    ``_Keys``), or None.  Python operators, views, factories, control flow and
+    prims have lowerings here; every other op runs its registered graph form
+    (``registry.GraphForm``)."""
+    if t in _PY_OPS:
+        return lambda node, args, kwargs, keys, f=_PY_OPS[t]: f(*args, **kwargs)
+    if t in VIEW_LOWERINGS:
+        return lambda node, args, kwargs, keys, f=VIEW_LOWERINGS[t]: f(*args, **kwargs)
+    if t in FACTORY_LOWERINGS:
+        return lambda node, args, kwargs, keys, f=FACTORY_LOWERINGS[t]: f(node.meta["val"], *args, **kwargs)
+    if t in CONTROL_FLOW_LOWERINGS:
+        return lambda node, args, kwargs, keys, f=CONTROL_FLOW_LOWERINGS[t]: f(keys.material, *args, **kwargs)
+    if t in PRIM_LOWERINGS:
+        return lambda node, args, kwargs, keys, f=PRIM_LOWERINGS[t]: convert(
+            jnp.asarray(f(*args, **kwargs)), _node_dtype(node.meta["val"]))
+    form = registry.graph_form(t)
+    if form is None:
+        return None
+    return lambda node, args, kwargs, keys: _run_graph_form(form, node, args, kwargs, keys)
+
+
+def _run_graph_form(form, node, args, kwargs, keys):
+    key = keys.for_node(node) if form.opts.rng else None
+    promote = form.promote_dtype(_meta_value(node.args), _meta_value(dict(node.kwargs)))
+    kwargs = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Generator)}
+    outs = form.apply(list(args), kwargs, promote, _out_dtypes(node), key)
+    return tuple(outs) if isinstance(node.meta.get("val"), (list, tuple)) else outs[0]
+
+
+class _Keys:
+    """The random keys of one graph call: one per random node, from the call's
+    (seed, counter) material, as eager ops take theirs."""
+
+    def __init__(self, material, nodes):
+        self.material = material
+        self.index = {n: i for i, n in enumerate(nodes)}
+        self.base = None
+
+    def for_node(self, node):
+        if self.base is None:
+            self.base = registry.make_key(self.material)
+        return jax.random.fold_in(self.base, self.index[node])
 
 
 def mutated_inputs(gm: torch.fx.GraphModule, host_nodes=frozenset()):
@@ -374,9 +408,9 @@ def lower(gm: torch.fx.GraphModule, skip_outputs=frozenset(), host=None):
     def run(rng_material, *inputs):
         env = host.unpack(inputs[n_inputs:]) if host else {}
         it = iter(inputs[:n_inputs])
-        base_key = None
+        keys = _Keys(rng_material, nodes)
         placeholders = []
-        for index, node in enumerate(nodes):
+        for node in nodes:
             if node.op == "placeholder":
                 env[node] = next(it)
                 placeholders.append(node)
@@ -391,33 +425,7 @@ def lower(gm: torch.fx.GraphModule, skip_outputs=frozenset(), host=None):
             elif node.op == "call_function":
                 args = torch.fx.node.map_arg(node.args, lambda n: env[n])
                 kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
-                t = node.target
-                if t in _PY_OPS:
-                    env[node] = _PY_OPS[t](*args, **kwargs)
-                elif t in VIEW_LOWERINGS:
-                    env[node] = VIEW_LOWERINGS[t](*args, **kwargs)
-                elif t in FACTORY_LOWERINGS:
-                    env[node] = FACTORY_LOWERINGS[t](node.meta["val"], *args, **kwargs)
-                elif t in CONTROL_FLOW_LOWERINGS:
-                    env[node] = CONTROL_FLOW_LOWERINGS[t](rng_material, *args, **kwargs)
-                elif t in PRIM_LOWERINGS:
-                    value = PRIM_LOWERINGS[t](*args, **kwargs)
-                    env[node] = convert(jnp.asarray(value), _node_dtype(node.meta["val"]))
-                else:
-                    kernel = _graph_kernel(t)
-                    key = None
-                    if kernel.opts.rng:
-                        if base_key is None:  # this call's (seed, counter), as eager ops take it
-                            base_key = registry.make_key(rng_material)
-                        key = jax.random.fold_in(base_key, index)
-                    meta_args = _meta_value(node.args)
-                    meta_kwargs = _meta_value(dict(node.kwargs))
-                    promote = kernel.promote_dtype(meta_args, meta_kwargs)
-                    args = [a for a in args]
-                    kwargs = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Generator)}
-                    outs = kernel.apply(args, kwargs, promote, _out_dtypes(node), key)
-                    val = node.meta.get("val")
-                    env[node] = tuple(outs) if isinstance(val, (list, tuple)) else outs[0]
+                env[node] = lowering_of(node.target)(node, args, kwargs, keys)
             elif node.op == "output":
                 outputs = node.args[0]
                 if skip_outputs:
@@ -468,7 +476,7 @@ def env_lookup(out, env):
 
 def _constant(value):
     if isinstance(value, torch.Tensor):
-        from ..storage import access
+        from ..eager import access
         if value.device.type == "tpu":
             return access.read(value)
         return jnp.asarray(dtypes.numpy_from_cpu_tensor(value))

@@ -9,7 +9,7 @@ import torch
 
 from .. import precision as _precision
 from .. import runtime
-from ..eager import modes, pending
+from ..eager import modes, sync
 from ..eager.modes import EagerMode  # noqa: F401  (public name)
 from ..precision import Precision, set_precision  # noqa: F401  (public names)
 from ..storage import memory
@@ -126,7 +126,7 @@ def get_device_capability(device=None):
 def synchronize(device=None) -> None:
     """Wait for all work queued on the device."""
     _index(device)
-    pending.wait_all()
+    sync.wait_all()
 
 
 # ---- random ------------------------------------------------------------------
@@ -228,7 +228,7 @@ class Stream:
         self.priority = priority
 
     def synchronize(self) -> None:
-        pending.wait_all()
+        sync.wait_all()
 
     def wait_stream(self, stream) -> None:
         pass
@@ -282,11 +282,11 @@ class Event:
         self._time = None
 
     def record(self, stream=None) -> None:
-        pending.wait_all()
+        sync.wait_all()
         self._time = time.perf_counter()
 
     def synchronize(self) -> None:
-        pending.wait_all()
+        sync.wait_all()
 
     def wait(self, stream=None) -> None:
         pass

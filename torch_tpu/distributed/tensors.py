@@ -3,7 +3,7 @@ import jax
 import numpy as np
 import torch
 
-from ..storage import access
+from ..eager import access
 
 
 def _np_of_cpu(t):

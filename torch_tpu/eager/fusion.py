@@ -15,15 +15,17 @@ the ops the read needs are launched there, before the host asks, so a training
 step's forward runs while Python records its backward and optimizer.
 """
 import logging
+import math
 import os
 import threading
 import time
 import weakref
+from typing import NamedTuple
 
 import jax
 
 from .. import logs
-from ..profiler import record as _prof
+from . import pending, ranges as _prof
 
 log = logging.getLogger("torch_tpu.fusion")
 
@@ -35,16 +37,27 @@ class LazyBuffer:
     __slots__ = ("shape", "dtype", "size", "value", "node", "slot", "early", "__weakref__")
 
     def __init__(self, shape, dtype, node, slot):
-        self.shape = tuple(shape)
+        self.shape = shape = tuple(shape)
         self.dtype = dtype
-        size = 1
-        for s in self.shape:
-            size *= s
-        self.size = size
+        self.size = math.prod(shape)
         self.value = None
         self.node = node
         self.slot = slot
         self.early = False  # computed ahead of a predicted host read
+
+
+class External(NamedTuple):
+    """A recorded op's input that is an array given to the chain."""
+    index: int  # its position among the chain's external inputs
+
+
+class Produced(NamedTuple):
+    """A recorded op's input that an earlier op of the chain produces."""
+    node: int  # the producing op's position in the chain
+    slot: int  # which of its outputs
+
+
+_new = tuple.__new__  # builds refs without NamedTuple's keyword-handling __new__ (every recorded input)
 
 
 class _Node:
@@ -52,7 +65,7 @@ class _Node:
 
     def __init__(self, fn, refs, outputs, prefix, urgent=False):
         self.fn = fn
-        self.refs = refs          # per input: ("x", external index) or ("n", node, slot)
+        self.refs = refs          # per input: an External or a Produced ref
         self.outputs = outputs    # weakrefs to the LazyBuffers it produces
         self.prefix = prefix      # structural hash of the pending program up to this node
         self.urgent = urgent      # read with every host read (a deferred check): in its first chain
@@ -97,7 +110,7 @@ def record(fn, inputs, out_buffers, urgent=False):
                 if x.value is not None:
                     refs.append(_intern(x.value, _external, _external_index))
                 else:
-                    refs.append(("n", x.node, x.slot))
+                    refs.append(_new(Produced, (x.node, x.slot)))
             else:
                 refs.append(_intern(x, _external, _external_index))
         index = len(_nodes)
@@ -120,15 +133,15 @@ def _prefix_after(fn, refs):
 
 
 def _intern(x, items, index):
-    """``("x", position of x in items)``, appending x unless it is a jax.Array
+    """``External(position of x in items)``, appending x unless it is a jax.Array
     already there (``index``: id -> position, for arrays only)."""
     if isinstance(x, jax.Array):
         i = index.get(id(x))
         if i is not None and items[i] is x:
-            return ("x", i)
+            return _new(External, (i,))
         index[id(x)] = len(items)
     items.append(x)
-    return ("x", len(items) - 1)
+    return _new(External, (len(items) - 1,))
 
 
 def resolve(buf):
@@ -165,8 +178,8 @@ def flush(reason="sync", first=None) -> None:
                 groups = [sorted(needed), [i for i in range(len(nodes)) if i not in needed]]
         computed = {}  # (node, slot) -> array: results an earlier group hands a later one
         for g, group in enumerate(groups):
-            handed = {(r[1], r[2]) for later in groups[g + 1:] for i in later
-                      for r in nodes[i].refs if r[0] == "n"}
+            handed = {(r.node, r.slot) for later in groups[g + 1:] for i in later
+                      for r in nodes[i].refs if type(r) is Produced}
             _launch(nodes, group, external, computed, handed, reason)
 
 
@@ -192,7 +205,7 @@ def _launch_early(index):
     rest = [i for i in range(len(nodes)) if i not in needed]
     renumbered = {i: k for k, i in enumerate(rest)}
     group = sorted(needed)
-    handed = {(r[1], r[2]) for i in rest for r in nodes[i].refs if r[0] == "n" and r[1] in needed}
+    handed = {(r.node, r.slot) for i in rest for r in nodes[i].refs if type(r) is Produced and r.node in needed}
     computed = {}
     logs.fused_flush(len(group), "predicted host read")  # TORCH_TPU_LOGS=sync
     stats.early_launches += 1
@@ -203,9 +216,9 @@ def _launch_early(index):
             lazy.early = True
     for i in rest:  # re-record the rest against the new values
         node = nodes[i]
-        refs = tuple(_intern(external[r[1]], _external, _external_index) if r[0] == "x"
-                     else _intern(computed[(r[1], r[2])], _external, _external_index)
-                     if r[1] in needed else ("n", renumbered[r[1]], r[2]) for r in node.refs)
+        refs = tuple(_intern(external[r.index], _external, _external_index) if type(r) is External
+                     else _intern(computed[(r.node, r.slot)], _external, _external_index)
+                     if r.node in needed else Produced(renumbered[r.node], r.slot) for r in node.refs)
         node.refs = refs
         node.prefix = _prefix_after(node.fn, refs)
         for ref in node.outputs:
@@ -226,9 +239,9 @@ def _ancestors(nodes, roots):
     seen, stack = set(roots), list(roots)
     while stack:
         for r in nodes[stack.pop()].refs:
-            if r[0] == "n" and r[1] not in seen:
-                seen.add(r[1])
-                stack.append(r[1])
+            if type(r) is Produced and r.node not in seen:
+                seen.add(r.node)
+                stack.append(r.node)
     return seen
 
 
@@ -238,11 +251,11 @@ def _launch(nodes, group, external, computed, handed, reason):
     inputs, input_index = [], {}
 
     def local_ref(r):
-        if r[0] == "x":
-            return _intern(external[r[1]], inputs, input_index)
-        if r[1] in local:
-            return ("n", local[r[1]], r[2])
-        return _intern(computed[(r[1], r[2])], inputs, input_index)  # made by an earlier group
+        if type(r) is External:
+            return _intern(external[r.index], inputs, input_index)
+        if r.node in local:
+            return Produced(local[r.node], r.slot)
+        return _intern(computed[(r.node, r.slot)], inputs, input_index)  # made by an earlier group
 
     if len(group) == len(nodes):  # the whole pending program: its refs are already local
         chain, inputs = [(n.fn, n.refs) for n in nodes], external
@@ -282,7 +295,6 @@ def _launch(nodes, group, external, computed, handed, reason):
             lazy.value = value
         if (i, slot) in handed:
             computed[(i, slot)] = value
-    from . import pending
     pending.note(results)
 
 
@@ -297,7 +309,7 @@ def _chain(nodes, live):
     def run(*external):
         values = {}
         for i, (fn, refs) in enumerate(nodes):
-            args = [external[r[1]] if r[0] == "x" else values[(r[1], r[2])] for r in refs]
+            args = [external[r[0]] if type(r) is External else values[r] for r in refs]
             outs = fn(*args)
             if not isinstance(outs, tuple):
                 outs = (outs,)

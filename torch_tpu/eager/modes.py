@@ -5,7 +5,7 @@ import os
 
 import jax
 
-from . import pending
+from . import fusion, pending
 
 
 class EagerMode(enum.Enum):
@@ -45,7 +45,6 @@ def set_mode(mode) -> EagerMode:
     previous = _mode
     new = mode if isinstance(mode, EagerMode) else EagerMode(str(mode).lower())
     if previous is EagerMode.FUSED and new is not EagerMode.FUSED:
-        from . import fusion
         fusion.flush("mode change")
     _mode = new
     return previous

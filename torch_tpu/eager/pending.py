@@ -19,13 +19,23 @@ def note(results) -> None:
     """Remember a launch by one of its results (one array, or a tuple/list of
     them): all outputs of one XLA execution become ready together."""
     if type(results) is tuple or type(results) is list:
-        results = next((r for r in results if r is not None), None)
+        results = _first(results)
         if results is None:
             return
     _pending.append(results)  # deque.append is atomic; pruning takes the lock
     if len(_pending) > _LIMIT:
         with _lock:
             _prune()
+
+
+def _first(results):
+    """The first array of a (nested) tuple or list of results, or None."""
+    for r in results:
+        if type(r) is tuple or type(r) is list:
+            r = _first(r)
+        if r is not None:
+            return r
+    return None
 
 
 def _prune() -> None:
@@ -46,11 +56,9 @@ def _donated(x) -> bool:
     return x.is_deleted()
 
 
-def wait_all() -> None:
-    from . import checks, fusion
-    fusion.flush("synchronize")
+def take_all() -> list:
+    """Every noted launch, leaving none (``sync.wait_all`` waits for them)."""
     with _lock:
         items = [x for x in _pending if not (hasattr(x, "is_deleted") and _donated(x))]
         _pending.clear()
-    jax.block_until_ready(items)
-    checks.raise_failed()
+    return items

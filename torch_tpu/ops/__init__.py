@@ -3,13 +3,12 @@
 One module per op family; each registers its kernels with ``registry.register``.
 """
 from . import fallback, registry  # noqa: F401
-from . import core  # noqa: F401
-from . import elementwise, reduction, linalg, nn, indexing, factory, random, shape  # noqa: F401
+from . import core, indexing  # noqa: F401  (indexing's kernels first: elementwise overrides some)
+from . import elementwise, reduction, linalg, nn, upsample, factory, random, shape  # noqa: F401
 from . import foreach  # noqa: F401,E402
 from . import optim  # noqa: F401,E402
 from . import attention, fft  # noqa: F401,E402
-from . import transformer  # noqa: F401,E402
-from . import decompositions  # noqa: F401,E402
+from . import factorizations  # noqa: F401,E402
 from . import special, distance  # noqa: F401,E402
 from . import embedding_bag, unpool, margin, grid_sample, antialias, ctc  # noqa: F401,E402
 from . import rnn, sync_batch_norm, reparam, grouped_mm  # noqa: F401,E402

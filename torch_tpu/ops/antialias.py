@@ -24,9 +24,9 @@ import torch
 from jax import lax
 
 from .. import dtypes
-from . import indexing
-from .nn import _cubic_taps, _up
-from .registry import register
+from ..dtypes import to_opmath
+from .registry import guard, register
+from .upsample import cubic_taps
 
 
 def _triangle(x):
@@ -97,7 +97,7 @@ def _plain_cubic_weights(n_in, n_out, align_corners, scale):
     """Plain (not antialiased) bicubic as a matrix in float64: the float
     kernel's 4 edge-clamped taps (their weights add up at the edge); the CPU's
     uint8 bicubic resize uses these."""
-    index, weights = _cubic_taps(n_in, n_out, align_corners, scale, np.float64)
+    index, weights = cubic_taps(n_in, n_out, align_corners, scale, np.float64)
     m = np.zeros((n_out, n_in))
     rows = np.arange(n_out)
     for ix, w in zip(index, weights):
@@ -146,11 +146,11 @@ def _resize_backward(grad, input_size, align_corners, scales, kind):
 def _register(kind):
     @register(f"_upsample_{kind}2d_aa.default")
     def forward(self, output_size, align_corners, scales_h=None, scales_w=None):
-        return _resize(_up(self), output_size, align_corners, (scales_h, scales_w), kind)
+        return _resize(to_opmath(self), output_size, align_corners, (scales_h, scales_w), kind)
 
     @register(f"_upsample_{kind}2d_aa_backward.default")
     def backward(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None):
-        return _resize_backward(_up(grad_output), input_size, align_corners, (scales_h, scales_w), kind)
+        return _resize_backward(to_opmath(grad_output), input_size, align_corners, (scales_h, scales_w), kind)
 
 
 _register("bilinear")
@@ -174,8 +174,8 @@ def _prepare_forward(bound):
 
 
 for _kind in ("bilinear", "bicubic"):
-    indexing.guard(f"_upsample_{_kind}2d_aa.default", prepare=_prepare_forward)
-    indexing.guard(f"_upsample_{_kind}2d_aa_backward.default", prepare=lambda bound, k=_kind: _check_dtype(
+    guard(f"_upsample_{_kind}2d_aa.default", prepare=_prepare_forward)
+    guard(f"_upsample_{_kind}2d_aa_backward.default", prepare=lambda bound, k=_kind: _check_dtype(
         f"upsample_{k}2d_aa_backward_cpu", bound["grad_output"], _FORWARD_DTYPES[:2] + _FORWARD_DTYPES[3:]))
 
 
@@ -189,4 +189,4 @@ _PLAIN_KERNELS = {  # op: (the CPU kernel's name in its error, the dtypes it tak
     "upsample_bicubic2d.default": ("compute_indices_weights_cubic", _FLOATS + (torch.uint8,)),
 }
 for _op, (_name, _dtypes) in _PLAIN_KERNELS.items():
-    indexing.guard(_op, prepare=lambda bound, n=_name, d=_dtypes: _check_dtype(n, bound["self"], d))
+    guard(_op, prepare=lambda bound, n=_name, d=_dtypes: _check_dtype(n, bound["self"], d))

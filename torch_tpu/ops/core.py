@@ -6,10 +6,11 @@ from torch._C import DispatchKey, DispatchKeySet
 
 from .. import dtypes, logs, runtime
 from ..casting import convert
-from ..eager import checks, fusion, modes
-from ..storage import access, buffers
-from . import errors, host_mirror, registry
-from .registry import Kernel, Options, out_dtype, register_raw, resolve
+from ..eager import access, checks, fusion
+from ..eager.launch import launch
+from ..storage import buffers, views
+from . import errors, host_mirror
+from .registry import kernel, out_dtype, register_raw, resolve
 
 _CPU = DispatchKeySet(DispatchKey.CPU)
 _aten = torch.ops.aten
@@ -43,16 +44,6 @@ for _name in ("view_as_complex.default", "view.dtype"):
     _dtype_view(_name)
 
 
-def check_device(device) -> None:
-    """``tpu:N`` for N past the device count is an error, as on CUDA."""
-    if device is not None:
-        d = torch.device(device)
-        if d.type == "tpu" and d.index is not None and d.index >= runtime.device_count():
-            raise RuntimeError(
-                f"Invalid device index {d}: this process has {runtime.device_count()} tpu device(s) "
-                "(each process drives one chip, exposed as tpu:0)")
-
-
 def _check_dtype(dtype, op_name=None):
     if dtype is not None and dtype not in dtypes.TORCH_TO_NP:
         raise errors.unsupported_dtype(op_name, dtype)
@@ -60,7 +51,7 @@ def _check_dtype(dtype, op_name=None):
 
 @register_raw("empty.memory_format")
 def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    check_device(device)
+    runtime.check_device(device)
     dtype = dtype or torch.get_default_dtype()
     _check_dtype(dtype)
     size = tuple(int(s) for s in size)
@@ -85,7 +76,7 @@ def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory
 
 @register_raw("empty_strided.default")
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
-    check_device(device)
+    runtime.check_device(device)
     dtype = dtype or torch.get_default_dtype()
     _check_dtype(dtype)
     return buffers.allocate_like(tuple(size), tuple(stride), dtype)
@@ -155,8 +146,8 @@ def to_cpu_tensor(t):
 
 # dst[...] = src through dst's view, cast and broadcast: one jitted write (or
 # one recorded op in fused mode); src may be a CPU tensor (a host-to-device copy).
-_copy_kernel = Kernel(resolve("copy_.default"), lambda self, src, non_blocking=False: src,
-                      "inplace", Options(allow_cpu=("src",)))
+_copy_kernel = kernel("copy_.default", lambda self, src, non_blocking=False: src,
+                      "inplace", allow_cpu=("src",))
 
 
 def copy_into(dst, src) -> None:
@@ -188,26 +179,25 @@ def _copy_from_and_resize(self, dst):
     return copy_(dst, self)
 
 
-_same_device_cast = Kernel(
-    resolve("_to_copy.default"), lambda self, **_: convert(self, out_dtype()), "functional", Options())
+_same_device_cast = kernel("_to_copy.default", lambda self, **_: convert(self, out_dtype()))
 
 
 @register_raw("_to_copy.default")
 def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
              non_blocking=False, memory_format=None):
-    check_device(device)
+    runtime.check_device(device)
     target = torch.device(device) if device is not None else self.device
     dtype = dtype or self.dtype
     if target.type == "tpu":
         _check_dtype(dtype)
         if self.device.type == "tpu":  # the meta kernel picks the strides memory_format asks for
             return _same_device_cast(self, dtype=dtype, memory_format=memory_format)
-        value = to_device_array(self.to(dtype))
+        host_value = self.to(dtype)
+        value = launch("aten::_to_copy", to_device_array, (host_value,))
         strides = _copy_strides(self, memory_format)
-        spec = (tuple(self.shape), strides, value.dtype)
-        out = registry._make_output(registry._to_storage_layout(value, spec), spec)
-        modes.after_op("aten::_to_copy", value)
-        host_mirror.remember(out, dtypes.numpy_from_cpu_tensor(self.to(dtype)))
+        spec = views.OutSpec(tuple(self.shape), strides, value.dtype)
+        out = views.wrap_result(views.to_storage_layout(value, spec), spec)
+        host_mirror.remember(out, dtypes.numpy_from_cpu_tensor(host_value))
         return out
     host = to_cpu_tensor(self)
     strides = _copy_strides(self, memory_format)

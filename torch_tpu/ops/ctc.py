@@ -27,11 +27,11 @@ import numpy as np
 import torch
 from jax import lax
 
-from ..eager import modes
+from ..eager.launch import launch
 from ..storage import buffers
-from . import errors, indexing
+from . import indexing
 from .core import copy_into
-from .registry import _to_meta, register_raw
+from .registry import register_raw, to_meta
 
 _NEG_INF = -np.inf
 
@@ -148,12 +148,7 @@ def _lengths(v, what):
 def _call(name, fn, *args, **static):
     inputs = [indexing._value(a) if isinstance(a, torch.Tensor) else jnp.asarray(np.asarray(a, np.int64))
               for a in args]
-    try:
-        results = fn(*inputs, **static)
-    except Exception as e:
-        raise errors.runtime_failure(name, e) from None
-    modes.after_op(name, results)
-    return results
+    return launch(name, functools.partial(fn, **static) if static else fn, inputs)
 
 
 def _into(outs, tensors):
@@ -170,7 +165,7 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_in
     if log_probs.numel() == 0:
         raise RuntimeError("log_probs tensor must not be empty")
     # PyTorch's meta kernel: the CPU's checks and messages, and the output shapes
-    meta = torch.ops.aten._ctc_loss.default(_to_meta(log_probs), _to_meta(targets), il, tl, blank, zero_infinity)
+    meta = torch.ops.aten._ctc_loss.default(to_meta(log_probs), to_meta(targets), il, tl, blank, zero_infinity)
     width = (meta[1].shape[2] - 1) // 2
     nll, log_alpha = _call("aten::_ctc_loss", _forward, log_probs, targets, il, tl, width=width, blank=blank)
     return buffers.wrap(nll), buffers.wrap(log_alpha)
@@ -192,7 +187,7 @@ def ctc_loss_out(log_probs, targets, input_lengths, target_lengths, blank=0, zer
 def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, log_alpha,
                       blank, zero_infinity=False):
     il, tl = _lengths(input_lengths, "input_lengths"), _lengths(target_lengths, "target_lengths")
-    torch.ops.aten._ctc_loss.default(_to_meta(log_probs), _to_meta(targets), il, tl, blank, zero_infinity)
+    torch.ops.aten._ctc_loss.default(to_meta(log_probs), to_meta(targets), il, tl, blank, zero_infinity)
     width = (log_alpha.shape[2] - 1) // 2
     if log_alpha.dim() != 3 or log_alpha.shape[:2] != log_probs.shape[1::-1] or width < max(tl, default=0):
         raise RuntimeError(f"_ctc_loss_backward: log_alpha of shape {tuple(log_alpha.shape)} does not fit "

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .decompositions import broadcast_batch
+from .factorizations import broadcast_batch
 from .registry import register
 
 

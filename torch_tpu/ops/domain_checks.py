@@ -14,7 +14,8 @@ import torch
 
 from .. import dtypes
 from ..eager import checks
-from .indexing import _check_range, guard
+from .indexing import _check_range
+from .registry import guard
 
 _FLAG = ((), np.dtype(np.bool_))   # a check's summary: one bool ...
 _CODE = ((), np.dtype(np.int32))   # ... or one code (0: fine), the first failure in CPU order

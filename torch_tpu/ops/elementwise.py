@@ -19,8 +19,7 @@ import torch
 from jax import lax
 
 from .. import dtypes
-from .indexing import guard
-from .registry import PROMOTE, Kernel, Options, compute_dtype, out_dtype, register, register_raw, resolve
+from .registry import PROMOTE, compute_dtype, guard, out_dtype, register
 
 DEFAULT, INT_TO_FLOAT, ALWAYS_BOOL = PROMOTE.DEFAULT, PROMOTE.INT_TO_FLOAT, PROMOTE.ALWAYS_BOOL
 COMPLEX_TO_FLOAT, BOOL_TO_LONG, NO_OPMATH = PROMOTE.COMPLEX_TO_FLOAT, PROMOTE.BOOL_TO_LONG, PROMOTE.NO_OPMATH
@@ -30,14 +29,9 @@ _HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 # ---- helpers -------------------------------------------------------------------
 
-def _opmath(dtype):
-    dtype = np.dtype(dtype)
-    return np.dtype(np.float32) if dtype in _HALF else dtype
-
-
 def _ct():
     """Computation dtype for the op being traced: opmath of its result dtype."""
-    return _opmath(out_dtype())
+    return dtypes.opmath(out_dtype())
 
 
 def _cast(dtype, *xs):
@@ -185,8 +179,8 @@ def conj_physical(self):
     return jnp.conj(self) if jnp.iscomplexobj(self) else self
 
 
-register_raw("conj_physical.out")(Kernel(resolve("conj_physical.out"), conj_physical, "out", Options()))
-register_raw("conj_physical_.default")(Kernel(resolve("conj_physical_.default"), conj_physical, "inplace", Options()))
+register("conj_physical.out", mode="out")(conj_physical)
+register("conj_physical_.default", mode="inplace")(conj_physical)
 
 
 @register("reciprocal.default", promote=INT_TO_FLOAT)
@@ -221,15 +215,13 @@ def _pow(a, b):
     return _int_pow(a, b) if _is_exact(a) else lax.pow(a, b)
 
 
-@register("pow.Tensor_Tensor")
-def pow_tensor(self, exponent):
-    a, b = _cast(_ct(), self, exponent)
+@register("pow.Tensor_Tensor", opmath=True)
+def pow_tensor(a, b):
     return _pow(a, b)
 
 
-@register("pow.Scalar")
-def pow_scalar_base(self, exponent):
-    a, b = _cast(_ct(), self, exponent)
+@register("pow.Scalar", opmath=True)
+def pow_scalar_base(a, b):
     return _pow(jnp.broadcast_to(a, b.shape), b)
 
 
@@ -238,7 +230,7 @@ def pow_scalar(self, exponent):
     # The exponent's value is known at trace time, to follow PyTorch's CPU
     # kernel: exact shortcuts for common exponents (x*x for 2, sqrt for 0.5...).
     dt = np.dtype(out_dtype())
-    ct = _opmath(dt)
+    ct = dtypes.opmath(dt)
     x = self.astype(ct)
     if not jnp.issubdtype(ct, jnp.inexact):
         if not isinstance(exponent, bool) and exponent < 0:
@@ -310,6 +302,10 @@ def _angle(x):
 
 
 # ops whose integer inputs compute in the default float dtype
+def _sigmoid(x):
+    return 1 / (1 + jnp.exp(-x))
+
+
 _INT_TO_FLOAT_UNARY = {
     "sqrt": jnp.sqrt, "rsqrt": lambda x: 1 / jnp.sqrt(x),
     "exp": jnp.exp, "exp2": _exp2, "expm1": jnp.expm1,
@@ -320,7 +316,7 @@ _INT_TO_FLOAT_UNARY = {
     "asinh": jnp.arcsinh, "acosh": jnp.arccosh, "atanh": jnp.arctanh,
     "erf": lax.erf, "erfc": lax.erfc, "erfinv": lax.erf_inv,
     "lgamma": lax.lgamma, "digamma": _digamma,
-    "sigmoid": lambda x: 1 / (1 + jnp.exp(-x)),
+    "sigmoid": _sigmoid,
     "sinc": _sinc, "angle": _angle,
     "i0": jsp.i0, "special_i0e": jsp.i0e, "special_i1": jsp.i1, "special_i1e": jsp.i1e,
     "special_ndtri": jsp.ndtri, "special_log_ndtr": jsp.log_ndtr, "special_entr": _entr,
@@ -364,9 +360,8 @@ for _name, _f in {"floor": jnp.floor, "ceil": jnp.ceil, "trunc": jnp.trunc,
     register(f"{_name}.default", promote=DEFAULT)(_rounding(_f))
 
 
-@register("round.decimals")
-def round_decimals(self, decimals=0):
-    x = self.astype(_ct())
+@register("round.decimals", opmath=True)
+def round_decimals(x, decimals=0):
     if decimals == 0:
         return jnp.round(x)
     scale = jnp.asarray(10.0 ** abs(decimals), x.dtype)
@@ -584,8 +579,7 @@ register("__rshift__.Tensor", "__rshift__.Scalar", promote=DEFAULT)(_shift(_rshi
 # x <<= y has its own names, which the registry's sibling search does not find
 for _name, _sh in (("__ilshift__", _lshift), ("__irshift__", _rshift)):
     for _ovl in ("Tensor", "Scalar"):
-        _op = resolve(f"{_name}.{_ovl}")
-        register_raw(f"{_name}.{_ovl}")(Kernel(_op, _shift(_sh), "inplace", Options(promote=DEFAULT)))
+        register(f"{_name}.{_ovl}", mode="inplace", promote=DEFAULT)(_shift(_sh))
 
 
 # ---- selection ----------------------------------------------------------------------
@@ -623,21 +617,18 @@ def hardtanh_backward(grad_output, self, min_val, max_val):
     return jnp.where((x <= lo) | (x >= hi), jnp.zeros_like(g), g)
 
 
-@register("leaky_relu.default")
-def leaky_relu(self, negative_slope=0.01):
-    x, s = _cast(_ct(), self, negative_slope)
+@register("leaky_relu.default", opmath=True)
+def leaky_relu(x, s=0.01):
     return jnp.where(x > 0, x, x * s)
 
 
-@register("leaky_relu_backward.default")
-def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
-    g, x, s = _cast(_ct(), grad_output, self, negative_slope)
+@register("leaky_relu_backward.default", opmath=True)
+def leaky_relu_backward(g, x, s, self_is_result):
     return jnp.where(x > 0, g, g * s)
 
 
-@register("elu.default")
-def elu(self, alpha=1, scale=1, input_scale=1):
-    x, a, s, i = _cast(_ct(), self, alpha, scale, input_scale)
+@register("elu.default", opmath=True)
+def elu(x, a=1, s=1, i=1):
     return jnp.where(x <= 0, jnp.expm1(x * i) * (a * s), x * s)
 
 
@@ -657,9 +648,8 @@ _TANH_BETA = math.sqrt(2) * (2 / math.sqrt(math.pi)) * 0.5  # sqrt(2 / pi)
 _TANH_KAPPA = 0.044715
 
 
-@register("gelu.default")
-def gelu(self, approximate="none"):
-    x = self.astype(_ct())
+@register("gelu.default", opmath=True)
+def gelu(x, approximate="none"):
     c = lambda v: jnp.asarray(v, x.dtype)  # noqa: E731
     if approximate == "tanh":
         inner = c(_TANH_BETA) * (x + c(_TANH_KAPPA) * x * x * x)
@@ -667,9 +657,8 @@ def gelu(self, approximate="none"):
     return x * c(0.5) * (1 + lax.erf(x * c(_SQRT1_2)))
 
 
-@register("gelu_backward.default")
-def gelu_backward(grad_output, self, approximate="none"):
-    g, x = _cast(_ct(), grad_output, self)
+@register("gelu_backward.default", opmath=True)
+def gelu_backward(g, x, approximate="none"):
     c = lambda v: jnp.asarray(v, x.dtype)  # noqa: E731
     if approximate == "tanh":
         x_sq = x * x
@@ -682,57 +671,45 @@ def gelu_backward(grad_output, self, approximate="none"):
     return g * (cdf + x * pdf)
 
 
-def _sigmoid(x):
-    return 1 / (1 + jnp.exp(-x))
-
-
-@register("silu.default")
-def silu(self):
-    x = self.astype(_ct())
+@register("silu.default", opmath=True)
+def silu(x):
     return x / (1 + jnp.exp(-x))
 
 
-@register("silu_backward.default")
-def silu_backward(grad_output, self):
-    g, x = _cast(_ct(), grad_output, self)
+@register("silu_backward.default", opmath=True)
+def silu_backward(g, x):
     s = _sigmoid(x)
     return g * s * (1 + x * (1 - s))
 
 
-@register("mish.default")
-def mish(self):
-    x = self.astype(_ct())
+@register("mish.default", opmath=True)
+def mish(x):
     return x * jnp.tanh(jnp.log1p(jnp.exp(x)))
 
 
-@register("mish_backward.default")
-def mish_backward(grad_output, self):
-    g, x = _cast(_ct(), grad_output, self)
+@register("mish_backward.default", opmath=True)
+def mish_backward(g, x):
     t = jnp.tanh(jnp.log1p(jnp.exp(x)))
     return g * (t + x * _sigmoid(x) * (1 - t * t))
 
 
-@register("hardsigmoid.default")
-def hardsigmoid(self):
-    x = self.astype(_ct())
+@register("hardsigmoid.default", opmath=True)
+def hardsigmoid(x):
     return _true_div(jnp.minimum(jnp.maximum(x + 3, 0), 6), 6)
 
 
-@register("hardsigmoid_backward.default")
-def hardsigmoid_backward(grad_output, self):
-    g, x = _cast(_ct(), grad_output, self)
+@register("hardsigmoid_backward.default", opmath=True)
+def hardsigmoid_backward(g, x):
     return jnp.where((x > -3) & (x < 3), _true_div(g, 6), jnp.zeros_like(g))
 
 
-@register("hardswish.default")
-def hardswish(self):
-    x = self.astype(_ct())
+@register("hardswish.default", opmath=True)
+def hardswish(x):
     return _true_div(x * jnp.minimum(jnp.maximum(x + 3, 0), 6), 6)
 
 
-@register("hardswish_backward.default")
-def hardswish_backward(grad_output, self):
-    g, x = _cast(_ct(), grad_output, self)
+@register("hardswish_backward.default", opmath=True)
+def hardswish_backward(g, x):
     # PyTorch's kinks: 0 at x = -3, the full gradient at x = 3
     return jnp.where(x <= -3, jnp.zeros_like(g), jnp.where(x < 3, g * (_true_div(x, 3) + 0.5), g))
 
@@ -744,34 +721,29 @@ def softplus(self, beta=1, threshold=20):
     return jnp.where(x * b > t, x, _true_div(jnp.log1p(jnp.exp(x * b)), b))
 
 
-@register("softplus_backward.default")
-def softplus_backward(grad_output, self, beta, threshold):
-    g, x, b, t = _cast(_ct(), grad_output, self, beta, threshold)
+@register("softplus_backward.default", opmath=True)
+def softplus_backward(g, x, b, t):
     z = jnp.exp(x * b)
     return jnp.where(x * b > t, g, g * z / (z + 1))
 
 
-@register("threshold.default")
-def threshold(self, threshold, value):
-    x, t, v = _cast(_ct(), self, threshold, value)
+@register("threshold.default", opmath=True)
+def threshold(x, t, v):
     return jnp.where(x <= t, v, x)
 
 
-@register("threshold_backward.default")
-def threshold_backward(grad_output, self, threshold):
-    g, x, t = _cast(_ct(), grad_output, self, threshold)
+@register("threshold_backward.default", opmath=True)
+def threshold_backward(g, x, t):
     return jnp.where(x <= t, jnp.zeros_like(g), g)
 
 
-@register("sigmoid_backward.default")
-def sigmoid_backward(grad_output, output):
-    g, y = _cast(_ct(), grad_output, output)
+@register("sigmoid_backward.default", opmath=True)
+def sigmoid_backward(g, y):
     return g * (1 - y) * y
 
 
-@register("tanh_backward.default")
-def tanh_backward(grad_output, output):
-    g, y = _cast(_ct(), grad_output, output)
+@register("tanh_backward.default", opmath=True)
+def tanh_backward(g, y):
     return g * (1 - y * y)
 
 
@@ -787,15 +759,13 @@ def logit_backward(grad_output, self, eps=None):
     return jnp.where((x < lo) | (x > hi), outside, d)
 
 
-@register("_prelu_kernel.default")
-def prelu(self, weight):
-    x, w = _cast(_ct(), self, weight)
+@register("_prelu_kernel.default", opmath=True)
+def prelu(x, w):
     return jnp.where(x > 0, x, w * x)
 
 
-@register("_prelu_kernel_backward.default")
-def prelu_backward(grad_output, self, weight):
-    g, x, w = _cast(_ct(), grad_output, self, weight)
+@register("_prelu_kernel_backward.default", opmath=True)
+def prelu_backward(g, x, w):
     positive = x > 0
     return jnp.where(positive, g, w * g), jnp.where(positive, jnp.zeros_like(g), x * g)
 
@@ -820,35 +790,30 @@ def glu_backward(grad_output, self, dim):
     return jnp.concatenate([s * g, (1 - s) * s * a * g], axis=dim)
 
 
-@register("softshrink.default")
-def softshrink(self, lambd=0.5):
-    x, lam = _cast(_ct(), self, lambd)
+@register("softshrink.default", opmath=True)
+def softshrink(x, lam=0.5):
     # x * 0 in the dead zone keeps -0.0 and NaN, as PyTorch's kernel
     return jnp.where(x > lam, x - lam, jnp.where(x < -lam, x + lam, x * 0))
 
 
-@register("hardshrink.default")
-def hardshrink(self, lambd=0.5):
-    x, lam = _cast(_ct(), self, lambd)
+@register("hardshrink.default", opmath=True)
+def hardshrink(x, lam=0.5):
     return jnp.where((x >= -lam) & (x <= lam), jnp.zeros_like(x), x)
 
 
-@register("softshrink_backward.default", "hardshrink_backward.default")
-def shrink_backward(grad_out, self, lambd):
-    g, x, lam = _cast(_ct(), grad_out, self, lambd)
+@register("softshrink_backward.default", "hardshrink_backward.default", opmath=True)
+def shrink_backward(g, x, lam):
     return jnp.where((x >= -lam) & (x <= lam), jnp.zeros_like(g), g)
 
 
-@register("log_sigmoid_forward.default")
-def log_sigmoid_forward(self):
-    x = self.astype(_ct())
+@register("log_sigmoid_forward.default", opmath=True)
+def log_sigmoid_forward(x):
     z = jnp.exp(-jnp.abs(x))
     return jnp.minimum(x, 0) - jnp.log1p(z), z  # (output, buffer), as PyTorch's CPU kernel
 
 
-@register("log_sigmoid_backward.default")
-def log_sigmoid_backward(grad_output, self, buffer):
-    g, x = _cast(_ct(), grad_output, self)
+@register("log_sigmoid_backward.default", opmath=True)
+def log_sigmoid_backward(g, x, buffer):
     negative = x < 0
     z = jnp.exp(-jnp.abs(x))
     return g * (jnp.where(negative, 1, 0) - jnp.where(negative, 1, -1) * (z / (1 + z)))
@@ -856,18 +821,14 @@ def log_sigmoid_backward(grad_output, self, buffer):
 
 # ---- added for Hugging Face models ----
 
-def _isin(elements, test_elements, assume_unique, invert):
+@register("isin.Tensor_Tensor", "isin.Tensor_Scalar", "isin.Scalar_Tensor")
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
     common = jnp.result_type(elements, test_elements)
     e = jnp.asarray(elements).astype(common)
     t = jnp.asarray(test_elements).astype(common).reshape(-1)
     # one broadcast compare: generate() calls this on a handful of token ids
     hit = (e[..., None] == t).any(-1) if t.size else jnp.zeros(e.shape, bool)
     return ~hit if invert else hit
-
-
-@register("isin.Tensor_Tensor", "isin.Tensor_Scalar", "isin.Scalar_Tensor")
-def isin(elements, test_elements, *, assume_unique=False, invert=False):
-    return _isin(elements, test_elements, assume_unique, invert)
 
 
 # ---- integer and float decomposition -----------------------------------------------------
@@ -914,7 +875,7 @@ guard("lcm.default", prepare=_integers_only("lcm"))
 def frexp(self):
     if not _is_float(self):
         raise RuntimeError("torch.frexp() only supports floating-point dtypes")
-    x = self.astype(_opmath(self.dtype))
+    x = self.astype(dtypes.opmath(self.dtype))
     mantissa, exponent = _frexp_bits(x)
     return mantissa.astype(self.dtype), exponent
 

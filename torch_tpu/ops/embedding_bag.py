@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from ..dtypes import to_opmath
 from . import indexing
-from .nn import _up
-from .registry import register, register_raw
+from .registry import guard, register, register_raw
 
 SUM, MEAN, MAX = 0, 1, 2
 
@@ -60,7 +60,7 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=SUM, 
     num_bags = offsets.shape[0] - int(include_last_offset)
     bag = _offset2bag(n, offsets, num_bags)
     keep = indices != padding_idx if padding_idx >= 0 else jnp.ones((n,), bool)
-    rows = _up(weight)[indices] if n else jnp.zeros((0, dim), _up(weight).dtype)
+    rows = to_opmath(weight)[indices] if n else jnp.zeros((0, dim), to_opmath(weight).dtype)
     counts = jax.ops.segment_sum(keep.astype(np.int64), bag, num_bags)
     bag_size = jnp.zeros((offsets.shape[0],), np.int64)
     if mode != SUM:
@@ -70,7 +70,7 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=SUM, 
         out, max_indices = _max_bags(rows, indices, keep, bag, num_bags)
     else:
         if per_sample_weights is not None:
-            rows = rows * _up(per_sample_weights)[:, None]
+            rows = rows * to_opmath(per_sample_weights)[:, None]
         summed = keep
         if include_last_offset and padding_idx < 0 and weight.dtype != np.float64 and n:
             # the CPU's fast path (float/half/bfloat16, no padding_idx) ends the
@@ -88,7 +88,7 @@ register("_embedding_bag.default", "_embedding_bag_forward_only.default")(embedd
 @register("_embedding_bag_dense_backward.default")
 def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
                                  scale_grad_by_freq, mode, per_sample_weights, padding_idx=-1):
-    g = _up(grad)
+    g = to_opmath(grad)
     num_bags, dim = g.shape
     out = jnp.zeros((num_weights, dim), g.dtype)
     if mode == MAX:
@@ -107,7 +107,7 @@ def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_in
     if mode == MEAN:
         contrib = contrib / bag_size[offset2bag].astype(g.dtype)[:, None]
     if per_sample_weights is not None:
-        contrib = contrib * _up(per_sample_weights)[:, None]
+        contrib = contrib * to_opmath(per_sample_weights)[:, None]
     if padding_idx >= 0:  # the padding row never receives gradient
         contrib = jnp.where((indices == padding_idx)[:, None], 0, contrib)
     return out.at[indices].add(contrib)
@@ -120,7 +120,7 @@ def embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, of
         raise RuntimeError("embedding_bag_backward: per_sample_weights only supported for mode='sum'")
     if indices.shape[0] == 0:
         return jnp.zeros((0,), grad.dtype)
-    dots = jnp.sum(_up(grad)[offset2bag] * _up(weight)[indices], axis=1)
+    dots = jnp.sum(to_opmath(grad)[offset2bag] * to_opmath(weight)[indices], axis=1)
     if padding_idx >= 0:
         dots = jnp.where(indices == padding_idx, 0, dots)
     return dots
@@ -167,4 +167,4 @@ def _prepare(bound):
                            f"range [0, {rows})")
 
 
-indexing.guard("_embedding_bag.default", "_embedding_bag_forward_only.default", prepare=_prepare)
+guard("_embedding_bag.default", "_embedding_bag_forward_only.default", prepare=_prepare)

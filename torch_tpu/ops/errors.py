@@ -121,11 +121,6 @@ def warn_at_caller(message: str, category=UserWarning) -> None:
     warnings.warn(message, category, stacklevel=level)
 
 
-def runtime_failure(op_name: str, e: Exception) -> RuntimeError:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return RuntimeError(f"tpu: {op_name} failed on the device: {first}")
-
-
 def unsupported_dtype(op_name, dtype) -> TypeError:
     prefix = f"{op_name}: " if op_name else ""
     return TypeError(f"{prefix}the tpu device does not support dtype {dtype}")

@@ -3,7 +3,7 @@ logspace, eye (all as ``out=`` overloads; PyTorch allocates with empty first).
 
 zeros/ones/full/scalar_tensor/*_like arrive as empty + fill_/zero_ (shape.py);
 torch.tensor arrives as a copy.  Every device argument goes through
-core.check_device, so ``tpu:1`` is a clear RuntimeError.
+runtime.check_device, so ``tpu:1`` is a clear RuntimeError.
 
 Shapes and errors come from PyTorch's meta kernels; values follow PyTorch's CPU
 formulas (which precision each step is computed in), so results match.
@@ -16,22 +16,23 @@ import numpy as np
 import torch
 
 from .. import dtypes
-from ..eager import modes
-from ..storage import access
+from ..eager import access
+from ..eager.launch import launch
 from . import out_checks
 from .registry import register_raw
 
 _aten = torch.ops.aten
 
 
-def _write_out(name, out, value):
-    # As the CPU kernels: an out= with the right number of elements keeps its
-    # shape and strides (a non-contiguous view is written through, in order).
+def _write_out(name, out, fn, *inputs):
+    """Launch ``fn(*inputs)`` as op ``name`` and store its value in ``out``.
+    As the CPU kernels: an out= with the right number of elements keeps its
+    shape and strides (a non-contiguous view is written through, in order)."""
+    value = launch(name, fn, inputs)
     if out.numel() != value.size:
         out.resize_(value.shape)
     out_checks.check_no_internal_overlap(out)
     access.write(out, value.reshape(tuple(out.shape)))
-    modes.after_op(name, value)
     return out
 
 
@@ -79,8 +80,8 @@ def arange_start_out(start, end, step=1, *, out):
     start, end, step = _number(start), _number(end), _number(step)
     (n,) = _meta_shape(_aten.arange.start_out, start, end, step, out=out)
     acc = _acc_dtype(out.dtype)
-    value = _arange_fn(n, acc, dtypes.to_np(out.dtype))(np.asarray(start).astype(acc), np.asarray(step).astype(acc))
-    return _write_out("aten::arange", out, value)
+    return _write_out("aten::arange", out, _arange_fn(n, acc, dtypes.to_np(out.dtype)),
+                      np.asarray(start).astype(acc), np.asarray(step).astype(acc))
 
 
 @register_raw("arange.out")
@@ -125,8 +126,8 @@ def _linspace_fn(n, step_dtype, npdtype):
 def linspace_out(start, end, steps, *, out):
     (n,) = _meta_shape(_aten.linspace.out, _number(start), _number(end), steps, out=out)
     start_v, end_v, step_dtype = _ends(start, end, out)
-    value = _linspace_fn(n, step_dtype, dtypes.to_np(out.dtype))(start_v, end_v, np.int64(max(n - 1, 1)))
-    return _write_out("aten::linspace", out, value)
+    return _write_out("aten::linspace", out, _linspace_fn(n, step_dtype, dtypes.to_np(out.dtype)),
+                      start_v, end_v, np.int64(max(n - 1, 1)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -143,9 +144,8 @@ def _logspace_fn(n, step_dtype, npdtype):
 def logspace_out(start, end, steps, base=10.0, *, out):
     (n,) = _meta_shape(_aten.logspace.out, _number(start), _number(end), steps, base, out=out)
     start_v, end_v, step_dtype = _ends(start, end, out)
-    value = _logspace_fn(n, step_dtype, dtypes.to_np(out.dtype))(
-        start_v, end_v, np.asarray(base), np.int64(max(n - 1, 1)))
-    return _write_out("aten::logspace", out, value)
+    return _write_out("aten::logspace", out, _logspace_fn(n, step_dtype, dtypes.to_np(out.dtype)),
+                      start_v, end_v, np.asarray(base), np.int64(max(n - 1, 1)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -156,7 +156,7 @@ def _eye_fn(n, m, npdtype):
 @register_raw("eye.m_out")
 def eye_m_out(n, m, *, out):
     shape = _meta_shape(_aten.eye.m_out, n, m, out=out)
-    return _write_out("aten::eye", out, _eye_fn(shape[0], shape[1], dtypes.to_np(out.dtype))())
+    return _write_out("aten::eye", out, _eye_fn(shape[0], shape[1], dtypes.to_np(out.dtype)))
 
 
 @register_raw("eye.out")

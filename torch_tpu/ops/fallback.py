@@ -7,7 +7,7 @@ import warnings
 import torch
 from torch.utils._pytree import tree_map
 
-from .. import logs
+from .. import logs, runtime
 from . import core
 
 _fallen_back: dict = {}
@@ -49,7 +49,7 @@ def cpu_fallback(op, *args, **kwargs):
             originals[id(c)] = x
             return c
         if isinstance(x, torch.device) and x.type == "tpu":
-            core.check_device(x)
+            runtime.check_device(x)
             return torch.device("cpu")
         return x
 

@@ -8,14 +8,10 @@ in-place variants through each destination view.
 import jax.numpy as jnp
 import numpy as np
 
+from ..dtypes import to_opmath
 from . import elementwise
 from .registry import register
 
-_LOW = (np.dtype(jnp.bfloat16), np.dtype(np.float16))
-
-
-def _opmath(x):
-    return x.astype(np.float32) if x.dtype in _LOW else x
 
 
 def _like(v, x):
@@ -30,11 +26,11 @@ def _scalars(scalars, n):
 def _binary(name, fn):
     """Scalar, ScalarList, List and Tensor variants of a binary pointwise op."""
     def scalar(self, scalar):
-        return [fn(_opmath(x), _like(s, _opmath(x))) for x, s in zip(self, _scalars(scalar, len(self)))]
+        return [fn(to_opmath(x), _like(s, to_opmath(x))) for x, s in zip(self, _scalars(scalar, len(self)))]
 
     def tensor_list(self, other, alpha=1):
         # alpha is 1 (exact) unless the caller passed one
-        return [fn(_opmath(x), _like(y, _opmath(x)) * _like(alpha, _opmath(x))) for x, y in zip(self, other)]
+        return [fn(to_opmath(x), _like(y, to_opmath(x)) * _like(alpha, to_opmath(x))) for x, y in zip(self, other)]
 
     def tensor(self, other, alpha=1):
         return tensor_list(self, [other] * len(self), alpha)
@@ -60,7 +56,7 @@ for _name, _fn in {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "di
 
 def _unary(name, fn):
     if _exists(f"_foreach_{name}", "default"):
-        register(f"_foreach_{name}.default")(lambda self: [fn(_opmath(x)) for x in self])
+        register(f"_foreach_{name}.default")(lambda self: [fn(to_opmath(x)) for x in self])
 
 
 for _name, _fn in {"sqrt": jnp.sqrt, "neg": jnp.negative, "abs": jnp.abs, "exp": jnp.exp,
@@ -72,7 +68,7 @@ for _name, _fn in {"sqrt": jnp.sqrt, "neg": jnp.negative, "abs": jnp.abs, "exp":
 
 def _pointwise_ternary(name, combine):
     def scalar(self, tensor1, tensor2, value=1):
-        return [combine(_opmath(x), _like(a, _opmath(x)), _like(b, _opmath(x)), _like(v, _opmath(x)))
+        return [combine(to_opmath(x), _like(a, to_opmath(x)), _like(b, to_opmath(x)), _like(v, to_opmath(x)))
                 for x, a, b, v in zip(self, tensor1, tensor2, _scalars(value, len(self)))]
 
     def tensor(self, tensor1, tensor2, scalars):
@@ -91,12 +87,12 @@ _lerp = elementwise.lerp
 
 @register("_foreach_lerp.Scalar")
 def foreach_lerp_scalar(self, tensors1, weight):
-    return [_lerp(_opmath(x), _like(e, _opmath(x)), _like(weight, _opmath(x))) for x, e in zip(self, tensors1)]
+    return [_lerp(to_opmath(x), _like(e, to_opmath(x)), _like(weight, to_opmath(x))) for x, e in zip(self, tensors1)]
 
 
 @register("_foreach_lerp.List")
 def foreach_lerp_list(self, tensors1, weights):
-    return [_lerp(_opmath(x), _like(e, _opmath(x)), _like(w, _opmath(x)))
+    return [_lerp(to_opmath(x), _like(e, to_opmath(x)), _like(w, to_opmath(x)))
             for x, e, w in zip(self, tensors1, weights)]
 
 
@@ -104,7 +100,7 @@ def foreach_lerp_list(self, tensors1, weights):
 def foreach_norm(self, ord=2, dtype=None):
     out = []
     for x in self:
-        x = jnp.abs(_opmath(x).astype(np.float64) if x.dtype == np.float64 else _opmath(x))
+        x = jnp.abs(to_opmath(x).astype(np.float64) if x.dtype == np.float64 else to_opmath(x))
         if ord == float("inf"):
             out.append(jnp.max(x, initial=0))
         elif ord == 1:
@@ -122,4 +118,4 @@ def foreach_copy(self, src, non_blocking=False):
 @register("_foreach_pow.ScalarAndTensor", allow_cpu=("exponent",))
 def foreach_scalar_pow(self, exponent):
     # Adam's bias corrections under torch.compile: beta ** step for every step tensor.
-    return [jnp.power(_like(self, _opmath(e)), _opmath(e)) for e in exponent]
+    return [jnp.power(_like(self, to_opmath(e)), to_opmath(e)) for e in exponent]

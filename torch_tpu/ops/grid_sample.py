@@ -17,8 +17,8 @@ import itertools
 import jax
 import jax.numpy as jnp
 
-from .nn import _up
-from .registry import register, register_masked
+from ..dtypes import to_opmath
+from .registry import register
 
 BILINEAR, NEAREST, BICUBIC = 0, 1, 2
 ZEROS, BORDER, REFLECTION = 0, 1, 2
@@ -104,17 +104,16 @@ def _sample(x, grid, mode, padding_mode, align_corners):
 
 
 def _forward(input, grid, interpolation_mode, padding_mode, align_corners):
-    return _sample(_up(input), _up(grid), interpolation_mode, padding_mode, align_corners)
+    return _sample(to_opmath(input), to_opmath(grid), interpolation_mode, padding_mode, align_corners)
 
 
 def _backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
     _, vjp = jax.vjp(lambda x, g: _sample(x, g, interpolation_mode, padding_mode, align_corners),
-                     _up(input), _up(grid))
-    gi, gg = vjp(_up(grad_output))
+                     to_opmath(input), to_opmath(grid))
+    gi, gg = vjp(to_opmath(grad_output))
     wanted = [gi.astype(input.dtype), gg.astype(grid.dtype)]
     return tuple(v for v, m in zip(wanted, output_mask) if m)
 
 
 register("grid_sampler_2d.default", "grid_sampler_3d.default")(_forward)
-register_masked("grid_sampler_2d_backward.default")(_backward)
-register_masked("grid_sampler_3d_backward.default")(_backward)
+register("grid_sampler_2d_backward.default", "grid_sampler_3d_backward.default", mask="output_mask")(_backward)

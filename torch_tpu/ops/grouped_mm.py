@@ -18,8 +18,9 @@ import torch
 from torch._subclasses import fake_impls
 
 from .. import dtypes, precision
-from . import indexing, linalg
-from .registry import register
+from . import linalg
+from .registry import guard, register
+
 
 def _group_of(n, offs):
     """The group of each of n positions (len(offs) past the last offset)."""
@@ -79,7 +80,7 @@ def _grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
     return _products(self, mat2, offs).astype(dtype)
 
 
-indexing.guard("_grouped_mm.default",
+guard("_grouped_mm.default",
                prepare=lambda bound: _check(bound["self"], bound["mat2"], bound.get("offs"), bound.get("bias")))
 
 

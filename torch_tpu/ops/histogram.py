@@ -21,7 +21,7 @@ import torch
 from .. import dtypes
 from . import indexing
 from .factory import _ramp
-from .registry import register
+from .registry import guard, register
 
 _FLOATS = (torch.float32, torch.float64)
 
@@ -171,8 +171,8 @@ def _histogram_checks(bound, dd):
             raise RuntimeError(f"{name}: min should not exceed max, but got min {lo:g} max {hi:g} for dimension {d}")
 
 
-indexing.guard("histogram.bin_ct", "histogram.bins_tensor", prepare=lambda b: _histogram_checks(b, False))
-indexing.guard("_histogramdd_bin_edges.default", "_histogramdd_from_bin_cts.default",
+guard("histogram.bin_ct", "histogram.bins_tensor", prepare=lambda b: _histogram_checks(b, False))
+guard("_histogramdd_bin_edges.default", "_histogramdd_from_bin_cts.default",
                "_histogramdd_from_bin_tensors.default", prepare=lambda b: _histogram_checks(b, True))
 
 
@@ -307,4 +307,4 @@ def _segment_checks(bound):
                            "data.size(lengths.dim()-1) when !unsafe.")
 
 
-indexing.guard("segment_reduce.default", prepare=_segment_checks)
+guard("segment_reduce.default", prepare=_segment_checks)

@@ -21,10 +21,11 @@ import torch
 from jax import lax
 
 from .. import dtypes
-from ..eager import checks, modes
-from ..storage import access, buffers
+from ..eager import access, checks
+from ..eager.launch import launch
+from ..storage import buffers
 from . import core, errors, host_mirror
-from .registry import _LIB, KERNELS, Kernel, _siblings, out_dtype, register, register_raw, resolve
+from .registry import KERNELS, guard, out_dtype, register, register_raw, resolve
 
 _aten = torch.ops.aten
 
@@ -85,35 +86,6 @@ def _dim_size(t, dim):
     return t.shape[dim] if t.dim() else 1
 
 
-class _Guarded:
-    """A kernel with a host-side step first (bounds check, mask conversion)."""
-
-    def __init__(self, kernel, prepare):
-        self.kernel = kernel
-        self.prepare = prepare
-        self.names = kernel.arg_names
-
-    def __call__(self, *args, **kwargs):
-        bound = dict(zip(self.names, args))
-        bound.update(kwargs)
-        self.prepare(bound)
-        new_args = [bound[n] for n in self.names[:len(args)]]
-        return self.kernel(*new_args, **{k: bound[k] for k in kwargs})
-
-
-def guard(*names, prepare):
-    """Put ``prepare(args_by_name)`` in front of the named ops and their in-place/out= siblings.
-
-    Only the eager dispatcher entry is wrapped: KERNELS keeps the plain Kernel,
-    which torch.compile lowers (a traced graph cannot check on the host)."""
-    for name in names:
-        op = resolve(name)
-        for target in [op] + [s for s, _ in _siblings(op)]:
-            kernel = KERNELS.get(target)
-            if isinstance(kernel, Kernel):
-                _LIB.impl(target, _Guarded(kernel, prepare), "PrivateUse1")
-
-
 def _dim_error(exc, dim, size):
     if size == 0:  # the CPU's wording for an empty dimension
         return lambda v: exc("index is out of bounds for dimension with size 0")
@@ -136,13 +108,12 @@ def _nonzero_kernel(x, n):
 
 def _nonzero_array(x):
     n = int(_count_nonzero(x))  # the one host read: the result's size
-    return _nonzero_kernel(x, n)
+    return launch("aten::nonzero", functools.partial(_nonzero_kernel, n=n), (x,))
 
 
 @register_raw("nonzero.default")
 def nonzero(self):
     value = _nonzero_array(_value(self))
-    modes.after_op("aten::nonzero", value)
     return buffers.wrap(value)
 
 
@@ -542,8 +513,7 @@ def masked_select(self, mask):
     shape = torch.broadcast_shapes(tuple(self.shape), tuple(mask.shape))
     x, m = access.read(self), access.read(mask)
     n = int(_broadcast_count(m, tuple(shape)))  # the result's size, read to the host
-    value = _masked_select_kernel(x, m, n)
-    modes.after_op("aten::masked_select", value)
+    value = launch("aten::masked_select", functools.partial(_masked_select_kernel, n=n), (x, m))
     return buffers.wrap(value)
 
 

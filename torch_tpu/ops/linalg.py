@@ -11,21 +11,17 @@ import numpy as np
 import torch
 
 from .. import precision
-from ..dtypes import aten_name
-from . import indexing
-from .registry import PROMOTE, out_dtype, register
+from ..dtypes import aten_name, opmath
+from .registry import PROMOTE, guard, out_dtype, register
 
 DEFAULT = PROMOTE.DEFAULT
-_HALF = (np.dtype(jnp.bfloat16), np.dtype(np.float16))
 
 
 def _acc_type(dtype):
     dtype = np.dtype(dtype)
-    if dtype in _HALF:
-        return np.dtype(np.float32)
     if dtype == np.bool_:  # CPU: bool products are logical or-of-ands; count in int
         return np.dtype(np.int64)
-    return dtype
+    return opmath(dtype)
 
 
 def matmul(a, b):
@@ -138,7 +134,7 @@ def addr(self, vec1, vec2, beta=1, alpha=1):
     if out_dtype() == np.bool_:  # bool addr: (beta and self) or (alpha and outer)
         outer = jnp.logical_and(vec1[:, None], vec2[None, :])
         return jnp.logical_or(jnp.logical_and(self, bool(beta)), jnp.logical_and(outer, bool(alpha)))
-    if out_dtype() in _HALF:
+    if opmath(out_dtype()) != out_dtype():  # float16, bfloat16
         return _half_addr(self, vec1, vec2, beta, alpha, out_dtype())
     outer = vec1[:, None].astype(acc) * vec2[None, :].astype(acc)
     return _fin(_scaled_add(self, outer, beta, alpha))
@@ -196,15 +192,15 @@ def _found(a, b):
     return f"expected scalar type {aten_name(a)} but found {aten_name(b)}"
 
 
-indexing.guard("mm.default", prepare=_same_dtypes(("self", "mat2", _mm_message)))
-indexing.guard("addmm.default", prepare=_same_dtypes(
+guard("mm.default", prepare=_same_dtypes(("self", "mat2", _mm_message)))
+guard("addmm.default", prepare=_same_dtypes(
     ("self", "mat2", lambda a, b: f"self and mat2 must have the same dtype, but got {aten_name(a)} and {aten_name(b)}"),
     ("mat1", "mat2", _mm_message)))
-indexing.guard("bmm.default", prepare=_same_dtypes(("self", "mat2", _found)))
-indexing.guard("baddbmm.default", prepare=_same_dtypes(("batch1", "batch2", _found), ("self", "batch2", _found)))
-indexing.guard("mv.default", prepare=_same_dtypes(
+guard("bmm.default", prepare=_same_dtypes(("self", "mat2", _found)))
+guard("baddbmm.default", prepare=_same_dtypes(("batch1", "batch2", _found), ("self", "batch2", _found)))
+guard("mv.default", prepare=_same_dtypes(
     ("self", "vec", lambda a, b: f"mv: expected both tensors to have the same dtype, but got {aten_name(a)} and {aten_name(b)}")))
-indexing.guard("dot.default", prepare=_same_dtypes(
+guard("dot.default", prepare=_same_dtypes(
     ("self", "tensor", lambda a, b: f"dot : expected both vectors to have same dtype, but found {aten_name(a)} and {aten_name(b)}")))
 
 
@@ -217,7 +213,7 @@ def _integral_addr_scalars(bound):
                 raise RuntimeError(f"For integral input tensors, argument {name} must not be a floating point number.")
 
 
-indexing.guard("addr.default", prepare=_integral_addr_scalars)
+guard("addr.default", prepare=_integral_addr_scalars)
 
 
 def _addmv_sizes(bound):
@@ -230,4 +226,4 @@ def _addmv_sizes(bound):
                                f"vec ({vec.shape[0]})")
 
 
-indexing.guard("addmv.default", prepare=_addmv_sizes)
+guard("addmv.default", prepare=_addmv_sizes)

@@ -10,16 +10,16 @@ Target checks run on the host first, with the CPU's messages.
 """
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 
+from ..dtypes import to_opmath
 from . import indexing
-from .nn import MEAN, SUM, _up
-from .registry import register
+from .nn import MEAN, SUM
+from .registry import guard, register
 
 
 def _as_rows(self):
-    x = _up(self)
+    x = to_opmath(self)
     return x.reshape(-1, x.shape[-1] if x.ndim else 1)
 
 
@@ -33,7 +33,7 @@ def _reduce_rows(loss, reduction, target_ndim):
 
 def _row_scale(grad_output, reduction, n, c):
     """d loss / d (row sum) for each row: 1/C, /N for mean, times the upstream grad."""
-    g = _up(grad_output)
+    g = to_opmath(grad_output)
     g = g.reshape(-1, 1) if reduction not in (MEAN, SUM) else g.reshape(1, 1)
     return g / (c * n if reduction == MEAN else c)
 
@@ -46,7 +46,7 @@ def _multi_margin_terms(self, target, p, margin, weight):
     t = target.reshape(-1)
     z = margin - jnp.take_along_axis(x, t[:, None], axis=1) + x
     on = (z > 0) & ~jax.nn.one_hot(t, x.shape[1], dtype=bool)
-    w = _up(weight)[t][:, None] if weight is not None else None
+    w = to_opmath(weight)[t][:, None] if weight is not None else None
     return x, t, z, on, w
 
 
@@ -134,6 +134,6 @@ def _prepare_multilabel(bound):
         raise RuntimeError("argument #2 'target' is out of range")
 
 
-indexing.guard("multi_margin_loss.default", "multi_margin_loss_backward.default", prepare=_prepare_multi_margin)
-indexing.guard("multilabel_margin_loss_forward.default", "multilabel_margin_loss_backward.default",
+guard("multi_margin_loss.default", "multi_margin_loss_backward.default", prepare=_prepare_multi_margin)
+guard("multilabel_margin_loss_forward.default", "multilabel_margin_loss_backward.default",
                prepare=_prepare_multilabel)

@@ -1,5 +1,5 @@
 """Neural-network ops: convolution, pooling, normalization, embedding, losses,
-dropout, upsampling, padding, im2col, pixel shuffle.  Forward and backward.
+dropout, padding, im2col, pixel shuffle (upsampling: ``upsample.py``).  Forward and backward.
 
 Index and weight tables that depend only on shapes (pooling windows,
 interpolation sources) are computed with NumPy at trace time, so they are
@@ -16,23 +16,13 @@ import torch
 from jax import lax
 
 from .. import dtypes, precision
-from ..eager import checks
-from ..storage import access
+from ..dtypes import opmath, to_opmath
+from ..eager import access, checks
 from . import indexing
-from .registry import Kernel, Options, register, register_masked, register_raw, resolve, rng_key
+from .registry import guard, kernel, register, register_raw, rng_key
 
 HIGHEST = lax.Precision.HIGHEST
-_HALF = (np.dtype(jnp.bfloat16), np.dtype(np.float16))
 MEAN, SUM = 1, 2  # at::Reduction
-
-
-def _acc(dtype):
-    """The accumulation dtype CPU kernels use for ``dtype``."""
-    return np.dtype(np.float32) if np.dtype(dtype) in _HALF else np.dtype(dtype)
-
-
-def _up(x):
-    return x.astype(_acc(x.dtype))
 
 
 def _tup(v, n, default=None):
@@ -66,7 +56,7 @@ _DIMS = {1: ("NCH", "OIH", "NCH"), 2: ("NCHW", "OIHW", "NCHW"), 3: ("NCDHW", "OI
 def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
     """The convolution without bias, accumulated in the CPU's accumulation dtype."""
     nsp = x.ndim - 2
-    acc = _acc(x.dtype)
+    acc = opmath(x.dtype)
     if not transposed:
         return lax.conv_general_dilated(
             x, w, window_strides=stride, padding=[(p, p) for p in padding], rhs_dilation=dilation,
@@ -102,7 +92,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     return y
 
 
-@register_masked("convolution_backward.default", layout_from=(1, 2))
+@register("convolution_backward.default", mask="output_mask", layout_from=(1, 2))
 def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
                          transposed, output_padding, groups, output_mask):
     stride, padding, dilation, output_padding = _conv_args(input, stride, padding, dilation, output_padding)
@@ -110,7 +100,7 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
     def fwd(x, w):
         return _conv(x, w, stride, padding, dilation, transposed, output_padding, groups)
     _, vjp = jax.vjp(fwd, input, weight)
-    gx, gw = vjp(grad_output.astype(_acc(input.dtype)))
+    gx, gw = vjp(grad_output.astype(opmath(input.dtype)))
     outs = []
     if output_mask[0]:
         outs.append(gx.astype(input.dtype))
@@ -118,7 +108,7 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
         outs.append(gw.astype(weight.dtype))
     if output_mask[2]:
         axes = (0,) + tuple(range(2, grad_output.ndim))
-        outs.append(jnp.sum(_up(grad_output), axis=axes).astype(grad_output.dtype))
+        outs.append(jnp.sum(to_opmath(grad_output), axis=axes).astype(grad_output.dtype))
     return tuple(outs)
 
 
@@ -229,7 +219,7 @@ def _scatter_plane(grad, indices, input_shape, nsp):
     lead = input_shape[:len(input_shape) - nsp]
     plane = int(np.prod(input_shape[len(input_shape) - nsp:]))
     b = int(np.prod(lead))
-    g = _up(grad).reshape(b, -1)
+    g = to_opmath(grad).reshape(b, -1)
     i = indices.reshape(b, -1)
     out = jnp.zeros((b, plane), g.dtype).at[jnp.arange(b)[:, None], i].add(g)
     return out.reshape(input_shape).astype(grad.dtype)
@@ -286,7 +276,7 @@ def _avg_pool(x, nsp, kernel_size, stride, padding, ceil_mode, count_include_pad
     stride = _tup(stride, nsp, kernel)
     padding = _tup(padding, nsp, (0,))
     positions = _sliding(x.shape[-nsp:], kernel, stride, padding, (1,) * nsp, ceil_mode)
-    patches, valid, _ = _gather_windows(_up(x), positions)
+    patches, valid, _ = _gather_windows(to_opmath(x), positions)
     total = jnp.sum(jnp.where(jnp.asarray(valid), patches, 0), axis=tuple(range(-nsp, 0)))
     div = _avg_divisor(x.shape[-nsp:], kernel, stride, padding, ceil_mode, count_include_pad,
                        divisor_override)
@@ -339,10 +329,9 @@ def _adaptive_matrix(n, o):
     return inside / (end - start)[:, None]
 
 
-
 def _adaptive_avg(x, output_size, nsp):
     sizes = x.shape[-nsp:]
-    out = _up(x)
+    out = to_opmath(x)
     for i, (n, o) in enumerate(zip(sizes, _tup(output_size, nsp))):
         mat = jnp.asarray(_adaptive_matrix(n, o), out.dtype)
         out = jnp.moveaxis(jnp.tensordot(out, mat, axes=((x.ndim - nsp + i,), (1,)), precision=HIGHEST),
@@ -425,7 +414,7 @@ def _bn_axes(x):
 
 def _bn_forward(input, weight, bias, running_mean, running_var, training, momentum, eps):
     """(out, save_mean, save_invstd[, new running_mean, new running_var])."""
-    x = _up(input)
+    x = to_opmath(input)
     stats = _bn_stats_dtype(input, weight, running_mean)
     cs = _channel_shape(x)
     if training:
@@ -435,25 +424,24 @@ def _bn_forward(input, weight, bias, running_mean, running_var, training, moment
         invstd = lax.rsqrt(var + eps)
         saved = (mean.astype(stats), invstd.astype(stats))
     else:
-        mean, invstd = _up(running_mean), lax.rsqrt(_up(running_var) + eps)
+        mean, invstd = to_opmath(running_mean), lax.rsqrt(to_opmath(running_var) + eps)
         saved = (jnp.zeros((0,), stats), jnp.zeros((0,), stats))  # CPU returns empty stats in eval
     y = (x - mean.reshape(cs)) * invstd.reshape(cs)
     if weight is not None:
-        y = y * _up(weight).reshape(cs)
+        y = y * to_opmath(weight).reshape(cs)
     if bias is not None:
-        y = y + _up(bias).reshape(cs)
+        y = y + to_opmath(bias).reshape(cs)
     outs = (y.astype(input.dtype),) + saved
     if training and running_mean is not None:
         n = x.size // x.shape[1]
         unbiased = var * (n / max(n - 1, 1))
-        outs += ((1 - momentum) * _up(running_mean) + momentum * mean,
-                 (1 - momentum) * _up(running_var) + momentum * unbiased)
+        outs += ((1 - momentum) * to_opmath(running_mean) + momentum * mean,
+                 (1 - momentum) * to_opmath(running_var) + momentum * unbiased)
         outs = outs[:3] + (outs[3].astype(running_mean.dtype), outs[4].astype(running_var.dtype))
     return outs
 
 
-_bn_kernel = Kernel(resolve("native_batch_norm.default"), _bn_forward, "functional",
-                    Options(meta=False, layout_from=(0,)))
+_bn_kernel = kernel("native_batch_norm.default", _bn_forward, meta=False, layout_from=(0,))
 
 
 @register_raw("native_batch_norm.default", "_native_batch_norm_legit.default")
@@ -484,19 +472,19 @@ def _native_batch_norm_legit_no_training(input, weight, bias, running_mean, runn
     return _bn_forward(input, weight, bias, running_mean, running_var, False, momentum, eps)
 
 
-@register_masked("native_batch_norm_backward.default", layout_from=(1,))
+@register("native_batch_norm_backward.default", mask="output_mask", layout_from=(1,))
 def native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean,
                                save_invstd, train, eps, output_mask):
-    x, dy = _up(input), _up(grad_out)
+    x, dy = to_opmath(input), to_opmath(grad_out)
     cs, axes = _channel_shape(x), _bn_axes(x)
     if train:
-        mean, invstd = _up(save_mean), _up(save_invstd)
+        mean, invstd = to_opmath(save_mean), to_opmath(save_invstd)
     else:
-        mean, invstd = _up(running_mean), lax.rsqrt(_up(running_var) + eps)
+        mean, invstd = to_opmath(running_mean), lax.rsqrt(to_opmath(running_var) + eps)
     xc = x - mean.reshape(cs)
     sum_dy = jnp.sum(dy, axis=axes)
     dot = jnp.sum(dy * xc, axis=axes)
-    w = _up(weight) if weight is not None else jnp.ones_like(mean)
+    w = to_opmath(weight) if weight is not None else jnp.ones_like(mean)
     outs = []
     if output_mask[0]:
         if train:
@@ -531,30 +519,30 @@ def _stats_dtypes(input, weight, bias):
 @register("native_layer_norm.default",
           out_dtypes=lambda args, kwargs: _stats_dtypes(args[0], *args[2:4]))
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
-    x = _up(input)
+    x = to_opmath(input)
     axes = _norm_axes(x, normalized_shape)
     mean = jnp.mean(x, axis=axes, keepdims=True)
     var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
     rstd = lax.rsqrt(var + eps)
     y = (x - mean) * rstd
     if weight is not None:
-        y = y * _up(weight)
+        y = y * to_opmath(weight)
     if bias is not None:
-        y = y + _up(bias)
+        y = y + to_opmath(bias)
     return y, mean, rstd
 
 
-@register_masked("native_layer_norm_backward.default")
+@register("native_layer_norm_backward.default", mask="output_mask")
 def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
-    x, dy = _up(input), _up(grad_out)
+    x, dy = to_opmath(input), to_opmath(grad_out)
     axes = _norm_axes(x, normalized_shape)
     batch_axes = tuple(range(x.ndim - len(normalized_shape)))
-    xhat = (x - _up(mean)) * _up(rstd)
+    xhat = (x - to_opmath(mean)) * to_opmath(rstd)
     outs = []
     if output_mask[0]:
-        g = dy * _up(weight) if weight is not None else dy
+        g = dy * to_opmath(weight) if weight is not None else dy
         dx = (g - jnp.mean(g, axis=axes, keepdims=True)
-              - xhat * jnp.mean(g * xhat, axis=axes, keepdims=True)) * _up(rstd)
+              - xhat * jnp.mean(g * xhat, axis=axes, keepdims=True)) * to_opmath(rstd)
         outs.append(dx.astype(input.dtype))
     if output_mask[1]:
         outs.append(jnp.sum(dy * xhat, axis=batch_axes).astype(weight.dtype))
@@ -570,31 +558,31 @@ def _grouped(x, N, C, HxW, group):
 @register("native_group_norm.default",
           out_dtypes=lambda args, kwargs: _stats_dtypes(*args[:3]))
 def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
-    x = _grouped(_up(input), N, C, HxW, group)
+    x = _grouped(to_opmath(input), N, C, HxW, group)
     mean = jnp.mean(x, axis=-1)
     var = jnp.mean(jnp.square(x - mean[..., None]), axis=-1)
     rstd = lax.rsqrt(var + eps)
     y = ((x - mean[..., None]) * rstd[..., None]).reshape(N, C, HxW)
     if weight is not None:
-        y = y * _up(weight)[:, None]
+        y = y * to_opmath(weight)[:, None]
     if bias is not None:
-        y = y + _up(bias)[:, None]
+        y = y + to_opmath(bias)[:, None]
     return y.reshape(input.shape), mean, rstd
 
 
-@register_masked("native_group_norm_backward.default")
+@register("native_group_norm_backward.default", mask="output_mask")
 def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
-    x = _up(input).reshape(N, C, HxW)
-    dy = _up(grad_out).reshape(N, C, HxW)
-    m = jnp.repeat(_up(mean), C // group, axis=1)[..., None]
-    r = jnp.repeat(_up(rstd), C // group, axis=1)[..., None]
+    x = to_opmath(input).reshape(N, C, HxW)
+    dy = to_opmath(grad_out).reshape(N, C, HxW)
+    m = jnp.repeat(to_opmath(mean), C // group, axis=1)[..., None]
+    r = jnp.repeat(to_opmath(rstd), C // group, axis=1)[..., None]
     xhat = (x - m) * r
     outs = []
     if output_mask[0]:
-        g = dy * _up(weight)[:, None] if weight is not None else dy
+        g = dy * to_opmath(weight)[:, None] if weight is not None else dy
         gg, xg = _grouped(g, N, C, HxW, group), _grouped(xhat, N, C, HxW, group)
         dx = (gg - jnp.mean(gg, axis=-1, keepdims=True)
-              - xg * jnp.mean(gg * xg, axis=-1, keepdims=True)) * _up(rstd)[..., None]
+              - xg * jnp.mean(gg * xg, axis=-1, keepdims=True)) * to_opmath(rstd)[..., None]
         outs.append(dx.reshape(input.shape).astype(input.dtype))
     pdtype = weight.dtype if weight is not None else input.dtype
     if output_mask[1]:
@@ -617,17 +605,17 @@ def _weight_norm_axes(v, dim):
 def _weight_norm_interface(v, g, dim=0):
     # nn.utils.parametrizations.weight_norm; norms in the accumulation dtype, as on the CPU
     axes = _weight_norm_axes(v, dim)
-    norms = jnp.sqrt(jnp.sum(jnp.square(_up(v)), axis=axes, keepdims=True))
-    return _up(v) * (_up(g) / norms), norms
+    norms = jnp.sqrt(jnp.sum(jnp.square(to_opmath(v)), axis=axes, keepdims=True))
+    return to_opmath(v) * (to_opmath(g) / norms), norms
 
 
 @register("_weight_norm_interface_backward.default")
 def _weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
     # w = g v / |v|:  dg = <dw, v> / |v|,  dv = (g / |v|) (dw - v dg / |v|)
     axes = _weight_norm_axes(saved_v, dim)
-    v, n = _up(saved_v), _up(saved_norms)
-    grad_g = jnp.sum(_up(grad_w) * v, axis=axes, keepdims=True) / n
-    grad_v = (_up(saved_g) / n) * (_up(grad_w) - v * (grad_g / n))
+    v, n = to_opmath(saved_v), to_opmath(saved_norms)
+    grad_g = jnp.sum(to_opmath(grad_w) * v, axis=axes, keepdims=True) / n
+    grad_v = (to_opmath(saved_g) / n) * (to_opmath(grad_w) - v * (grad_g / n))
     return grad_v, grad_g
 
 
@@ -650,7 +638,7 @@ def embedding_renorm(weight, indices, max_norm, norm_type):
     """Rows that ``indices`` use, scaled down to norm ``max_norm`` where larger
     (``F.embedding(..., max_norm=)``), as the CPU kernel: scale max_norm / (norm + 1e-7)."""
     used = jnp.zeros((weight.shape[0],), bool).at[indices.reshape(-1)].set(True)
-    w = _up(weight)
+    w = to_opmath(weight)
     norms = jnp.sum(jnp.abs(w) ** norm_type, axis=1) ** (1.0 / norm_type)
     scale = jnp.where(used & (norms > max_norm), max_norm / (norms + 1e-7), 1.0)
     return (w * scale[:, None]).astype(weight.dtype)
@@ -659,7 +647,7 @@ def embedding_renorm(weight, indices, max_norm, norm_type):
 @register("embedding_dense_backward.default")
 def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
     idx = indices.reshape(-1)
-    g = _up(grad_output).reshape(idx.shape[0], -1)
+    g = to_opmath(grad_output).reshape(idx.shape[0], -1)
     if padding_idx >= 0:  # the padding row never receives gradient
         g = jnp.where((idx == padding_idx)[:, None], 0, g)
     if scale_grad_by_freq:
@@ -677,13 +665,13 @@ def _nll_parts(self, target, weight, ignore_index):
     x = jnp.moveaxis(x, 1, -1)
     valid = t != ignore_index
     tc = jnp.where(valid, t, 0)
-    w = jnp.take(_up(weight), tc) if weight is not None else jnp.ones(t.shape, _acc(self.dtype))
+    w = jnp.take(to_opmath(weight), tc) if weight is not None else jnp.ones(t.shape, opmath(self.dtype))
     return x, tc, jnp.where(valid, w, 0)
 
 
 def _nll_forward(self, target, weight, reduction, ignore_index):
     x, tc, w = _nll_parts(self, target, weight, ignore_index)
-    picked = _up(jnp.take_along_axis(x, tc[..., None], axis=-1)[..., 0])
+    picked = to_opmath(jnp.take_along_axis(x, tc[..., None], axis=-1)[..., 0])
     loss = -picked * w
     total = jnp.sum(w)
     if reduction == MEAN:
@@ -695,9 +683,9 @@ def _nll_forward(self, target, weight, reduction, ignore_index):
 
 def _nll_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
     x, tc, w = _nll_parts(self, target, weight, ignore_index)
-    g = _up(grad_output)
+    g = to_opmath(grad_output)
     if reduction == MEAN:
-        coef = -w * g / _up(total_weight)
+        coef = -w * g / to_opmath(total_weight)
     elif reduction == SUM:
         coef = -w * g
     else:
@@ -741,73 +729,73 @@ def _target_verdict(classes, lo_hi):
 
 @register("mse_loss.default")
 def mse_loss(self, target, reduction=MEAN):
-    d = _up(self) - _up(target)
+    d = to_opmath(self) - to_opmath(target)
     return _reduce(d * d, reduction)
 
 
 @register("mse_loss_backward.default")
 def mse_loss_backward(grad_output, self, target, reduction):
-    d = _up(self) - _up(target)
-    return 2 * d * _grad_scale(_up(grad_output), d.shape, reduction)
+    d = to_opmath(self) - to_opmath(target)
+    return 2 * d * _grad_scale(to_opmath(grad_output), d.shape, reduction)
 
 
 @register("smooth_l1_loss.default")
 def smooth_l1_loss(self, target, reduction=MEAN, beta=1.0):
-    d = jnp.abs(_up(self) - _up(target))
+    d = jnp.abs(to_opmath(self) - to_opmath(target))
     return _reduce(jnp.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta), reduction)
 
 
 @register("smooth_l1_loss_backward.default")
 def smooth_l1_loss_backward(grad_output, self, target, reduction, beta):
-    d = _up(self) - _up(target)
-    g = _grad_scale(_up(grad_output), d.shape, reduction)
+    d = to_opmath(self) - to_opmath(target)
+    g = _grad_scale(to_opmath(grad_output), d.shape, reduction)
     return jnp.where(d <= -beta, -g, jnp.where(d >= beta, g, g * d / beta))
 
 
 @register("huber_loss.default")
 def huber_loss(self, target, reduction=MEAN, delta=1.0):
-    d = jnp.abs(_up(self) - _up(target))
+    d = jnp.abs(to_opmath(self) - to_opmath(target))
     return _reduce(jnp.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta)), reduction)
 
 
 @register("huber_loss_backward.default")
 def huber_loss_backward(grad_output, self, target, reduction, delta):
-    d = _up(self) - _up(target)
-    g = _grad_scale(_up(grad_output), d.shape, reduction)
+    d = to_opmath(self) - to_opmath(target)
+    g = _grad_scale(to_opmath(grad_output), d.shape, reduction)
     return jnp.where(d <= -delta, -delta * g, jnp.where(d >= delta, delta * g, g * d))
 
 
 @register("binary_cross_entropy.default")
 def binary_cross_entropy(self, target, weight=None, reduction=MEAN):
-    x, t = _up(self), _up(target)
+    x, t = to_opmath(self), to_opmath(target)
     # CPU clamps each log at -100 so x == 0 or 1 gives a finite loss
     loss = (t - 1) * jnp.maximum(jnp.log1p(-x), -100) - t * jnp.maximum(jnp.log(x), -100)
     if weight is not None:
-        loss = loss * _up(weight)
+        loss = loss * to_opmath(weight)
     return _reduce(loss, reduction)
 
 
 @register("binary_cross_entropy_backward.default")
 def binary_cross_entropy_backward(grad_output, self, target, weight=None, reduction=MEAN):
-    x, t = _up(self), _up(target)
-    g = _grad_scale(_up(grad_output), x.shape, reduction)
+    x, t = to_opmath(self), to_opmath(target)
+    g = _grad_scale(to_opmath(grad_output), x.shape, reduction)
     grad = g * (x - t) / jnp.maximum((1 - x) * x, 1e-12)
     if weight is not None:
-        grad = grad * _up(weight)
+        grad = grad * to_opmath(weight)
     return grad
 
 
 @register("binary_cross_entropy_with_logits.default")
 def binary_cross_entropy_with_logits(self, target, weight=None, pos_weight=None, reduction=MEAN):
-    x, t = _up(self), _up(target)
+    x, t = to_opmath(self), to_opmath(target)
     # log(1 + exp(-x)) computed without overflow
     softplus_neg = jnp.log1p(jnp.exp(-jnp.abs(x))) + jnp.maximum(-x, 0)
     if pos_weight is not None:
-        loss = (1 - t) * x + ((_up(pos_weight) - 1) * t + 1) * softplus_neg
+        loss = (1 - t) * x + ((to_opmath(pos_weight) - 1) * t + 1) * softplus_neg
     else:
         loss = (1 - t) * x + softplus_neg
     if weight is not None:
-        loss = loss * _up(weight)
+        loss = loss * to_opmath(weight)
     return _reduce(loss, reduction)
 
 
@@ -827,224 +815,10 @@ def native_dropout_backward(grad_output, mask, scale):
     return grad_output * (mask.astype(grad_output.dtype) * jnp.asarray(scale, grad_output.dtype))
 
 
-# ---- upsampling ----------------------------------------------------------------
-
-def _scale(n_in, n_out, scale):
-    """PyTorch's source/destination ratio (compute_scales_value), as a float32."""
-    if scale is not None and scale > 0:
-        return np.float32(1.0 / scale)
-    return np.float32(n_in / n_out)
-
-
-def _nearest_index(n_in, n_out, scale):
-    o = np.arange(n_out)
-    if n_out == n_in:
-        return o
-    if n_out == 2 * n_in:
-        return o >> 1
-    src = np.floor(o.astype(np.float32) * _scale(n_in, n_out, scale)).astype(np.int64)
-    return np.minimum(src, n_in - 1)
-
-
-def _nearest_exact_index(n_in, n_out, scale):
-    """"nearest-exact": the source pixel whose center is nearest, floor((o + 0.5) * scale)."""
-    o = np.arange(n_out).astype(np.float32)
-    src = np.floor((o + np.float32(0.5)) * _scale(n_in, n_out, scale)).astype(np.int64)
-    return np.minimum(src, n_in - 1)
-
-
-def _upsample_nearest(x, output_size, scales, exact=False):
-    nsp = len(output_size)
-    index = _nearest_exact_index if exact else _nearest_index
-    for i, (n_out, s) in enumerate(zip(output_size, scales)):
-        axis = x.ndim - nsp + i
-        x = jnp.take(x, jnp.asarray(index(x.shape[axis], n_out, s)), axis=axis)
-    return x
-
-
-def _ratio(n_in, n_out, align_corners, scale, f):
-    """Source pixels per destination pixel in the math type ``f`` (area_pixel_compute_scale)."""
-    if align_corners:
-        return f((n_in - 1) / (n_out - 1)) if n_out > 1 else f(0)
-    return f(1.0 / scale) if scale is not None and scale > 0 else f(n_in / n_out)  # compute_scales_value
-
-
-def _linear_taps(n_in, n_out, align_corners, scale, dtype):
-    """(i0, i1, w0, w1) of linear interpolation along one dim
-    (area_pixel_compute_source_index), in the op's math dtype as the CPU
-    computes them (float64 for double, else float32)."""
-    f = np.dtype(dtype).type
-    o = np.arange(n_out).astype(f)
-    ratio = _ratio(n_in, n_out, align_corners, scale, f)
-    src = ratio * o if align_corners else np.maximum(ratio * (o + f(0.5)) - f(0.5), 0)
-    i0 = src.astype(np.int64)
-    i1 = i0 + (i0 < n_in - 1)
-    w1 = np.clip(src - i0, 0, 1).astype(f)
-    return i0, i1, 1 - w1, w1
-
-
-def _upsample_linear(x, output_size, align_corners, scales):
-    nsp = len(output_size)
-    y = _up(x)
-    for i, (n_out, s) in enumerate(zip(output_size, scales)):
-        axis = x.ndim - nsp + i
-        i0, i1, w0, w1 = _linear_taps(x.shape[axis], n_out, align_corners, s, y.dtype)
-        shape = [1] * x.ndim
-        shape[axis] = n_out
-        y = (jnp.take(y, jnp.asarray(i0), axis=axis) * jnp.asarray(w0, y.dtype).reshape(shape)
-             + jnp.take(y, jnp.asarray(i1), axis=axis) * jnp.asarray(w1, y.dtype).reshape(shape))
-    return y.astype(x.dtype)
-
-
-def _transpose_of(fn, grad_output, input_size):
+def transpose_of(fn, grad_output, input_size):
+    """The gradient of linear ``fn`` at an input of ``input_size``: its transpose applied to ``grad_output``."""
     f = jax.linear_transpose(fn, jnp.zeros(tuple(input_size), grad_output.dtype))
     return f(grad_output)[0]
-
-
-@register("upsample_nearest1d.default")
-def upsample_nearest1d(self, output_size, scales=None):
-    return _upsample_nearest(self, output_size, (scales,))
-
-
-@register("upsample_nearest2d.default")
-def upsample_nearest2d(self, output_size, scales_h=None, scales_w=None):
-    return _upsample_nearest(self, output_size, (scales_h, scales_w))
-
-
-@register("upsample_nearest3d.default")
-def upsample_nearest3d(self, output_size, scales_d=None, scales_h=None, scales_w=None):
-    return _upsample_nearest(self, output_size, (scales_d, scales_h, scales_w))
-
-
-@register("upsample_nearest1d_backward.default")
-def upsample_nearest1d_backward(grad_output, output_size, input_size, scales=None):
-    return _transpose_of(lambda v: _upsample_nearest(v, output_size, (scales,)), _up(grad_output),
-                         input_size)
-
-
-@register("upsample_nearest2d_backward.default")
-def upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h=None, scales_w=None):
-    return _transpose_of(lambda v: _upsample_nearest(v, output_size, (scales_h, scales_w)),
-                         _up(grad_output), input_size)
-
-
-@register("upsample_nearest3d_backward.default")
-def upsample_nearest3d_backward(grad_output, output_size, input_size, scales_d=None, scales_h=None,
-                                scales_w=None):
-    return _transpose_of(lambda v: _upsample_nearest(v, output_size, (scales_d, scales_h, scales_w)),
-                         _up(grad_output), input_size)
-
-
-# nearest-exact, 1-3 spatial dims: the scales are the trailing arguments
-for _n in (1, 2, 3):
-    register(f"_upsample_nearest_exact{_n}d.default")(
-        lambda self, output_size, *scales: _upsample_nearest(self, output_size, scales or (None,) * len(output_size),
-                                                             exact=True))
-    register(f"_upsample_nearest_exact{_n}d_backward.default")(
-        lambda grad_output, output_size, input_size, *scales: _transpose_of(
-            lambda v: _upsample_nearest(v, output_size, scales or (None,) * len(output_size), exact=True),
-            _up(grad_output), input_size))
-
-
-@register("upsample_linear1d.default")
-def upsample_linear1d(self, output_size, align_corners, scales=None):
-    return _upsample_linear(self, output_size, align_corners, (scales,))
-
-
-def _resize_image(x, output_size, align_corners, scales, kind):
-    """uint8 images: the CPU's fixed-point resize, not float math."""
-    from .antialias import resize_uint8  # it builds on this module's taps
-    return resize_uint8(x, output_size, align_corners, scales, kind, antialias=False)
-
-
-@register("upsample_bilinear2d.default")
-def upsample_bilinear2d(self, output_size, align_corners, scales_h=None, scales_w=None):
-    if self.dtype == np.uint8:
-        return _resize_image(self, output_size, align_corners, (scales_h, scales_w), "bilinear")
-    return _upsample_linear(self, output_size, align_corners, (scales_h, scales_w))
-
-
-@register("upsample_trilinear3d.default")
-def upsample_trilinear3d(self, output_size, align_corners, scales_d=None, scales_h=None, scales_w=None):
-    return _upsample_linear(self, output_size, align_corners, (scales_d, scales_h, scales_w))
-
-
-_CUBIC_A = -0.75  # ATen's (and OpenCV's) cubic convolution parameter
-
-
-def _cubic_taps(n_in, n_out, align_corners, scale, dtype):
-    """The 4 clamped source indices and weights per output position along one
-    dim (ATen's area_pixel_compute_source_index with cubic=True and
-    get_cubic_upsample_coefficients), in the op's math dtype as the CPU
-    computes them (float64 for double, else float32)."""
-    f = np.dtype(dtype).type
-    o = np.arange(n_out).astype(f)
-    ratio = _ratio(n_in, n_out, align_corners, scale, f)
-    src = ratio * o if align_corners else ratio * (o + f(0.5)) - f(0.5)  # may be < 0
-    base = np.floor(src)
-    t = (src - base).astype(f)
-    a = f(_CUBIC_A)
-
-    def near(x):  # |x| <= 1
-        return ((a + 2) * x - (a + 3)) * x * x + 1
-
-    def far(x):  # 1 < |x| < 2
-        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-
-    one = f(1)
-    weights = [far(t + one), near(t), near(one - t), far(one - t + one)]
-    index = [np.clip(base.astype(np.int64) + k, 0, n_in - 1) for k in (-1, 0, 1, 2)]
-    return index, [w.astype(f) for w in weights]
-
-
-def _upsample_bicubic(x, output_size, align_corners, scales):
-    # width first, then height, as the CPU kernel interpolates each row then the column
-    y = _up(x)
-    for i in (1, 0):
-        axis = x.ndim - 2 + i
-        index, weights = _cubic_taps(x.shape[axis], output_size[i], align_corners, scales[i], y.dtype)
-        shape = [1] * x.ndim
-        shape[axis] = output_size[i]
-        taps = [jnp.take(y, jnp.asarray(ix), axis=axis) * jnp.asarray(w, y.dtype).reshape(shape)
-                for ix, w in zip(index, weights)]
-        y = taps[0] + taps[1] + taps[2] + taps[3]
-    return y.astype(x.dtype)
-
-
-@register("upsample_bicubic2d.default")
-def upsample_bicubic2d(self, output_size, align_corners, scales_h=None, scales_w=None):
-    if self.dtype == np.uint8:
-        return _resize_image(self, output_size, align_corners, (scales_h, scales_w), "bicubic")
-    return _upsample_bicubic(self, output_size, align_corners, (scales_h, scales_w))
-
-
-@register("upsample_bicubic2d_backward.default")
-def upsample_bicubic2d_backward(grad_output, output_size, input_size, align_corners, scales_h=None,
-                                scales_w=None):
-    return _transpose_of(lambda v: _upsample_bicubic(v, output_size, align_corners, (scales_h, scales_w)),
-                         _up(grad_output), input_size)
-
-
-@register("upsample_linear1d_backward.default")
-def upsample_linear1d_backward(grad_output, output_size, input_size, align_corners, scales=None):
-    return _transpose_of(lambda v: _upsample_linear(v, output_size, align_corners, (scales,)),
-                         _up(grad_output), input_size)
-
-
-@register("upsample_bilinear2d_backward.default")
-def upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners, scales_h=None,
-                                 scales_w=None):
-    return _transpose_of(
-        lambda v: _upsample_linear(v, output_size, align_corners, (scales_h, scales_w)),
-        _up(grad_output), input_size)
-
-
-@register("upsample_trilinear3d_backward.default")
-def upsample_trilinear3d_backward(grad_output, output_size, input_size, align_corners, scales_d=None,
-                                  scales_h=None, scales_w=None):
-    return _transpose_of(
-        lambda v: _upsample_linear(v, output_size, align_corners, (scales_d, scales_h, scales_w)),
-        _up(grad_output), input_size)
 
 
 # ---- padding -------------------------------------------------------------------
@@ -1085,7 +859,7 @@ def _register_pads(kind, mode):
             return _pad_mode(self, padding, _mode)
 
         def backward(grad_output, self, padding, _mode=mode):
-            return _pad_backward(_up(grad_output), self, padding, _mode)
+            return _pad_backward(to_opmath(grad_output), self, padding, _mode)
         forward.__name__, backward.__name__ = name, name + "_backward"
         register(name + ".default")(forward)
         register(name + "_backward.default")(backward)
@@ -1117,7 +891,7 @@ def col2im(self, output_size, kernel_size, dilation, padding, stride):
     # col2im sums overlapping patches back: the transpose of im2col
     kk = kernel_size[0] * kernel_size[1]
     shape = self.shape[:-2] + (self.shape[-2] // kk,) + tuple(output_size)
-    return _transpose_of(lambda v: _im2col(v, kernel_size, dilation, padding, stride), self, shape)
+    return transpose_of(lambda v: _im2col(v, kernel_size, dilation, padding, stride), self, shape)
 
 
 @register("pixel_shuffle.default")
@@ -1149,5 +923,5 @@ def channel_shuffle(self, groups):
     return jnp.swapaxes(x, 1, 2).reshape(self.shape)
 
 
-indexing.guard("embedding.default", prepare=_check_embedding_indices)
-indexing.guard("nll_loss_forward.default", "nll_loss2d_forward.default", prepare=_check_targets)
+guard("embedding.default", prepare=_check_embedding_indices)
+guard("nll_loss_forward.default", "nll_loss2d_forward.default", prepare=_check_targets)

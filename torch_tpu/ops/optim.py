@@ -4,7 +4,7 @@ is updated by one jitted XLA executable, then every state tensor gets its new
 buffer.
 
 The registry's in-place wrapper writes only one list argument, and these ops
-write four or five, so they are raw kernels over ``storage.access``.
+write four or five, so they are raw kernels over ``eager.access``.
 """
 import functools
 
@@ -13,14 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from ..storage import access
+from ..dtypes import to_opmath
+from ..eager import access
+from ..eager.launch import launch
 from .registry import register_raw
-
-_LOW = (np.dtype(jnp.bfloat16), np.dtype(np.float16))
-
-
-def _opmath(x):
-    return x.astype(np.float32) if x.dtype in _LOW else x
 
 
 @functools.lru_cache(maxsize=None)
@@ -28,7 +24,7 @@ def _adam_fn(adamw: bool, amsgrad: bool, maximize: bool):
     def step(params, grads, exp_avgs, exp_avg_sqs, max_sqs, steps, lr, beta1, beta2, wd, eps, inv_scale):
         outs = ([], [], [], [])
         for i, (p, g, m, v, s) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs, steps)):
-            p32, g32, m32, v32 = (_opmath(x) for x in (p, g, m, v))
+            p32, g32, m32, v32 = (to_opmath(x) for x in (p, g, m, v))
             ct = p32.dtype
             g32 = g32 * inv_scale.astype(ct)
             if maximize:
@@ -44,7 +40,7 @@ def _adam_fn(adamw: bool, amsgrad: bool, maximize: bool):
             bc1 = 1 - b1 ** t
             bc2_sqrt = jnp.sqrt(1 - b2 ** t)
             if amsgrad:
-                vmax = jnp.maximum(_opmath(max_sqs[i]), v32)
+                vmax = jnp.maximum(to_opmath(max_sqs[i]), v32)
                 outs[3].append(vmax.astype(max_sqs[i].dtype))
             else:
                 vmax = v32
@@ -80,10 +76,10 @@ def _fused_adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, stat
         return
     inv_scale = 1.0 / _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0)
     fn = _adam_fn(adamw, bool(amsgrad), bool(maximize))
-    new_p, new_m, new_v, new_max = fn(
+    new_p, new_m, new_v, new_max = launch("aten::_fused_adamw_" if adamw else "aten::_fused_adam_", fn, (
         _read_all(self), _read_all(grads), _read_all(exp_avgs), _read_all(exp_avg_sqs),
         _read_all(max_exp_avg_sqs) if amsgrad else [], _read_all(state_steps),
-        _scalar(lr), _scalar(beta1), _scalar(beta2), _scalar(weight_decay), _scalar(eps), inv_scale)
+        _scalar(lr), _scalar(beta1), _scalar(beta2), _scalar(weight_decay), _scalar(eps), inv_scale))
     _write_all(((self, new_p), (exp_avgs, new_m), (exp_avg_sqs, new_v),
                 (max_exp_avg_sqs if amsgrad else [], new_max)))
 
@@ -106,7 +102,7 @@ def _skipped(found_inf):
 def _as_param_dtype(value, p):
     # The CPU kernels round a double hyperparameter to the parameter's dtype,
     # then compute in its opmath type.
-    return jnp.asarray(value).astype(p.dtype).astype(_opmath(p).dtype)
+    return jnp.asarray(value).astype(p.dtype).astype(to_opmath(p).dtype)
 
 
 def _step_grad(p, g, grad_scale, maximize, wd, new_grads):
@@ -114,7 +110,7 @@ def _step_grad(p, g, grad_scale, maximize, wd, new_grads):
     GradScaler's gradient unscaled (and stored back, appended to ``new_grads``),
     negated to maximize, plus weight decay (``wd`` None: none, as the CPU skips
     it at 0, where p * 0 would be NaN for an infinite p).  Returns (p, g)."""
-    p32, g32 = _opmath(p), _opmath(g)
+    p32, g32 = to_opmath(p), to_opmath(g)
     if grad_scale is not None:
         g32 = g32 / grad_scale.astype(g32.dtype)
         new_grads.append(g32.astype(g.dtype))
@@ -133,7 +129,7 @@ def _sgd_fn(momentum: bool, nesterov: bool, maximize: bool, first: bool, scaled:
             p32, g32 = _step_grad(p, g, grad_scale if scaled else None, maximize, wd if decay else None, new_g)
             if momentum:
                 m = _as_param_dtype(mom, p)
-                b = g32 if first else _opmath(bufs[i]) * m + g32 * _as_param_dtype(1 - dampening, p)
+                b = g32 if first else to_opmath(bufs[i]) * m + g32 * _as_param_dtype(1 - dampening, p)
                 new_b.append(b.astype(bufs[i].dtype))
                 g32 = g32 + b * m if nesterov else b
             new_p.append((p32 + g32 * (-lr).astype(p32.dtype)).astype(p.dtype))
@@ -150,10 +146,10 @@ def fused_sgd_(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr,
         return
     fn = _sgd_fn(momentum != 0, bool(nesterov), bool(maximize), bool(is_first_step), grad_scale is not None,
                  weight_decay != 0)
-    new_p, new_g, new_b = fn(_read_all(self), _read_all(grads), _read_all(momentum_buffer_list),
-                             _scalar(lr), jnp.asarray(float(weight_decay)), jnp.asarray(float(momentum)),
-                             jnp.asarray(float(dampening)),
-                             _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0))
+    new_p, new_g, new_b = launch("aten::_fused_sgd_", fn, (
+        _read_all(self), _read_all(grads), _read_all(momentum_buffer_list),
+        _scalar(lr), jnp.asarray(float(weight_decay)), jnp.asarray(float(momentum)), jnp.asarray(float(dampening)),
+        _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0)))
     _write_all(((self, new_p), (grads, new_g), (momentum_buffer_list, new_b)))
 
 
@@ -163,7 +159,7 @@ def _adagrad_fn(maximize: bool, scaled: bool, decay: bool):
         new_p, new_g, new_s = [], [], []
         for p, g, acc, t in zip(params, grads, sums, steps):
             p32, g32 = _step_grad(p, g, grad_scale if scaled else None, maximize, wd if decay else None, new_g)
-            total = _opmath(acc) + g32 * g32
+            total = to_opmath(acc) + g32 * g32
             new_s.append(total.astype(acc.dtype))
             # the CPU reads the step as a float and decays the rate in double
             clr = lr.astype(np.float64) / (1.0 + (t.astype(np.float32).astype(np.float64) - 1.0) * lr_decay)
@@ -178,10 +174,11 @@ def fused_adagrad_(self, grads, state_sums, state_steps, *, lr, lr_decay, weight
                    grad_scale=None, found_inf=None):
     if not self or _skipped(found_inf):
         return
-    new_p, new_g, new_s = _adagrad_fn(bool(maximize), grad_scale is not None, weight_decay != 0)(
+    fn = _adagrad_fn(bool(maximize), grad_scale is not None, weight_decay != 0)
+    new_p, new_g, new_s = launch("aten::_fused_adagrad_", fn, (
         _read_all(self), _read_all(grads), _read_all(state_sums), _read_all(state_steps), _scalar(lr),
         jnp.asarray(float(lr_decay)), jnp.asarray(float(weight_decay)), jnp.asarray(float(eps)),
-        _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0))
+        _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0)))
     _write_all(((self, new_p), (grads, new_g), (state_sums, new_s)))
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from . import indexing
-from .registry import Kernel, Options, _install, out_dtype, register, register_raw, resolve, rng_key
+from .registry import guard, out_dtype, register, register_raw, rng_key
 
 aten = torch.ops.aten
 
@@ -38,12 +38,6 @@ def _normal01(shape):
     return jax.random.normal(rng_key(), shape, _float_dtype())
 
 
-def _install_inplace(name, impl):
-    """An in-place random op whose functional twin has another name (normal_)."""
-    op = resolve(name)
-    _install(op, Kernel(op, impl, "inplace", Options(rng=True)))
-
-
 @register("uniform.default", rng=True)
 def uniform(self, from_=0.0, to=1.0, *, generator=None, **kw):
     lo, hi = kw.get("from", from_), to
@@ -54,7 +48,7 @@ def _normal_like(self, mean=0.0, std=1.0, generator=None):
     return mean + std * _normal01(self.shape)
 
 
-_install_inplace("normal_.default", _normal_like)
+register("normal_.default", mode="inplace", rng=True)(_normal_like)  # its functional twin has another name
 register("normal_functional.default", rng=True)(_normal_like)
 
 
@@ -138,9 +132,7 @@ def _randperm(n, *, generator=None, **_):
     return jax.random.permutation(rng_key(), n)
 
 
-for _name in ("randperm.generator_out", "randperm.out"):
-    _op = resolve(_name)
-    _install(_op, Kernel(_op, _randperm, "out", Options(rng=True)))
+register("randperm.generator_out", "randperm.out", mode="out", rng=True)(_randperm)
 
 
 @register("multinomial.default", rng=True)
@@ -197,7 +189,7 @@ def _check_rate(bound):
         raise RuntimeError("invalid Poisson rate, expected rate to be non-negative")
 
 
-indexing.guard("poisson.default", prepare=_check_rate)
+guard("poisson.default", prepare=_check_rate)
 
 
 @register("binomial.default", rng=True)
@@ -252,4 +244,4 @@ def _check_random_range(bound):
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
 
 
-indexing.guard("random.from", prepare=_check_random_range)
+guard("random.from", prepare=_check_random_range)

@@ -7,29 +7,22 @@ which is int64 for sums) and the wrapper casts to ``out_dtype``.
 """
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 from jax import lax
 from torch._prims_common import canonicalize_dim
 
 from .. import dtypes
-from ..eager import modes
-from ..storage import access
-from . import errors, indexing
+from ..dtypes import opmath
+from ..eager import access
+from ..eager.launch import launch
+from . import errors
 from .elementwise import log_add_exp_complex
-from .registry import out_dtype, register, register_raw
+from .registry import guard, out_dtype, register, register_raw
 
-_HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
-
-
-def _acc(dtype):
-    """Accumulation dtype for a result dtype: halves accumulate in float32."""
-    dtype = np.dtype(dtype)
-    return np.dtype(np.float32) if dtype in _HALF else dtype
 
 
 def _cast_acc(x, i=0):
-    return x.astype(_acc(out_dtype(i)))
+    return x.astype(opmath(out_dtype(i)))
 
 
 def _dims(dim, ndim):
@@ -47,10 +40,6 @@ def _dims(dim, ndim):
 def _axis(dim, ndim):
     """One normalized axis; 0-d tensors accept dim 0/-1 and have no axis (None)."""
     return None if ndim == 0 else dim % ndim
-
-
-def _keep(result, dims, keepdim):
-    return jnp.expand_dims(result, dims) if keepdim and dims else result
 
 
 def _refuse(x, dtypes, what):
@@ -291,7 +280,7 @@ def _vector_norm(x, ord, dims, keepdim):
 
 def _norm_input(self):
     """The input in the precision PyTorch computes the norm in."""
-    dt = _acc(out_dtype())
+    dt = opmath(out_dtype())
     if jnp.iscomplexobj(self):
         return self.astype(jnp.result_type(dt, jnp.complex64))
     return self.astype(dt)
@@ -327,7 +316,7 @@ def trace(self):
 def renorm(self, p, dim, maxnorm):
     # each slice along dim whose p-norm exceeds maxnorm is scaled down to it
     # (PyTorch's factor maxnorm / (norm + 1e-7)); the norm in float32 for halves
-    x = self.astype(_acc(self.dtype))
+    x = self.astype(opmath(self.dtype))
     dims = tuple(d for d in range(self.ndim) if d != dim % max(self.ndim, 1))
     norm = _vector_norm(x, p, dims, True)
     factor = jnp.where(norm > maxnorm, jnp.asarray(maxnorm, norm.dtype) / (norm + 1e-7), 1.0).astype(norm.dtype)
@@ -355,8 +344,7 @@ def equal(self, other):
         return False
     common = dtypes.to_np(torch.result_type(self, other))  # mixed dtypes compare promoted, as on the CPU
     a, b = access.read(self).astype(common), access.read(other).astype(common)
-    result = _all_equal(a, b)
-    modes.after_op("aten::equal", result)
+    result = launch("aten::equal", _all_equal, (a, b))
     return bool(result)
 
 
@@ -403,7 +391,7 @@ def cummin(self, dim):
 @register("logcumsumexp.default", "_logcumsumexp.default")
 def logcumsumexp(self, dim):
     _refuse(self, (jnp.integer, jnp.bool_), "logcumsumexp_out_cpu")
-    x = self.astype(_acc(self.dtype))
+    x = self.astype(opmath(self.dtype))
     axis = _axis(dim, self.ndim)
     if axis is None:
         return x.astype(self.dtype)
@@ -602,12 +590,12 @@ def _dim_in_range(bound):
     canonicalize_dim(bound["self"].dim(), bound["dim"])
 
 
-indexing.guard("_softmax.default", "_log_softmax.default", "_safe_softmax.default", prepare=_dim_in_range)
+guard("_softmax.default", "_log_softmax.default", "_safe_softmax.default", prepare=_dim_in_range)
 
 
 @register("_softmax_backward_data.default")
 def softmax_backward(grad_output, output, dim, input_dtype):
-    acc = _acc(out_dtype())
+    acc = opmath(out_dtype())
     g, axis, back = _softmax_axis(grad_output.astype(acc), dim)
     y = _softmax_axis(output.astype(acc), dim)[0]
     return back(y * (g - jnp.sum(g * y, axis=axis, keepdims=True)))
@@ -615,7 +603,7 @@ def softmax_backward(grad_output, output, dim, input_dtype):
 
 @register("_log_softmax_backward_data.default")
 def log_softmax_backward(grad_output, output, dim, input_dtype):
-    acc = _acc(out_dtype())
+    acc = opmath(out_dtype())
     g, axis, back = _softmax_axis(grad_output.astype(acc), dim)
     y = _softmax_axis(output.astype(acc), dim)[0]
     return back(g - jnp.exp(y) * jnp.sum(g, axis=axis, keepdims=True))

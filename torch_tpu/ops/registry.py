@@ -18,8 +18,9 @@ changing learning rate does not recompile.
 """
 import dataclasses
 import logging
+import math
 import threading
-from typing import Callable
+from typing import Callable, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -31,15 +32,17 @@ from .. import dtypes, precision
 from ..casting import convert
 from ..eager import fusion, modes
 from ..eager.fusion import LazyBuffer
+from ..eager.launch import launch
 from ..storage import buffers, views
+from ..storage.views import OutSpec, ViewSpec
 from . import errors, out_checks
 from .. import logs as _logs
-from ..profiler import record as _prof  # torch.profiler ranges, only while one is active
 
 log = logging.getLogger("torch_tpu.ops")
 
-_LIB = torch.library.Library("aten", "IMPL")
-KERNELS: dict = {}  # OpOverload -> Kernel
+_LIBRARIES: dict = {}  # namespace -> the torch.library.Library holding our kernels
+KERNELS: dict = {}  # OpOverload -> what the tpu dispatcher entry calls (a Kernel or a raw kernel)
+GRAPH_FORMS: dict = {}  # OpOverload -> its GraphForm: how a torch.compile graph runs it
 PROMOTE = ELEMENTWISE_TYPE_PROMOTION_KIND
 
 _SCALAR_TYPES = (float, int, bool, complex)
@@ -57,6 +60,11 @@ class _Tag:
 
 
 TENSOR, CPU_SCALAR, NUMBER = _Tag("T"), _Tag("C"), _Tag("S")
+_NUMBER_KEYS = {t: (NUMBER, t) for t in _SCALAR_TYPES}  # a traced number's signature entry, made once
+# static arguments the fast path keeps as they are (what _encode returns them as)
+_STATIC_TYPES = (int, float, bool, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
+_TORCH_TO_NP = dtypes.TORCH_TO_NP
+_new = tuple.__new__  # builds a ViewSpec without NamedTuple's keyword-handling __new__ (every op input)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +81,10 @@ class Options:
     # (args, kwargs) -> the outputs' torch dtypes (None: the meta kernel's), for
     # ops whose CPU kernel picks other dtypes than their meta kernel does
     out_dtypes: object = None
+    # compute in the result dtype's opmath (``dtypes.opmath``): tensor and
+    # Scalar operands arrive cast to it, as PyTorch's CPU kernels compute
+    # float16/bfloat16 in float32 (torch._decomp's ``pw_cast_for_opmath``)
+    opmath: bool = False
 
 
 # ---- what an implementation can ask while it is traced --------------------
@@ -99,9 +111,31 @@ def rng_key():
     return _trace.key
 
 
-# ---- registration ------------------------------------------------------------
+class GraphForm(Protocol):
+    """How a torch.compile graph runs an op (``compile/lowering.py``): a
+    functional ``Kernel`` is its own graph form; a raw kernel declares one with
+    ``register_raw(..., graph=...)`` (``MaskedOutputs`` for ``register(mask=)``)."""
+    opts: Options
 
-def resolve(name: str) -> torch._ops.OpOverload:
+    def promote_dtype(self, args, kwargs):
+        """The operands' computation dtype (NumPy), or None."""
+
+    def apply(self, args, kwargs, promote_dtype, out_dtypes, key=None) -> list:
+        """The op on traced values: one result array (or None) per output."""
+
+
+def graph_form(op):
+    """The op's ``GraphForm``, or None when graphs cannot run it."""
+    return GRAPH_FORMS.get(op)
+
+
+# ---- registration: register (a JAX implementation), register_raw (a Python
+# kernel), guard (a host-side step in front of registered ops) ---------------
+
+def resolve(name) -> torch._ops.OpOverload:
+    """The aten overload ``"packet.overload"`` (an OpOverload is returned as is)."""
+    if not isinstance(name, str):
+        return name
     packet, _, overload = name.partition(".")
     return getattr(getattr(torch.ops.aten, packet), overload or "default")
 
@@ -111,7 +145,7 @@ def _arg_signature(schema, drop_out: bool):
                  if not (drop_out and a.kwarg_only and a.alias_info is not None and a.alias_info.is_write))
 
 
-def _siblings(op: torch._ops.OpOverload):
+def variants_of(op: torch._ops.OpOverload):
     """The in-place and out= overloads that compute what ``op`` computes."""
     base = op._schema.name.split("::")[1]
     sig = _arg_signature(op._schema, drop_out=False)
@@ -137,77 +171,125 @@ def _siblings(op: torch._ops.OpOverload):
     return found
 
 
-def register(*names: str, variants: bool = True, **options):
-    """Register a JAX implementation for the named functional overloads."""
+def register(*names, mode: str = "functional", variants: bool = True, mask=None, mask_of=None, **options):
+    """Register a JAX implementation (traced on jax arrays) for the named
+    overloads (names or OpOverloads), with ``Options`` (``promote=``, ``rng=``,
+    ``opmath=``, ...).  ``mode="functional"`` (default) also serves the
+    in-place and ``out=`` siblings unless ``variants=False``; ``mode="inplace"``
+    or ``"out"`` registers only the named overloads, written in that mode.
+
+    ``mask``: the name of an argument (a bool list, or a value ``mask_of``
+    maps to one; a tuple of names for separate bool flags, ``mask_of`` then
+    gets the tuple of their values) that selects the outputs computed (a
+    backward op's gradients).  The implementation returns only the selected
+    outputs (already in their final dtypes); the others come back as undefined
+    tensors (None), as on the CPU.  Such ops have no meta kernel run."""
+    if mask is not None:
+        options.setdefault("meta", False)
     opts = Options(**options)
 
     def decorate(impl: Callable):
         for name in names:
             op = resolve(name)
-            _install(op, Kernel(op, impl, "functional", opts))
-            if variants:
-                for sibling, mode in _siblings(op):
+            if mask is not None:
+                _register_masked(op, impl, opts, mask, mask_of)
+                continue
+            _install(op, Kernel(op, impl, mode, opts))
+            if variants and mode == "functional":
+                for sibling, sibling_mode in variants_of(op):
                     if sibling not in KERNELS:
-                        _install(sibling, Kernel(sibling, impl, mode, opts))
+                        _install(sibling, Kernel(sibling, impl, sibling_mode, opts))
         return impl
     return decorate
 
 
-def register_raw(*names: str):
-    """Register a hand-written Python kernel (called with the torch arguments)."""
+def register_raw(*names, graph: GraphForm = None, dispatch_key: str = "PrivateUse1"):
+    """Register a hand-written Python kernel (called with the torch arguments;
+    it launches device work through registered kernels or ``eager.launch``).
+    ``graph``: how torch.compile graphs run the op (none: graphs cannot).
+    ``dispatch_key="AutogradPrivateUse1"`` puts it above autograd instead."""
     def decorate(fn):
         for name in names:
-            _install(resolve(name), fn)
+            _install(resolve(name), fn, graph, dispatch_key)
         return fn
     return decorate
 
 
-def register_masked(name: str, mask_arg="output_mask", mask_of=None, layout_from=()):
-    """Register an op whose ``mask_arg`` (a bool list, or a value ``mask_of``
-    maps to one) selects the outputs computed (a backward op's gradients).
-    ``mask_arg`` may be a tuple of names (separate bool flags): ``mask_of``
-    then gets the tuple of their values.
-    The implementation returns only the selected outputs (already in their
-    final dtypes); the others come back as undefined tensors (None), as on CPU.
-    ``layout_from``: as ``Options.layout_from``."""
-    op = resolve(name)
+def guard(*names, prepare):
+    """Put ``prepare(args_by_name)`` (a host-side check or argument
+    conversion) in front of the named registered ops and their in-place/out=
+    siblings.  Only the eager dispatcher entry is wrapped: KERNELS and the graph
+    form keep the plain Kernel (a traced graph cannot check on the host)."""
+    for name in names:
+        op = resolve(name)
+        for target in [op] + [s for s, _ in variants_of(op)]:
+            kernel = KERNELS.get(target)
+            if isinstance(kernel, Kernel):
+                _library(target).impl(target, _Guarded(kernel, prepare), "PrivateUse1")
+
+
+def kernel(name, impl, mode: str = "functional", **options) -> "Kernel":
+    """A JAX-backed kernel for overload ``name`` that is not the op's own entry:
+    a raw kernel calls it (e.g. after host-side checks)."""
+    return Kernel(resolve(name), impl, mode, Options(**options))
+
+
+class _Guarded:
+    """A kernel with a host-side step first (bounds check, mask conversion)."""
+
+    def __init__(self, kernel, prepare):
+        self.kernel = kernel
+        self.prepare = prepare
+        self.names = kernel.arg_names
+
+    def __call__(self, *args, **kwargs):
+        bound = dict(zip(self.names, args))
+        bound.update(kwargs)
+        self.prepare(bound)
+        new_args = [bound[n] for n in self.names[:len(args)]]
+        return self.kernel(*new_args, **{k: bound[k] for k in kwargs})
+
+
+def _register_masked(op, impl, opts, mask_arg, mask_of):
     names = [a.name for a in op._schema.arguments]
     pos = tuple(map(names.index, mask_arg)) if isinstance(mask_arg, tuple) else names.index(mask_arg)
+    inner = Kernel(op, impl, "functional", opts)
+    graph = MaskedOutputs(inner, pos, mask_arg, mask_of)
 
-    def decorate(impl):
-        inner = Kernel(op, impl, "functional", Options(meta=False, layout_from=layout_from))
-        graph = MaskedOutputs(inner, pos, mask_arg, mask_of)
-
-        def kernel(*args, **kwargs):
-            mask = graph.mask(args, kwargs)
-            if not any(mask):
-                return (None,) * len(mask)
-            outs = inner(*args, **kwargs)
-            outs = iter(outs if isinstance(outs, tuple) else (outs,))
-            return tuple(next(outs) if m else None for m in mask)
-        kernel.graph = graph  # what torch.compile graphs run
-        register_raw(name)(kernel)
-        return impl
-    return decorate
+    def masked(*args, **kwargs):
+        mask = graph.mask(args, kwargs)
+        if not any(mask):
+            return (None,) * len(mask)
+        outs = inner(*args, **kwargs)
+        outs = iter(outs if isinstance(outs, tuple) else (outs,))
+        return tuple(next(outs) if m else None for m in mask)
+    _install(op, masked, graph)
 
 
-def _install(op, kernel) -> None:
-    KERNELS[op] = kernel
-    _LIB.impl(op, kernel, "PrivateUse1")
+def _library(op):
+    ns = op._schema.name.split("::")[0]
+    lib = _LIBRARIES.get(ns)
+    if lib is None:
+        lib = _LIBRARIES[ns] = torch.library.Library(ns, "IMPL")
+    return lib
+
+
+def _install(op, kernel, graph=None, dispatch_key="PrivateUse1") -> None:
+    if dispatch_key == "PrivateUse1":
+        KERNELS[op] = kernel
+        if graph is None and isinstance(kernel, Kernel) and kernel.mode == "functional":
+            graph = kernel
+        if graph is not None:
+            GRAPH_FORMS[op] = graph
+        else:
+            GRAPH_FORMS.pop(op, None)
+    _library(op).impl(op, kernel, dispatch_key)
 
 
 # ---- the kernel wrapper -----------------------------------------------------
 
-_TPU = "privateuseone"  # replaced by "tpu" once the backend is renamed
-
-
-def set_device_type(name: str) -> None:
-    global _TPU
-    _TPU = name
-
-
 class _Entry:
-    __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts")
+    __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors")
 
     def __init__(self, fn, out_specs, single, out_buffers):
         self.fn = fn
@@ -215,7 +297,22 @@ class _Entry:
         self.single = single
         self.out_buffers = out_buffers  # (shape, dtype) of each buffer fn returns
         # (size, stride) for outputs laid out permuted in their buffer, else None
-        self.out_layouts = [None if _permuted_order(s) is None else (s[0], s[1]) for s in out_specs]
+        self.out_layouts = [None if views.permuted_order(s) is None else (s.size, s.stride) for s in out_specs]
+        # per output, buffers.wrap_as's (dtype, nbytes, shape, strides): taken
+        # from the first call's results, as wrap would (one executable's
+        # results always have the same shapes and dtypes)
+        self.out_tensors = None
+
+
+def _out_tensors(results, layouts):
+    """``_Entry.out_tensors`` from one call's results."""
+    out = []
+    for arr, lay in zip(results, layouts):
+        aval = getattr(arr, "aval", arr)
+        shape, strides = (aval.shape, buffers.contiguous_strides(aval.shape)) if lay is None else lay
+        out.append((dtypes.NP_TO_TORCH[aval.dtype], math.prod(aval.shape) * aval.dtype.itemsize,
+                    tuple(shape), tuple(strides)))
+    return out
 
 
 class Kernel:
@@ -242,6 +339,10 @@ class Kernel:
         self.dynamic = set() if opts.static_scalars else self.scalar_args | tensor_args
         self.out_names = [a.name for a in schema.arguments
                           if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+        # The common call (positional tpu tensors and traced numbers, no out=,
+        # no tensor list written) is encoded inline by __call__ (see _fast_key).
+        self.fast = mode in ("functional", "inplace") and not self.writes_list and not self.out_names
+        self.traced_positions = tuple(n in self.dynamic for n in self.arg_names)
         self.cache = {}
         self.lock = threading.Lock()
         self.check_overlap = out_checks.checks_overlap(self)
@@ -252,7 +353,7 @@ class Kernel:
     # -- encoding the arguments into a hashable signature plus array inputs --
     def _encode(self, x, name, inputs):
         if isinstance(x, torch.Tensor):
-            if x.device.type == _TPU:
+            if x.device.type == "tpu":
                 spec, buf = views.spec_of(x, dtypes.TORCH_TO_NP[x.dtype])
                 if type(buf) is LazyBuffer and not modes.is_fused():
                     buf = fusion.resolve(buf)
@@ -272,17 +373,46 @@ class Kernel:
             return None
         return x
 
+    def _fast_key(self, args, inputs):
+        """The signature ``__call__``'s general encoding gives positional
+        arguments that are tpu tensors seen plainly through their own storage,
+        traced numbers or static values, built with no call per argument; or
+        None for anything else (then the general path starts over)."""
+        pos = []
+        traced = self.traced_positions
+        fused = modes.is_fused()
+        for i, x in enumerate(args):
+            if isinstance(x, torch.Tensor):
+                buf = getattr(x.untyped_storage(), "_tpu_buf", None)  # None: a C++-made alias (storage_of)
+                if buf is None or x.is_conj() or x.is_neg():
+                    return None
+                aval = getattr(buf, "aval", buf)  # shape and dtype as attributes
+                pos.append((TENSOR, _new(ViewSpec, (aval.shape, aval.dtype, tuple(x.shape), x.stride(),
+                                                    x.storage_offset(), _TORCH_TO_NP[x.dtype]))))
+                inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
+            elif traced[i] and type(x) in _SCALAR_TYPES:
+                inputs.append(x)
+                pos.append(_NUMBER_KEYS[type(x)])
+            elif isinstance(x, _STATIC_TYPES) or x is None:
+                pos.append(x)
+            else:  # lists, CPU tensors, generators, ...
+                return None
+        return (tuple(pos), (), None, torch.get_default_dtype(), precision.key())
+
     def __call__(self, *args, **kwargs):
         if self.check_overlap:
             out_checks.check_no_internal_overlap(args[0] if self.mode == "inplace" else kwargs.get(self.out_names[0]))
         inputs = []
-        names = self.arg_names
-        pos = tuple(self._encode(a, names[i], inputs) for i, a in enumerate(args))
-        kw = tuple((k, self._encode(v, k, inputs)) for k, v in kwargs.items()
-                   if k not in self.out_names)
-        # The default dtype decides the result dtype of int tensor + Python float.
-        key = (pos, kw, _storage_groups(args[0]) if self.writes_list else None, torch.get_default_dtype(),
-               precision.key())
+        key = self._fast_key(args, inputs) if self.fast and not kwargs else None
+        if key is None:
+            inputs = []
+            names = self.arg_names
+            pos = tuple(self._encode(a, names[i], inputs) for i, a in enumerate(args))
+            kw = tuple((k, self._encode(v, k, inputs)) for k, v in kwargs.items()
+                       if k not in self.out_names)
+            # The default dtype decides the result dtype of int tensor + Python float.
+            key = (pos, kw, _storage_groups(args[0]) if self.writes_list else None, torch.get_default_dtype(),
+                   precision.key())
         entry = self.cache.get(key)
         if entry is None:
             with self.lock:
@@ -290,17 +420,9 @@ class Kernel:
                 self.cache[key] = entry
         if self.opts.rng:
             inputs.append(_rng_material(args, kwargs))
-        if modes.is_fused():
-            results = fusion.record(entry.fn, inputs, entry.out_buffers)
-            if self.mode == "inplace" and not self.writes_list:
-                results = results[0]
-        else:
-            try:
-                results = (entry.fn(*inputs) if not _prof.torch_profiler._is_profiler_enabled
-                           else _prof.run(self.name, entry.fn, inputs))
-            except Exception as e:  # an XLA runtime failure: name the op, not JAX internals
-                raise errors.runtime_failure(self.name, e) from None
-            modes.after_op(self.name, results)
+        results = launch(self.name, entry.fn, inputs, entry.out_buffers)
+        if type(results) is list and self.mode == "inplace" and not self.writes_list:
+            results = results[0]  # recorded: one LazyBuffer for the one buffer written
         return self._finish(entry, results, args, kwargs)
 
     # -- output handling ------------------------------------------------------
@@ -313,9 +435,11 @@ class Kernel:
                 return None
             buffers.set_buffer(self_t.untyped_storage(), results)
             return self_t
-        wrap = buffers.wrap
-        tensors = [wrap(arr) if lay is None else wrap(arr, *lay)
-                   for arr, lay in zip(results, entry.out_layouts)]
+        metas = entry.out_tensors
+        if metas is None:
+            metas = entry.out_tensors = _out_tensors(results, entry.out_layouts)
+        wrap_as = buffers.wrap_as
+        tensors = [wrap_as(arr, *meta) for arr, meta in zip(results, metas)]
         if self.mode == "out":
             from .core import copy_into
             outs = []
@@ -353,16 +477,16 @@ class Kernel:
             in_place_bits = [t[2] if len(t) > 2 else () for t in destinations]
         out_specs = None
         if mode == "inplace":
-            out_specs = [(spec[2], None, spec[5]) for spec in in_place_specs]
+            out_specs = [OutSpec(spec.size, None, spec.dtype) for spec in in_place_specs]
         elif meta_out is not None:
             metas = list(meta_out) if not single else [meta_out]
             if mode == "out":
                 metas = metas[:len(self.out_names)] if len(metas) >= len(self.out_names) else metas
-            out_specs = [(tuple(m.shape), m.stride(), dtypes.to_np(m.dtype)) for m in metas]
+            out_specs = [OutSpec(tuple(m.shape), m.stride(), dtypes.to_np(m.dtype)) for m in metas]
             if mode == "out" and self.opts.promote is not None:
                 out_specs = out_checks.result_before_out_cast(self, args, kwargs, out_specs)
             if self.opts.out_dtypes is not None and mode == "functional":
-                out_specs = [spec if d is None else spec[:2] + (dtypes.to_np(d),)
+                out_specs = [spec if d is None else spec._replace(dtype=dtypes.to_np(d))
                              for spec, d in zip(out_specs, self.opts.out_dtypes(args, kwargs))]
 
         def traced(*inputs):
@@ -371,36 +495,36 @@ class Kernel:
             k = {name: _decode(t, it) for name, t in kw_t}
             key = make_key(next(it)) if rng else None
             with precision.tracing(matmul_precision):  # the setting this entry is cached under
-                outs = apply(a, k, promote_dtype, [s[2] for s in out_specs] if out_specs else None, key)
+                outs = apply(a, k, promote_dtype, [s.dtype for s in out_specs] if out_specs else None, key)
             if mode == "inplace":  # write each result back through its destination view
                 # Destinations that share a storage (views of one flat buffer)
                 # are written one after another into the same buffer.
                 current = {}
                 for i, spec in enumerate(in_place_specs):
                     g = groups[i]
-                    value = views.apply_bits(jnp.broadcast_to(outs[i], spec[2]), in_place_bits[i])
+                    value = views.apply_bits(jnp.broadcast_to(outs[i], spec.size), in_place_bits[i])
                     current[g] = views.writer(spec)(current.get(g, inputs[g]), value)
                 new = [current[groups[i]] for i in range(len(in_place_specs))]
                 return tuple(new) if len(new) > 1 or self.writes_list else new[0]
-            return tuple(_to_storage_layout(o, s) for o, s in zip(outs, out_specs or [None] * len(outs)))
+            return tuple(views.to_storage_layout(o, s) for o, s in zip(outs, out_specs or [None] * len(outs)))
 
         if out_specs is None:  # no meta kernel: shapes from tracing our implementation
             probe = list(inputs) + ([_rng_material(args, kwargs)] if rng else [])
             shapes = jax.eval_shape(traced, *probe)
             shapes = shapes if isinstance(shapes, (tuple, list)) else [shapes]
-            out_specs = [(tuple(o.shape), buffers.contiguous_strides(o.shape), np.dtype(o.dtype))
+            out_specs = [OutSpec(tuple(o.shape), buffers.contiguous_strides(o.shape), np.dtype(o.dtype))
                          for o in shapes]
             single = len(out_specs) == 1
         if self.opts.layout_from and mode != "inplace":
-            out_specs = _channels_last_like([args[i] for i in self.opts.layout_from if i < len(args)], out_specs)
+            out_specs = views.channels_last_like([args[i] for i in self.opts.layout_from if i < len(args)], out_specs)
         log.debug("compile %s for %s", self.name, key)
         _logs.kernel_compile(self, args, kwargs)  # TORCH_TPU_LOGS=recompiles
         traced.__name__ = self.name  # names the op in fused-chain logs and XLA traces
         if mode == "inplace":  # a write covering its whole buffer returns the value's shape
-            out_buffers = [(spec[2] if views.covers_buffer(spec) else spec[0], spec[1])
+            out_buffers = [(spec.size if views.covers_buffer(spec) else spec.buf_shape, spec.buf_dtype)
                            for spec in in_place_specs]
         else:
-            out_buffers = [(_buffer_shape(s), s[2]) for s in out_specs]
+            out_buffers = [(views.buffer_shape(s), s.dtype) for s in out_specs]
         return _Entry(jax.jit(traced), out_specs, single, out_buffers)
 
     def promote_dtype(self, args, kwargs):
@@ -408,7 +532,7 @@ class Kernel:
         if self.opts.promote is None:
             return None
         kwargs = {k: v for k, v in kwargs.items() if k not in self.out_names}  # out= does not promote
-        operands = [_to_meta(a) for a in _flat(args) + _flat(list(kwargs.values()))
+        operands = [to_meta(a) for a in _flat(args) + _flat(list(kwargs.values()))
                     if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
         compute, _ = elementwise_dtypes(*operands, type_promotion_kind=self.opts.promote)
         return dtypes.to_np(compute)
@@ -422,6 +546,10 @@ class Kernel:
                     for i, x in enumerate(args)]
             kwargs = {n: _cast_operand(x, promote_dtype, n in self.scalar_args)
                       for n, x in kwargs.items()}
+        if self.opts.opmath:
+            ct = dtypes.opmath(out_dtypes[0])
+            args = [_to_opmath(x, ct) for x in args]
+            kwargs = {n: _to_opmath(x, ct) for n, x in kwargs.items()}
         _trace.compute_dtype = promote_dtype
         _trace.out_dtypes = tuple(out_dtypes) if out_dtypes else ()
         _trace.key = key
@@ -432,8 +560,8 @@ class Kernel:
         return outs
 
     def _meta(self, args, kwargs):
-        margs = [_to_meta(a) for a in args]
-        mkw = {k: _to_meta(v) for k, v in kwargs.items()}
+        margs = [to_meta(a) for a in args]
+        mkw = {k: to_meta(v) for k, v in kwargs.items()}
         try:
             return self.op(*margs, **mkw)
         except NotImplementedError:
@@ -490,12 +618,12 @@ def _flat(xs):
     return out
 
 
-def _to_meta(x):
+def to_meta(x):
     if isinstance(x, torch.Tensor):
         return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
     if isinstance(x, (list, tuple)):
-        return type(x)(_to_meta(e) for e in x)
-    if isinstance(x, torch.device) and x.type == _TPU:
+        return type(x)(to_meta(e) for e in x)
+    if isinstance(x, torch.device) and x.type == "tpu":
         return torch.device("meta")
     return x
 
@@ -526,42 +654,9 @@ def _cast_operand(x, dtype, is_scalar_arg):
     return x
 
 
-def _permuted_order(spec):
-    """Storage order for a result PyTorch gives permuted strides (None: row-major)."""
-    if spec is None:
-        return None
-    size, stride, _ = spec
-    if stride is None or len(size) < 2 or stride == buffers.contiguous_strides(size):
-        return None
-    return views._dense_permutation(size, stride)
-
-
-def _channels_last_like(tensors, out_specs):
-    """``out_specs`` with channels_last strides for the outputs of the rank of
-    the first of ``tensors`` laid out channels_last (PyTorch's suggested format)."""
-    for t in tensors:
-        if isinstance(t, torch.Tensor) and t.dim() in (4, 5):
-            fmt = torch._prims_common.suggest_memory_format(t)
-            if fmt in (torch.channels_last, torch.channels_last_3d):
-                return [(s[0], torch.empty(s[0], device="meta", memory_format=fmt).stride(), s[2])
-                        if len(s[0]) == t.dim() else s for s in out_specs]
-    return out_specs
-
-
-def _buffer_shape(spec):
-    order = _permuted_order(spec)
-    return spec[0] if order is None else tuple(spec[0][d] for d in order)
-
-
-def _to_storage_layout(arr, spec):
-    order = _permuted_order(spec)
-    return arr if order is None else jnp.transpose(arr, order)
-
-
-def _make_output(arr, spec):
-    if _permuted_order(spec) is None:
-        return buffers.wrap(arr)
-    return buffers.wrap(arr, shape=spec[0], strides=spec[1])
+def _to_opmath(x, dtype):
+    """An operand (a traced tensor or Scalar) in the op's opmath dtype; others as they are."""
+    return x.astype(dtype) if isinstance(x, (jax.Array, np.ndarray)) else x
 
 
 def _rng_material(args, kwargs):

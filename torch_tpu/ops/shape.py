@@ -13,10 +13,10 @@ import numpy as np
 import torch
 from torch._prims_common import canonicalize_dim
 
-from .. import dtypes
-from ..eager import modes
-from ..storage import access, buffers
-from . import core
+from .. import dtypes, runtime
+from ..eager import access
+from ..eager.launch import launch
+from ..storage import buffers
 from .registry import out_dtype, register, register_raw
 
 
@@ -71,13 +71,12 @@ def triu(self, diagonal=0):
 # ---- index ranges --------------------------------------------------------------
 
 def _triangle_indices(lower, row, col, offset, dtype, device):
-    core.check_device(device)
+    runtime.check_device(device)
     dtype = dtype or torch.int64
     if row < 0 or col < 0:
         raise RuntimeError(f"row must be non-negative, got{row}" if row < 0 else f"col must be non-negative, got{col}")
     fn = _tri_fn(lower, row, col, offset, dtypes.to_np(dtype))
-    value = fn()
-    modes.after_op("aten::tril_indices" if lower else "aten::triu_indices", value)
+    value = launch("aten::tril_indices" if lower else "aten::triu_indices", fn, ())
     return buffers.wrap(value)
 
 
@@ -176,8 +175,7 @@ def _unique2(self, sorted=True, return_inverse=False, return_counts=False):
         values = jnp.zeros((0,), x.dtype)
         inverse, counts = jnp.zeros(x.shape, np.int64), jnp.zeros((0,), np.int64)
     else:
-        values, inverse, counts = _unique_kernel(x, n)
-    modes.after_op("aten::_unique2", values)
+        values, inverse, counts = launch("aten::_unique2", functools.partial(_unique_kernel, n=n), (x,))
     empty = jnp.zeros((0,), np.int64)
     return (buffers.wrap(values),
             buffers.wrap(inverse.astype(np.int64) if return_inverse else empty),
@@ -224,8 +222,7 @@ def repeat_interleave(repeats, *, output_size=None):
         raise RuntimeError("repeats can not be negative")
     if output_size is not None and output_size != total:
         raise RuntimeError("allocated size does not match required size")
-    value = _repeat_interleave_kernel(r, total)
-    modes.after_op("aten::repeat_interleave", value)
+    value = launch("aten::repeat_interleave", functools.partial(_repeat_interleave_kernel, total=total), (r,))
     return buffers.wrap(value)
 
 
@@ -279,8 +276,8 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
     else:
         x, axis = x.reshape(-1), 0
     n = int(_run_count(x, axis)) if x.shape[axis] else 0
-    values, inverse, counts = _unique_consecutive_kernel(x, axis, n)
-    modes.after_op("aten::unique_consecutive", values)
+    values, inverse, counts = launch("aten::unique_consecutive",
+                                     functools.partial(_unique_consecutive_kernel, axis=axis, n=n), (x,))
     empty = jnp.zeros((0,), np.int64)
     if dim is None:  # the flat form returns empty tensors for what was not asked
         inverse = inverse.reshape(self.shape) if return_inverse else empty
@@ -321,8 +318,7 @@ def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False
     axis = _unique_axis(self, dim)
     x = _tpu_value(self, "aten::unique_dim")
     n = int(_distinct_slices(x, axis)) if x.shape[axis] else 0
-    values, inverse, counts = _unique_dim_kernel(x, axis, n)
-    modes.after_op("aten::unique_dim", values)
+    values, inverse, counts = launch("aten::unique_dim", functools.partial(_unique_dim_kernel, axis=axis, n=n), (x,))
     return buffers.wrap(values), buffers.wrap(inverse), buffers.wrap(counts)
 
 
@@ -352,8 +348,8 @@ def bincount(self, weights=None, minlength=0):
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     # CPU: counts are int64; float32 weights sum in float32, any other weights in float64
     dtype = np.dtype(np.int64) if w is None else np.dtype(np.float32 if weights.dtype == torch.float32 else np.float64)
-    value = _bincount_kernel(x, w, max(high + 1, minlength), dtype)
-    modes.after_op("aten::bincount", value)
+    value = launch("aten::bincount", functools.partial(_bincount_kernel, length=max(high + 1, minlength), dtype=dtype),
+                   (x, w))
     return buffers.wrap(value)
 
 

@@ -14,7 +14,6 @@ Everything computes in the op's opmath dtype (float32 for bfloat16/float16).
 import math
 
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from .elementwise import INT_TO_FLOAT, _ct, _digamma, _lift

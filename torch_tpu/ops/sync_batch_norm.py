@@ -15,10 +15,11 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..storage import access
+from ..dtypes import to_opmath
+from ..eager import access
 from . import nn
-from .nn import _bn_axes, _bn_forward, _channel_shape, _up
-from .registry import Kernel, Options, register, register_masked, register_raw, resolve
+from .nn import _bn_axes, _bn_forward, _channel_shape
+from .registry import kernel, register, register_raw
 
 
 def _invstd(var, eps):
@@ -40,7 +41,7 @@ def _write_running(outs, running_mean, running_var):
 # meta=False throughout: PyTorch has no meta kernels for the CUDA-only ops
 @register("batch_norm_stats.default", meta=False)
 def batch_norm_stats(input, eps):
-    x = _up(input)
+    x = to_opmath(input)
     axes = _bn_axes(x)
     mean = jnp.mean(x, axis=axes)
     var = jnp.mean(jnp.square(x - mean.reshape(_channel_shape(x))), axis=axes)  # biased
@@ -50,7 +51,7 @@ def batch_norm_stats(input, eps):
 def _gather(input, mean, invstd, running_mean, running_var, momentum, eps, counts):
     """Global (mean, invstd) from each rank's (rows of ``mean``/``invstd``), then
     each running statistic given, updated with the unbiased variance."""
-    m, inv = _up(mean), _up(invstd)
+    m, inv = to_opmath(mean), to_opmath(invstd)
     n = counts.astype(m.dtype).reshape(-1, 1)
     total = jnp.sum(n)
     gmean = jnp.sum(n * m, axis=0) / total
@@ -60,22 +61,20 @@ def _gather(input, mean, invstd, running_mean, running_var, momentum, eps, count
     var_n = jnp.sum(n * (var + jnp.square(m - gmean)), axis=0)  # total sum of squared deviations
     outs = (gmean.astype(mean.dtype), _invstd(var_n / total, eps).astype(mean.dtype))
     if running_mean is not None:
-        outs += (((1 - momentum) * _up(running_mean) + momentum * gmean).astype(running_mean.dtype),)
+        outs += (((1 - momentum) * to_opmath(running_mean) + momentum * gmean).astype(running_mean.dtype),)
     if running_var is not None:
         unbiased = var_n / (total - 1)
-        outs += (((1 - momentum) * _up(running_var) + momentum * unbiased).astype(running_var.dtype),)
+        outs += (((1 - momentum) * to_opmath(running_var) + momentum * unbiased).astype(running_var.dtype),)
     return outs
 
 
 def _gather_one_count(input, mean, invstd, running_mean, running_var, momentum, eps, count):
-    counts = jnp.full(mean.shape[:1], count, _up(mean).dtype)
+    counts = jnp.full(mean.shape[:1], count, to_opmath(mean).dtype)
     return _gather(input, mean, invstd, running_mean, running_var, momentum, eps, counts)
 
 
-_gather_kernel = Kernel(resolve("batch_norm_gather_stats_with_counts.default"), _gather,
-                        "functional", Options(meta=False))
-_gather_one_kernel = Kernel(resolve("batch_norm_gather_stats.default"), _gather_one_count,
-                            "functional", Options(meta=False))
+_gather_kernel = kernel("batch_norm_gather_stats_with_counts.default", _gather, meta=False)
+_gather_one_kernel = kernel("batch_norm_gather_stats.default", _gather_one_count, meta=False)
 
 
 # The schemas do not mark the running statistics as written, but CUDA updates
@@ -95,31 +94,31 @@ def batch_norm_gather_stats(input, mean, invstd, running_mean, running_var, mome
 
 @register("batch_norm_elemt.default", meta=False)
 def batch_norm_elemt(input, weight, bias, mean, invstd, eps):
-    x = _up(input)
+    x = to_opmath(input)
     cs = _channel_shape(x)
-    y = (x - _up(mean).reshape(cs)) * _up(invstd).reshape(cs)
+    y = (x - to_opmath(mean).reshape(cs)) * to_opmath(invstd).reshape(cs)
     if weight is not None:
-        y = y * _up(weight).reshape(cs)
+        y = y * to_opmath(weight).reshape(cs)
     if bias is not None:
-        y = y + _up(bias).reshape(cs)
+        y = y + to_opmath(bias).reshape(cs)
     return y.astype(input.dtype)
 
 
-@register_masked("batch_norm_backward_reduce.default", mask_arg=("input_g", "weight_g", "bias_g"),
-                 mask_of=lambda g: (g[0], g[0], g[1], g[2]))
+@register("batch_norm_backward_reduce.default", mask=("input_g", "weight_g", "bias_g"),
+          mask_of=lambda g: (g[0], g[0], g[1], g[2]))
 def batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g):
     """(sum_dy, sum_dy_xmu) for the input gradient (all-reduced by the caller),
     grad_weight, grad_bias: the ones the flags ask for."""
-    x, dy = _up(input), _up(grad_out)
+    x, dy = to_opmath(input), to_opmath(grad_out)
     axes = _bn_axes(x)
     sum_dy = jnp.sum(dy, axis=axes)
-    sum_dy_xmu = jnp.sum(dy * (x - _up(mean).reshape(_channel_shape(x))), axis=axes)
+    sum_dy_xmu = jnp.sum(dy * (x - to_opmath(mean).reshape(_channel_shape(x))), axis=axes)
     pdtype = weight.dtype if weight is not None else mean.dtype
     outs = []
     if input_g:
         outs += [sum_dy.astype(mean.dtype), sum_dy_xmu.astype(mean.dtype)]
     if weight_g:
-        outs.append((sum_dy_xmu * _up(invstd)).astype(pdtype))
+        outs.append((sum_dy_xmu * to_opmath(invstd)).astype(pdtype))
     if bias_g:
         outs.append(sum_dy.astype(pdtype))
     return tuple(outs)
@@ -128,14 +127,14 @@ def batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g, w
 @register("batch_norm_backward_elemt.default", meta=False)
 def batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count):
     """The input gradient from the global sums; ``count`` holds each rank's element count."""
-    x, dy = _up(input), _up(grad_out)
+    x, dy = to_opmath(input), to_opmath(grad_out)
     cs = _channel_shape(x)
-    inv = _up(invstd)
+    inv = to_opmath(invstd)
     total = jnp.sum(count).astype(inv.dtype)
-    mean_dy, mean_dy_xmu = _up(sum_dy) / total, _up(sum_dy_xmu) / total
-    scale = inv * _up(weight) if weight is not None else inv
+    mean_dy, mean_dy_xmu = to_opmath(sum_dy) / total, to_opmath(sum_dy_xmu) / total
+    scale = inv * to_opmath(weight) if weight is not None else inv
     proj = inv * inv * mean_dy_xmu
-    dx = (dy - mean_dy.reshape(cs) - (x - _up(mean).reshape(cs)) * proj.reshape(cs)) * scale.reshape(cs)
+    dx = (dy - mean_dy.reshape(cs) - (x - to_opmath(mean).reshape(cs)) * proj.reshape(cs)) * scale.reshape(cs)
     return dx.astype(input.dtype)
 
 
@@ -172,7 +171,7 @@ def _batch_norm_no_update(input, weight, bias, running_mean, running_var, moment
     return out, mean, invstd, jnp.zeros((0,), jnp.uint8)
 
 
-@register_masked("batch_norm_backward.default")
+@register("batch_norm_backward.default", mask="output_mask")
 def batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd,
                         update, eps, output_mask, reserve):
     # ``update``: the forward normalized with batch statistics (saved ones)

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from . import indexing
-from .registry import register
+from .registry import guard, register
 
 
 def _max_unpool(x, indices, output_size):
@@ -52,4 +52,4 @@ def _prepare(bound):
                            f"{'x'.join(str(s) for s in size)})")
 
 
-indexing.guard("max_unpool2d.default", "max_unpool3d.default", prepare=_prepare)
+guard("max_unpool2d.default", "max_unpool3d.default", prepare=_prepare)

@@ -5,6 +5,7 @@ import sys
 from .api import get_pallas_mesh, jax_op  # noqa: F401
 from .interop import from_jax, to_jax  # noqa: F401
 from .interpret import enabled as interpret_enabled  # noqa: F401
+from . import sdpa  # noqa: F401  (adds the flash kernel to SDPA's routing)
 
 custom_jax_kernel = jax_op  # the older name Google's torch_tpu keeps
 

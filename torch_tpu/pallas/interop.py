@@ -12,7 +12,8 @@ import torch
 
 from .. import dtypes, runtime
 from ..eager import checks
-from ..storage import access, buffers
+from ..eager import access
+from ..storage import buffers
 
 
 def to_jax(t: torch.Tensor) -> jax.Array:

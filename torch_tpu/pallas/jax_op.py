@@ -4,13 +4,12 @@
 * schema: generated from the function's annotations (``signature.py``);
 * fake/meta kernel: ``jax.eval_shape`` of the function on the inputs' shapes,
   so FakeTensor, meta and Dynamo see the outputs without running anything;
-* tpu kernel: a ``registry.Kernel`` whose implementation calls the function.
+* tpu kernel: ``registry.register``-ed, its implementation calls the function.
   It runs in every eager mode, and ``compile/lowering.py`` inlines it into
   torch.compile graphs like any other functional kernel;
 * autograd: a second op computing ``jax.vjp`` of the function, or running a
   user-given backward JAX function.
 """
-import inspect
 
 import jax
 import jax.numpy as jnp
@@ -20,17 +19,6 @@ import torch
 from .. import dtypes
 from ..ops import registry
 from . import interpret, signature
-
-_LIBS: dict = {}  # namespace -> Library("ns", "IMPL") holding our PrivateUse1 kernels
-
-
-def _impl_library(ns: str) -> torch.library.Library:
-    # registry._install's library is aten's; kernels for other namespaces need their own.
-    lib = _LIBS.get(ns)
-    if lib is None:
-        lib = _LIBS[ns] = torch.library.Library(ns, "IMPL")
-    return lib
-
 
 def _np_dtype(op_name, dtype):
     try:
@@ -188,9 +176,7 @@ def define(name, jf: JaxFunction):
     op_def.register_fake(_fake_kernel(jf))
     ns, opname = name.split("::")
     overload = getattr(getattr(torch.ops, ns), opname).default
-    kernel = registry.Kernel(overload, jf.call, "functional", registry.Options())
-    registry.KERNELS[overload] = kernel  # the compile lowering finds it here
-    _impl_library(ns).impl(overload, kernel, "PrivateUse1")
+    registry.register(overload, variants=False)(jf.call)  # eager kernel and graph form
     return op_def, overload
 
 

@@ -1,14 +1,16 @@
 """``F.scaled_dot_product_attention`` on a real TPU: the Pallas flash kernel.
 
-``ops.attention`` routes SDPA here only when kernels are picked for a TPU (the
-device's platform, or the target of a TPU lowering check: see target.py);
-elsewhere the interpreted kernel would only be slower than the fused op.
+Registered with ``ops.attention.sdpa.accelerated``: SDPA comes here only when
+kernels are picked for a TPU (the device's platform, or the target of a TPU
+lowering check: see target.py); elsewhere the interpreted kernel would only be
+slower than the XLA-compiled fused op.
 Cases the kernel does not cover (dropout, differing value head dim, nested or
 non-4-D inputs) go on to the fused op or PyTorch's composite.
 """
 import torch
 
 from .. import target
+from ..ops.attention import sdpa as attention
 
 
 def on_tpu() -> bool:
@@ -16,6 +18,8 @@ def on_tpu() -> bool:
 
 
 def supported(query, key, value, attn_mask, dropout_p, enable_gqa) -> bool:
+    if not on_tpu():
+        return False
     if dropout_p or query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         return False
     if value.shape[-1] != query.shape[-1] or key.shape[-2] != value.shape[-2]:
@@ -28,3 +32,6 @@ def supported(query, key, value, attn_mask, dropout_p, enable_gqa) -> bool:
 def run(query, key, value, attn_mask, is_causal, scale):
     from .ops import flash_attention
     return flash_attention(query, key, value, attn_mask, is_causal, scale)
+
+
+attention.accelerated.append((supported, run))

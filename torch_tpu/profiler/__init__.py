@@ -7,7 +7,7 @@ torch_tpu's ``TpuProfilerConfig`` keys.
     # open with TensorBoard's profile plugin, XProf or Perfetto.
 
 ``torch.profiler.profile`` works too and lists the ``tpu::`` op ranges
-(``record.py``).  This module is imported early by ``torch_tpu.ops``, so it
+(``torch_tpu/eager/ranges.py``).  This module is imported early by ``torch_tpu.ops``, so it
 keeps its own imports light.
 """
 import sys

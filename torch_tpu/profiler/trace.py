@@ -53,8 +53,8 @@ def stop() -> list:
 
 
 def _flush_device() -> None:
-    from ..eager import pending
-    pending.wait_all()
+    from ..eager import sync
+    sync.wait_all()
 
 
 def _files(folder):

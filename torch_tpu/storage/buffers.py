@@ -10,7 +10,6 @@ import weakref
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
@@ -27,19 +26,31 @@ _CPU_KEYSET = DispatchKeySet(DispatchKey.CPU)
 _set_storage = torch.ops.aten.set_.source_Storage_storage_offset._handle.redispatch_boxed
 
 
+class _StorageRef(weakref.ref):
+    """The weakref that registers a storage by address and, when the storage
+    dies, releases its address and bytes (one object per storage, no closure)."""
+    __slots__ = ("addr", "nbytes")
+
+
+def _release(ref) -> None:
+    _BY_ADDRESS.pop(ref.addr, None)
+    memory.freed_bytes(ref.nbytes)
+
+
+_construct_storage = torch._C._construct_storage_from_data_pointer
+
+
 def new_storage(nbytes: int, buf) -> torch.UntypedStorage:
     """A tpu storage of ``nbytes`` whose bytes are the jax array ``buf``."""
     addr = memory.allocate(nbytes)
-    st = torch._C._construct_storage_from_data_pointer(addr, DEVICE, nbytes)
+    st = _construct_storage(addr, DEVICE, nbytes)
     st._tpu_buf = buf
     # One weakref serves the address registry and the live-bytes accounting.
-    _BY_ADDRESS[addr] = weakref.ref(st, lambda _, a=addr, n=nbytes: _release(a, n))
+    ref = _StorageRef(st, _release)
+    ref.addr = addr
+    ref.nbytes = nbytes
+    _BY_ADDRESS[addr] = ref
     return st
-
-
-def _release(addr, nbytes) -> None:
-    _BY_ADDRESS.pop(addr, None)
-    memory.freed_bytes(nbytes)
 
 
 def storage_of(st):
@@ -61,7 +72,10 @@ def get_buffer(st):
 
 
 def set_buffer(st, buf) -> None:
-    storage_of(st)._tpu_buf = buf
+    if hasattr(st, "_tpu_buf"):  # the storage's own object (every in-place op: no storage_of call)
+        st._tpu_buf = buf
+    else:
+        storage_of(st)._tpu_buf = buf
 
 
 @functools.lru_cache(maxsize=4096)
@@ -73,8 +87,11 @@ def contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
+_create_empty = torch._C._acc.create_empty_tensor
+
+
 def new_tensor(st, dtype, shape, strides=None, offset=0) -> torch.Tensor:
-    t = torch._C._acc.create_empty_tensor((0,), dtype)
+    t = _create_empty((0,), dtype)
     if strides is None:
         strides = contiguous_strides(shape)
     _set_storage(_CPU_KEYSET, t, st, offset, shape, strides)
@@ -83,9 +100,21 @@ def new_tensor(st, dtype, shape, strides=None, offset=0) -> torch.Tensor:
 
 def wrap(arr, shape=None, strides=None) -> torch.Tensor:
     """A new tpu tensor whose storage holds ``arr`` as it is (no copy)."""
-    dtype = dtypes.NP_TO_TORCH[arr.dtype]
-    st = new_storage(arr.size * arr.dtype.itemsize, arr)
-    return new_tensor(st, dtype, arr.shape if shape is None else shape, strides)
+    # A jax.Array's shape and dtype are computed properties; its abstract
+    # value holds both as plain attributes (a LazyBuffer or NumPy array has
+    # them itself).  Per-op code reads them this way.
+    aval = getattr(arr, "aval", arr)
+    dtype, arr_shape = aval.dtype, aval.shape
+    st = new_storage(math.prod(arr_shape) * dtype.itemsize, arr)
+    return new_tensor(st, dtypes.NP_TO_TORCH[dtype], arr_shape if shape is None else shape, strides)
+
+
+def wrap_as(arr, dtype, nbytes, shape, strides) -> torch.Tensor:
+    """``wrap`` for a caller that knows the result's torch dtype, byte size and
+    geometry in advance (a cached kernel's outputs): no questions to ``arr``."""
+    t = _create_empty((0,), dtype)
+    _set_storage(_CPU_KEYSET, t, new_storage(nbytes, arr), 0, shape, strides)
+    return t
 
 
 _SHARED_ZEROS_BYTES = 1 << 22
@@ -129,7 +158,3 @@ def allocate_like(shape, strides, dtype) -> torch.Tensor:
     n = storage_numel(shape, strides)
     st = new_storage(n * npdtype.itemsize, _zeros(n, npdtype))
     return new_tensor(st, dtype, tuple(shape), tuple(strides))
-
-
-def buffer_nbytes(buf) -> int:
-    return int(math.prod(buf.shape)) * np.dtype(buf.dtype).itemsize

@@ -4,7 +4,7 @@ device="tpu")``, used by ``storage.clone()``, ``copy.deepcopy``, ``pickle`` and
 ``torch.load(map_location="tpu")``.  We route them to our own storages."""
 import torch
 
-from .. import dtypes
+from .. import dtypes, runtime
 from . import buffers
 
 _original_new = torch.UntypedStorage.__new__
@@ -12,8 +12,7 @@ _original_new = torch.UntypedStorage.__new__
 
 def _untyped_storage_new(cls, *args, device=None, **kwargs):
     if device is not None and torch.device(device).type == "tpu":
-        from ..ops.core import check_device
-        check_device(device)
+        runtime.check_device(device)
         if len(args) == 1 and isinstance(args[0], int) and not kwargs:
             return buffers.empty_storage(args[0], dtypes.to_np(torch.uint8))
         if not args and not kwargs:

@@ -2,23 +2,46 @@
 and writing a value back through it.  These build traceable functions that
 run inside the op's jitted computation, so a view costs no extra dispatch.
 
-A *view spec* is ``(buf_shape, buf_dtype, size, stride, offset, dtype)`` with
-NumPy dtypes; ``offset`` and ``stride`` count elements of ``dtype``.
+A tensor's ``ViewSpec`` says how it sees its storage's buffer; an op
+result's ``OutSpec`` says the geometry PyTorch gives it.
 """
 import functools
 import math
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
+import torch
 from jax import lax
 
-from .buffers import contiguous_strides, get_buffer
+from .buffers import contiguous_strides, get_buffer, wrap
+
+
+class ViewSpec(NamedTuple):
+    """A tensor's view of its storage's buffer (NumPy dtypes; ``stride`` and
+    ``offset`` count elements of ``dtype``, which may differ from the buffer's)."""
+    buf_shape: tuple
+    buf_dtype: np.dtype
+    size: tuple
+    stride: tuple
+    offset: int
+    dtype: np.dtype
+
+
+class OutSpec(NamedTuple):
+    """An op result's geometry as PyTorch gives it (``stride`` None: row-major)."""
+    size: tuple
+    stride: tuple
+    dtype: np.dtype
+
+
+_new = tuple.__new__  # builds a ViewSpec without NamedTuple's keyword-handling __new__ (every op input)
 
 
 def spec_of(t, np_dtype):
-    """The view spec of tpu tensor ``t`` and the buffer it reads."""
+    """The ViewSpec of tpu tensor ``t`` and the buffer it reads."""
     buf = get_buffer(t.untyped_storage())
-    return (buf.shape, buf.dtype, tuple(t.shape), t.stride(), t.storage_offset(), np_dtype), buf
+    return _new(ViewSpec, (buf.shape, buf.dtype, tuple(t.shape), t.stride(), t.storage_offset(), np_dtype)), buf
 
 
 def lazy_bits(t):
@@ -178,6 +201,52 @@ def _read_flat(flat, size, stride, offset):
         block = _block_of(flat, offset, length).reshape(shape)
         return _from_block(block, size, order, stride[order[-1]])
     return flat[_flat_indices(size, stride, offset)]
+
+
+# ---- results laid out as PyTorch strides them ---------------------------------
+# An op's result whose strides PyTorch permutes (channels_last, a transposed
+# copy) is stored as a row-major buffer of the permuted shape.
+
+def permuted_order(spec):
+    """Storage order of the dims of a result with out spec ``(size, stride,
+    dtype)`` that PyTorch lays out permuted (None: row-major)."""
+    if spec is None:
+        return None
+    size, stride, _ = spec
+    if stride is None or len(size) < 2 or stride == contiguous_strides(size):
+        return None
+    return _dense_permutation(size, stride)
+
+
+def buffer_shape(spec):
+    """The shape of the buffer that holds a result of out spec ``spec``."""
+    order = permuted_order(spec)
+    return spec.size if order is None else tuple(spec.size[d] for d in order)
+
+
+def to_storage_layout(arr, spec):
+    """A result's value (traced or not) as its buffer stores it."""
+    order = permuted_order(spec)
+    return arr if order is None else jnp.transpose(arr, order)
+
+
+def wrap_result(buf, spec):
+    """A new tpu tensor for a result of out spec ``spec`` stored in ``buf``."""
+    if permuted_order(spec) is None:
+        return wrap(buf)
+    return wrap(buf, shape=spec.size, strides=spec.stride)
+
+
+def channels_last_like(tensors, out_specs):
+    """``out_specs`` with channels_last strides for the outputs of the rank of
+    the first of ``tensors`` laid out channels_last (PyTorch's suggested format)."""
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.dim() in (4, 5):
+            fmt = torch._prims_common.suggest_memory_format(t)
+            if fmt in (torch.channels_last, torch.channels_last_3d):
+                return [s._replace(stride=torch.empty(s.size, device="meta", memory_format=fmt).stride())
+                        if len(s.size) == t.dim() else s for s in out_specs]
+    return out_specs
 
 
 @functools.lru_cache(maxsize=None)

@@ -17,9 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from .. import precision
-from .registry import _LIB as registry_lib
-from .registry import Kernel, Options, register_masked, register_raw, resolve
+from ... import precision
+from ..registry import kernel, register, register_raw, resolve
 
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
 _FUSED = resolve("_scaled_dot_product_fused_attention_overrideable.default")
@@ -113,7 +112,7 @@ def _fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out
 
 # ---- kernels ----------------------------------------------------------------
 
-_forward = Kernel(_FUSED, _fused_forward, "functional", Options(meta=False))
+_forward = kernel(_FUSED, _fused_forward, meta=False)
 
 
 class _ForwardInGraph:
@@ -129,7 +128,7 @@ class _ForwardInGraph:
         return [out, lse, None, None, args[0].shape[-2], args[1].shape[-2], no_seed, no_seed, None]
 
 
-@register_raw("_scaled_dot_product_fused_attention_overrideable.default")
+@register_raw("_scaled_dot_product_fused_attention_overrideable.default", graph=_ForwardInGraph())
 def fused_attention(query, key, value, *args, **kwargs):
     out, lse = _forward(query, key, value, *args, **kwargs)
     # No dropout here, so no RNG state to hand the backward (PyTorch's CUDA
@@ -139,9 +138,8 @@ def fused_attention(query, key, value, *args, **kwargs):
     return out, lse, None, None, query.shape[-2], key.shape[-2], seed, offset, None
 
 
-fused_attention.graph = _ForwardInGraph()
-register_masked("_scaled_dot_product_fused_attention_overrideable_backward.default",
-                mask_arg="grad_input_mask")(_fused_backward)
+register("_scaled_dot_product_fused_attention_overrideable_backward.default",
+         mask="grad_input_mask")(_fused_backward)
 
 
 # ---- routing F.scaled_dot_product_attention -----------------------------------
@@ -178,18 +176,23 @@ def fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_g
         return False
 
 
+# Faster SDPA kernels tried first, as (covers(query, key, value, attn_mask,
+# dropout_p, enable_gqa) -> bool, run(query, key, value, attn_mask, is_causal,
+# scale)): the pallas package adds its flash kernel for a real TPU.
+accelerated: list = []
+
+
+@register_raw("scaled_dot_product_attention.default", dispatch_key="AutogradPrivateUse1")
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                                  scale=None, enable_gqa=False):
     """The AutogradPrivateUse1 kernel (above it the composite would already have
-    decomposed SDPA): the Pallas flash kernel on a real TPU, else the fused
-    overload, else PyTorch's composite."""
-    from ..pallas import sdpa as flash
-    if flash.on_tpu() and flash.supported(query, key, value, attn_mask, dropout_p, enable_gqa):
-        return flash.run(query, key, value, attn_mask, is_causal, scale)
+    decomposed SDPA): an accelerated kernel that covers the call (Pallas flash
+    on a real TPU), else the fused overload, else PyTorch's composite."""
+    for covers, run in accelerated:
+        if covers(query, key, value, attn_mask, dropout_p, enable_gqa):
+            return run(query, key, value, attn_mask, is_causal, scale)
     if fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
         return _FUSED(query, key, value, attn_mask, 0.0, is_causal, False, scale=scale)[0]
     return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
                            enable_gqa=enable_gqa)
 
-
-registry_lib.impl(_SDPA, scaled_dot_product_attention, "AutogradPrivateUse1")

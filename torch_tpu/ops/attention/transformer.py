@@ -17,11 +17,12 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from .. import precision
-from .attention import _root_scale, _scores
-from .linalg import matmul
-from .nn import _up, native_layer_norm
-from .registry import Kernel, Options, register, register_raw, resolve
+from ... import precision
+from ...dtypes import to_opmath
+from ..linalg import matmul
+from ..nn import native_layer_norm
+from ..registry import kernel, register, register_raw
+from .sdpa import _root_scale, _scores
 
 
 def _linear(x, weight, bias):
@@ -43,10 +44,10 @@ def _allowed(mask, mask_type):
 def _attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight,
                proj_bias, mask, mask_type):
     """Self-attention output (B, L, E) and weights (B, heads, L, S), in the accumulation dtype."""
-    (wq, wk, wv), (bq, bk, bv) = jnp.split(_up(qkv_weight), 3), jnp.split(_up(qkv_bias), 3)
+    (wq, wk, wv), (bq, bk, bv) = jnp.split(to_opmath(qkv_weight), 3), jnp.split(to_opmath(qkv_bias), 3)
 
     def heads(x, w, b):  # (B, T, E) -> (B, heads, T, E / heads)
-        y = _linear(_up(x), w, b)
+        y = _linear(to_opmath(x), w, b)
         return y.reshape(y.shape[:2] + (num_head, embed_dim // num_head)).swapaxes(1, 2)
 
     q, k, v = heads(query, wq, bq), heads(key, wk, bk), heads(value, wv, bv)
@@ -54,7 +55,7 @@ def _attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, pro
     p = jax.nn.softmax(s, axis=-1)  # all keys masked: NaN, as ATen's _masked_softmax
     ctx = jnp.einsum("bhqk,bhkd->bhqd", p, v, precision=precision.for_operands(v))
     ctx = ctx.swapaxes(1, 2).reshape(ctx.shape[0], ctx.shape[2], embed_dim)
-    return _linear(ctx, _up(proj_weight), _up(proj_bias)), p
+    return _linear(ctx, to_opmath(proj_weight), to_opmath(proj_bias)), p
 
 
 # ---- _native_multi_head_attention ------------------------------------------------
@@ -71,7 +72,7 @@ def _mha(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weig
 
 
 # no meta kernel in PyTorch: result shapes come from tracing _mha
-_MHA = Kernel(resolve("_native_multi_head_attention.default"), _mha, "functional", Options(meta=False))
+_MHA = kernel("_native_multi_head_attention.default", _mha, meta=False)
 
 
 def _check_mha(query, key, value, embed_dim, num_head, mask, mask_type):
@@ -86,7 +87,6 @@ def _check_mha(query, key, value, embed_dim, num_head, mask, mask_type):
     torch._check(mask is None or mask_type is not None, lambda: "Mask Type should be defined")
 
 
-@register_raw("_native_multi_head_attention.default")
 def native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
                                 proj_weight, proj_bias, mask=None, need_weights=True,
                                 average_attn_weights=True, mask_type=None):
@@ -109,7 +109,7 @@ class _MhaInGraph:
         return outs + [None] * (2 - len(outs))
 
 
-native_multi_head_attention.graph = _MhaInGraph()
+register_raw("_native_multi_head_attention.default", graph=_MhaInGraph())(native_multi_head_attention)
 
 
 # ---- _transformer_encoder_layer_fwd -----------------------------------------------
@@ -124,11 +124,11 @@ def transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bia
         return native_layer_norm(x, (embed_dim,), weight, bias, eps)[0]
 
     def ffn(x):
-        h = _linear(x, _up(ffn_weight_1), _up(ffn_bias_1))
+        h = _linear(x, to_opmath(ffn_weight_1), to_opmath(ffn_bias_1))
         h = jax.nn.gelu(h, approximate=False) if use_gelu else jnp.maximum(h, 0)
-        return _linear(h, _up(ffn_weight_2), _up(ffn_bias_2))
+        return _linear(h, to_opmath(ffn_weight_2), to_opmath(ffn_bias_2))
 
-    x = _up(src)
+    x = to_opmath(src)
     h = norm(x, norm_weight_1, norm_bias_1) if norm_first else x
     x = x + _attention(h, h, h, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
                        proj_bias, mask, mask_type)[0]
@@ -149,8 +149,7 @@ def _left_aligned(t, mask):
     return jnp.all(mask == (jnp.arange(mask.shape[1]) < lengths))
 
 
-_LEFT_ALIGNED = Kernel(resolve("_nested_tensor_from_mask_left_aligned.default"), _left_aligned,
-                       "functional", Options(meta=False))
+_LEFT_ALIGNED = kernel("_nested_tensor_from_mask_left_aligned.default", _left_aligned, meta=False)
 
 
 @register_raw("_nested_tensor_from_mask_left_aligned.default")

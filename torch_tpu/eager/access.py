@@ -1,14 +1,15 @@
 """Reading a whole tpu tensor as a jax array, and writing one into it, outside
 of an op's own computation (copies, the CPU fallback, ``to_jax``)."""
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 
 from .. import dtypes
 from ..casting import convert
-from ..eager import fusion
-from . import buffers, views
+from ..storage import buffers, views
+from . import fusion
 
 
 @functools.lru_cache(maxsize=None)
@@ -20,7 +21,7 @@ def _jit_reader(spec, bits=()):
 @functools.lru_cache(maxsize=None)
 def _jit_writer(spec, value_shape, value_dtype, bits=()):
     write = views.writer(spec)
-    size, dtype = spec[2], spec[5]
+    size, dtype = spec.size, spec.dtype
     return jax.jit(lambda buf, value: write(buf, views.apply_bits(
         jnp.broadcast_to(convert(value, dtype), size), bits)))
 
@@ -30,16 +31,27 @@ def read(t):
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     buf = fusion.resolve(buf)
     bits = views.lazy_bits(t)
-    if not bits and views.covers_buffer(spec) and spec[0] == spec[2]:
+    if not bits and views.covers_buffer(spec) and spec.buf_shape == spec.size:
         return buf
     return _jit_reader(spec, bits)(buf)
 
 
 def write(t, value) -> None:
     """Store ``value`` (broadcast and cast as needed) through tpu tensor ``t``."""
+    st = t.untyped_storage()
+    buf = buffers.get_buffer(st)
+    old, new = getattr(buf, "aval", buf), getattr(value, "aval", value)  # shape, dtype as attributes
+    if (new.dtype == old.dtype and not t.storage_offset() and new.shape == t.shape
+            and t.numel() == math.prod(old.shape) and t.is_contiguous()
+            and new.dtype == dtypes.TORCH_TO_NP[t.dtype] and not t.is_conj() and not t.is_neg()):
+        # the whole storage, row-major (a compiled graph's new parameter or
+        # optimizer state): the value becomes the buffer, with no need to
+        # wait for the old contents
+        buffers.set_buffer(st, value)
+        return
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     bits = views.lazy_bits(t)
-    if not bits and views.covers_buffer(spec) and tuple(value.shape) == spec[2] and value.dtype == spec[5]:
+    if not bits and views.covers_buffer(spec) and tuple(value.shape) == spec.size and value.dtype == spec.dtype:
         new = value  # the old contents do not matter: no need to wait for them
     else:
         new = _jit_writer(spec, tuple(value.shape), value.dtype, bits)(fusion.resolve(buf), value)

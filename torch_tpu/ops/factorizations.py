@@ -27,7 +27,7 @@ import jax.scipy.linalg as jsl
 import torch
 from jax import lax
 
-from .registry import Kernel, Options, _install, _siblings, register, resolve
+from .registry import kernel, register, register_raw, resolve, variants_of
 
 _I32 = jnp.int32
 
@@ -128,9 +128,10 @@ def _register(name, api=None, info_index=None, precheck=None, choose=None):
             return impl
         op = resolve(name)
         impls = {None: impl} if choose is None else {f: functools.partial(impl, f) for f in (False, True)}
-        for target, mode in [(op, "functional")] + _siblings(op):
-            kernels = {f: Kernel(target, _precise(i), mode, Options()) for f, i in impls.items()}
-            _install(target, _Checked(kernels, choose, api, info_index, precheck))
+        for target, mode in [(op, "functional")] + variants_of(op):
+            kernels = {f: kernel(target, _precise(i), mode) for f, i in impls.items()}
+            checked = _Checked(kernels, choose, api, info_index, precheck)
+            register_raw(target, graph=checked.graph)(checked)
         return impl
     return decorate
 
@@ -360,11 +361,10 @@ class _OldCholesky:
 
     def __init__(self, mode):
         self.mode = mode
-        self.inner = Kernel(resolve("linalg_cholesky_ex.default"), _precise(linalg_cholesky_ex), "functional",
-                            Options())
+        self.inner = kernel("linalg_cholesky_ex.default", _precise(linalg_cholesky_ex))
+        self.graph = None
         if mode == "functional":
-            self.graph = Kernel(resolve("cholesky.default"), _precise(lambda s, upper=False: _cholesky(s, upper)[0]),
-                                "functional", Options())
+            self.graph = kernel("cholesky.default", _precise(lambda s, upper=False: _cholesky(s, upper)[0]))
 
     def __call__(self, self_, upper=False, *, out=None):
         L, info = self.inner(self_, upper=upper)
@@ -376,8 +376,9 @@ class _OldCholesky:
         return out.copy_(L)
 
 
-_install(resolve("cholesky.default"), _OldCholesky("functional"))
-_install(resolve("cholesky.out"), _OldCholesky("out"))
+for _name, _mode in (("cholesky.default", "functional"), ("cholesky.out", "out")):
+    _kernel = _OldCholesky(_mode)
+    register_raw(_name, graph=_kernel.graph)(_kernel)
 
 
 def _chol_solve(L, B, upper):
@@ -533,7 +534,7 @@ class _Lstsq:
 
     def __init__(self, mode):
         self.mode = mode
-        self.kernel = Kernel(resolve("linalg_lstsq.default"), _precise(_lstsq), "functional", Options(meta=False))
+        self.kernel = kernel("linalg_lstsq.default", _precise(_lstsq), meta=False)
 
     def __call__(self, A, b, rcond=None, *, driver=None, **outs):
         api = "torch.linalg.lstsq"
@@ -571,5 +572,5 @@ def _type_name(t):
             torch.complex128: "ComplexDouble"}.get(t.dtype, str(t.dtype))
 
 
-_install(resolve("linalg_lstsq.default"), _Lstsq("functional"))
-_install(resolve("linalg_lstsq.out"), _Lstsq("out"))
+register_raw("linalg_lstsq.default")(_Lstsq("functional"))
+register_raw("linalg_lstsq.out")(_Lstsq("out"))

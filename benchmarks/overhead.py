@@ -1,0 +1,161 @@
+"""Host overhead: the CPU time torch_tpu spends per op and per training step
+where the compute is negligible, as a ratio to PyTorch CPU eager on one
+thread (whose C++ dispatch stands for a native backend's host cost), in the
+same run.
+
+- chain: 200 small elementwise ops on 64x64 (``z = z * 1.0001 + y``), one ``.cpu()``;
+- micro step: a 2-layer GPT (d_model 32, 2 heads, seq 16, vocab 64, batch 2;
+  tied embedding; AdamW), the "tiny" model's code, with one ``.item()`` per step.
+
+CPU time is the whole process's (``time.process_time()``, all threads: XLA's
+executables run on the same cores); wall time is shown too but is noisy on a
+shared machine.  Variants run round-robin and each keeps the median of its
+rounds.
+
+    python benchmarks/overhead.py [--rounds 5] [--steps 20] [--plot overhead.png]
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+
+import torch_tpu  # noqa: F401
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import table  # noqa: E402
+from models import GPT, GPTConfig, gpt_batch  # noqa: E402
+from training import make_step  # noqa: E402
+
+MICRO = GPTConfig(layers=2, d_model=32, heads=2, seq=16, vocab=64, batch=2)
+CHAIN_OPS = 200
+CHAIN_VARIANTS = ["cpu-eager", "tpu-strict", "tpu-fused"]
+STEP_VARIANTS = ["cpu-eager", "cpu-inductor", "tpu-strict", "tpu-fused", "tpu-compiled"]
+
+
+def _mode(variant):
+    return variant.split("-")[1] if variant in ("tpu-strict", "tpu-fused") else "strict"
+
+
+def chain_fn(variant):
+    """One run of the 200-op chain on the variant's device (a callable)."""
+    device = "tpu" if variant.startswith("tpu") else "cpu"
+    gen = torch.Generator().manual_seed(0)
+    z0 = torch.randn(64, 64, generator=gen).to(device)
+    y = torch.randn(64, 64, generator=gen).to(device)
+
+    def chain():
+        z = z0
+        for _ in range(CHAIN_OPS // 2):
+            z = z * 1.0001 + y
+        return z.cpu()
+    return chain
+
+
+def micro_step_fn(variant):
+    """One micro GPT training step on the variant (a callable; ``.item()`` included)."""
+    torch.manual_seed(0)
+    model = GPT(MICRO)
+    batch = gpt_batch(MICRO, torch.Generator().manual_seed(0))
+    device = "tpu" if variant.startswith("tpu") else "cpu"
+    model = model.to(device)
+    batch = tuple(b.to(device) for b in batch)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    step = make_step(model, opt, batch)
+    if variant == "cpu-inductor":
+        step = torch.compile(step, backend="inductor")
+    elif variant == "tpu-compiled":
+        step = torch.compile(step, backend="tpu")
+    return lambda: step().item()
+
+
+def measure(makers, calls, warmup, rounds):
+    """{variant: (CPU seconds per call, wall seconds per call)}, each the median
+    of ``rounds`` round-robin runs of ``calls`` calls."""
+    fns = {}
+    for variant, make in makers.items():
+        torch._dynamo.reset()
+        fn = make(variant)
+        with torch.tpu.set_eager_mode(_mode(variant)):
+            for _ in range(warmup):
+                fn()
+            torch.tpu.synchronize()
+        fns[variant] = fn
+    samples = {v: ([], []) for v in fns}
+    for _ in range(rounds):
+        for variant, fn in fns.items():
+            with torch.tpu.set_eager_mode(_mode(variant)):
+                fn()  # back in this mode: one untimed call
+                cpu, wall = time.process_time(), time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                samples[variant][0].append((time.process_time() - cpu) / calls)
+                samples[variant][1].append((time.perf_counter() - wall) / calls)
+    return {v: (statistics.median(c), statistics.median(w)) for v, (c, w) in samples.items()}
+
+
+def run(rounds=5, chain_calls=20, steps=20, warmup=3, chain_variants=CHAIN_VARIANTS,
+        step_variants=STEP_VARIANTS):
+    """{"chain": {variant: (CPU s/op, wall s/op)}, "micro": {variant: (CPU s/step, wall s/step)}},
+    on one torch thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            chain = measure({v: chain_fn for v in chain_variants}, chain_calls, warmup, rounds)
+            micro = measure({v: micro_step_fn for v in step_variants}, steps, warmup, rounds)
+    finally:
+        torch.set_num_threads(threads)
+    return {"chain": {v: (c / CHAIN_OPS, w / CHAIN_OPS) for v, (c, w) in chain.items()}, "micro": micro}
+
+
+def rows(results):
+    """Table rows: benchmark, variant, CPU and wall time, CPU ratio to CPU eager."""
+    out = []
+    for name, unit, scale in (("chain", "µs/op", 1e6), ("micro", "ms/step", 1e3)):
+        base = results[name].get("cpu-eager", (None,))[0]
+        for variant, (cpu, wall) in results[name].items():
+            out.append([f"{name} ({unit})", variant, f"{cpu * scale:.1f}", f"{wall * scale:.1f}",
+                        f"{cpu / base:.1f}x" if base else "-"])
+    return out
+
+
+HEADERS = ["benchmark", "variant", "CPU time", "wall time", "CPU time vs CPU eager (1 thread)"]
+
+
+def plot(results, path, bar_chart):
+    """The CPU-time ratios as a bar chart (``bar_chart``: report.py's)."""
+    groups = ["chain (per op)", "micro step"]
+    variants = [v for v in STEP_VARIANTS if v in results["chain"] or v in results["micro"]]
+    values = {}
+    for group, name in zip(groups, ("chain", "micro")):
+        base = results[name].get("cpu-eager", (None,))[0]
+        for variant, (cpu, _) in results[name].items():
+            if base:
+                values[(group, variant)] = cpu / base
+    bar_chart(path, groups, variants, values, "CPU time / PyTorch CPU eager (log)",
+              "Host CPU time / PyTorch CPU eager, 1 thread (lower is better)", log=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20, help="micro steps per round")
+    parser.add_argument("--chains", type=int, default=20, help="chains per round")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--plot", metavar="PNG", help="also draw the ratios (needs matplotlib)")
+    args = parser.parse_args()
+    results = run(args.rounds, args.chains, args.steps, args.warmup)
+    print(f"platform: {torch.tpu.get_device_name()}; torch threads: 1; CPU time: all threads of the process")
+    print(table(rows(results), HEADERS))
+    if args.plot:
+        from report import _bar_chart
+        plot(results, args.plot, _bar_chart)
+
+
+if __name__ == "__main__":
+    main()
