@@ -2,9 +2,11 @@
 cannot regress: each package imports only packages below it, never one above
 or beside it, and no private name crosses a package boundary.
 
-Bottom to top: the base modules (dtypes, casting, runtime, logs), storage,
-eager, device, ops, then the front ends (compile, distributed, pallas, amp,
-profiler), then the torch_tpu package itself.  Inside eager the modules are
+Bottom to top: the base modules (each a layer of its own, in BASE's order),
+storage, eager, device, ops, then the front ends (compile, distributed,
+pallas, amp, profiler), the tools built on them (the lowering check, the
+optimizers and trainer, the TPU ops, the Hugging Face defaults), then the
+torch_tpu package itself and its commands.  Inside eager the modules are
 layered too, with synchronization on top.
 """
 import ast
@@ -17,10 +19,12 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "torch_tpu"
 
-BASE = {"dtypes", "casting", "runtime", "logs"}
-ENTRY = {"__init__", "__main__", "_autoload", "env_report"}  # the package and its entry points: anything
-LAYERS = [BASE, {"storage"}, {"eager"}, {"device"}, {"ops"},
-          {"compile", "distributed", "pallas", "amp", "profiler"}, ENTRY]
+# the base modules, bottom to top: each imports only modules before it
+BASE = ["versions", "tpu_dtypes", "install_hints", "logs", "dtypes", "casting", "runtime", "precision", "target"]
+ENTRY = {"__init__", "__main__", "_autoload", "env_report", "lower"}  # the package and its commands: anything
+LAYERS = [*({m} for m in BASE), {"storage"}, {"eager"}, {"device"}, {"ops"},
+          {"compile", "distributed", "pallas", "amp", "profiler"},
+          {"lowering_check", "optimizers", "tpu_ops", "hf"}, ENTRY]
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
 # eager's modules, bottom to top: each imports only modules before it

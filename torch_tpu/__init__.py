@@ -19,6 +19,7 @@ from . import distributed as _distributed  # noqa: E402
 from . import lowering_check as _lowering_check  # noqa: E402
 from . import hf as _hf  # noqa: E402
 from . import pallas as _pallas  # noqa: E402
+from . import tpu_ops as _tpu_ops  # noqa: E402
 from . import profiler as _profiler  # noqa: E402
 from .amp import autocast as _autocast  # noqa: E402
 from .compile import options as _compiler_options  # noqa: E402
@@ -46,7 +47,8 @@ _tpu_module.optimizers = _optimizers  # torch.tpu.optimizers
 _tpu_module.default_generators = _generator.default_generators
 _tpu_module.topology_aware_mesh = _distributed.topology_aware_mesh
 sys.modules["torch.tpu.optimizers"] = _optimizers
-_pallas.install()            # torch.tpu.pallas, torch.tpu.ops
+_pallas.install()            # torch.tpu.pallas
+_tpu_ops.install()           # torch.tpu.ops
 _profiler.install()          # torch.tpu.profiler, TORCH_TPU_LOGS
 _lowering_check.install()    # torch.tpu.lowering_check
 _hf.install()                # generate() defaults for tpu, once Transformers loads

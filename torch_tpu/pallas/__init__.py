@@ -11,10 +11,7 @@ custom_jax_kernel = jax_op  # the older name Google's torch_tpu keeps
 
 
 def install() -> None:
-    """Expose ``torch.tpu.pallas`` and ``torch.tpu.ops`` (called by torch_tpu/__init__)."""
+    """Expose ``torch.tpu.pallas`` (called by torch_tpu/__init__)."""
     from ..device import module as tpu_module
-    from . import ops as tpu_ops
     tpu_module.pallas = sys.modules[__name__]
-    tpu_module.ops = tpu_ops
     sys.modules["torch.tpu.pallas"] = sys.modules[__name__]
-    sys.modules["torch.tpu.ops"] = tpu_ops

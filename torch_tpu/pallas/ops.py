@@ -1,4 +1,4 @@
-"""``torch.tpu.ops``: built-in Pallas kernels as torch ops on tpu tensors.
+"""The built-in Pallas kernels as torch ops on tpu tensors (part of ``torch.tpu.ops``).
 
 Each is a ``jax_op`` around a kernel in ``kernels/``; gradients come from the
 kernels' own backward passes (``jax.vjp`` reaches their ``custom_vjp``).
@@ -65,9 +65,3 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
         weight = torch.ones(normalized_shape, dtype=input.dtype, device=input.device)
     return _rms_norm(input, weight, len(normalized_shape), float(eps))
 
-
-# The rest of Google torch_tpu's torch.tpu.ops (grouped matmul, barriers,
-# splash attention, jagged padding, collectives by dimension)
-from ..tpu_ops import (align_jagged_to_multiple, all_gather_dim, optimization_barrier,  # noqa: E402,F401
-                       ragged_all_to_all, ragged_dot, ragged_dot_weight_grad, recv,
-                       reduce_scatter_dim, send, splash_sdpa, strip_jagged_padding)

@@ -1,8 +1,18 @@
-"""Google torch_tpu's ``torch.tpu.ops`` beyond the Pallas kernels: grouped
-matmuls, optimization barriers, splash attention, jagged padding and the
-collectives by dimension."""
+"""``torch.tpu.ops``, Google torch_tpu's TPU ops: the built-in Pallas
+kernels (flash attention, RMS norm), grouped matmuls, optimization barriers,
+splash attention, jagged padding and the collectives by dimension."""
+import sys
+
+from ..pallas.ops import flash_attention, rms_norm  # noqa: F401
 from .grouped import (align_jagged_to_multiple, optimization_barrier, ragged_dot,  # noqa: F401
                       ragged_dot_weight_grad, strip_jagged_padding)
 from .splash import splash_sdpa  # noqa: F401
 from .collectives import (all_gather_dim, ragged_all_to_all, recv, reduce_scatter_dim,  # noqa: F401
                           send)
+
+
+def install() -> None:
+    """Expose ``torch.tpu.ops`` (called by torch_tpu/__init__)."""
+    from ..device import module as tpu_module
+    tpu_module.ops = sys.modules[__name__]
+    sys.modules["torch.tpu.ops"] = sys.modules[__name__]
