@@ -9,7 +9,7 @@ selects DEFAULT/HIGH/HIGHEST, as Google's torch_tpu maps it; PyTorch's default
 Products, convolutions and attention on float32 operands read the setting
 while they are traced (``for_operands``); other dtypes keep HIGHEST, since
 PyTorch's switch is about float32 only.  Every cached executable keys on the
-setting (``key``): the per-op signature cache, fused chains (through the
+setting (``current``): the per-op signature cache, fused chains (through the
 per-op functions they inline), compiled graphs, and JAX's persistent cache
 (the precision is part of the lowered program).
 """
@@ -34,7 +34,9 @@ _TO_LAX = {Precision.DEFAULT: jax.lax.Precision.DEFAULT, Precision.HIGH: jax.lax
            Precision.HIGHEST: jax.lax.Precision.HIGHEST}
 _FLOAT32 = (np.dtype(np.float32), np.dtype(np.complex64))
 
-_current = _FROM_TORCH.get(torch.get_float32_matmul_precision(), Precision.HIGHEST)
+# The setting, read as ``precision.current`` by every executable cache as part
+# of its key (an attribute read, not a call: it is on every op's path).
+current = _FROM_TORCH.get(torch.get_float32_matmul_precision(), Precision.HIGHEST)
 
 
 class _Tracing(threading.local):
@@ -45,14 +47,14 @@ _tracing = _Tracing()
 
 
 def get() -> Precision:
-    return _current
+    return current
 
 
 def set(value) -> Precision:
     """Set the precision (a Precision, or PyTorch's name for one); returns the old one."""
-    global _current
-    previous = _current
-    _current = coerce(value)
+    global current
+    previous = current
+    current = coerce(value)
     return previous
 
 
@@ -67,11 +69,6 @@ def coerce(value) -> Precision:
             return Precision(name)
     raise ValueError(f"torch.tpu.precision must be a torch.tpu.Precision (DEFAULT, HIGH, HIGHEST) "
                      f"or one of 'medium', 'high', 'highest', not {value!r}")
-
-
-def key() -> Precision:
-    """What cached executables add to their keys."""
-    return _current
 
 
 @contextlib.contextmanager
@@ -91,7 +88,7 @@ def for_operands(*arrays):
     float64 and integers must stay exact)."""
     if not any(np.dtype(getattr(a, "dtype", np.float64)) in _FLOAT32 for a in arrays):
         return jax.lax.Precision.HIGHEST
-    chosen = _tracing.precision or _current
+    chosen = _tracing.precision or current
     return _TO_LAX[chosen]
 
 
@@ -122,7 +119,7 @@ def _set_float32_matmul_precision(precision: str) -> None:
 
 
 def _get_float32_matmul_precision() -> str:
-    return _TO_TORCH[_current]
+    return _TO_TORCH[current]
 
 
 _set_float32_matmul_precision.__doc__ = _torch_set.__doc__

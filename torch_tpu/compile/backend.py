@@ -101,7 +101,7 @@ class CompiledGraph:
                 arrays.append(_input_buffer(a, signature))
             else:
                 signature.append(a)
-        signature.append(precision.key())  # torch.tpu.precision is traced into the executable
+        signature.append(precision.current)  # torch.tpu.precision is traced into the executable
         signature = tuple(signature)
         exe = self.executables.get(signature)
         if exe is _ON_EAGER_KERNELS:

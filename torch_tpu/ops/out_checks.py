@@ -16,15 +16,14 @@ def result_before_out_cast(kernel, args, kwargs, out_specs):
     ``out_specs`` with the op's result dtype, for the copy into out to cast."""
     if len(out_specs) != 1:
         return out_specs
-    from .registry import _SCALAR_TYPES, _flat, _to_meta
+    from .registry import _SCALAR_TYPES, _flat, to_meta
     kwargs = {k: v for k, v in kwargs.items() if k not in kernel.out_names}
-    operands = [_to_meta(a) for a in _flat(args) + _flat(list(kwargs.values()))
+    operands = [to_meta(a) for a in _flat(args) + _flat(list(kwargs.values()))
                 if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
     if not operands:
         return out_specs
     _, result = elementwise_dtypes(*operands, type_promotion_kind=kernel.opts.promote)
-    shape, stride, _ = out_specs[0]
-    return [(shape, stride, dtypes.to_np(result))]
+    return [out_specs[0]._replace(dtype=dtypes.to_np(result))]
 
 
 # ---- the destination's dtype, as the CPU kernel checks it ------------------------

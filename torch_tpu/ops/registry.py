@@ -397,7 +397,7 @@ class Kernel:
                 pos.append(x)
             else:  # lists, CPU tensors, generators, ...
                 return None
-        return (tuple(pos), (), None, torch.get_default_dtype(), precision.key())
+        return (tuple(pos), (), None, torch.get_default_dtype(), precision.current)
 
     def __call__(self, *args, **kwargs):
         if self.check_overlap:
@@ -412,7 +412,7 @@ class Kernel:
                        if k not in self.out_names)
             # The default dtype decides the result dtype of int tensor + Python float.
             key = (pos, kw, _storage_groups(args[0]) if self.writes_list else None, torch.get_default_dtype(),
-                   precision.key())
+                   precision.current)
         entry = self.cache.get(key)
         if entry is None:
             with self.lock:
