@@ -120,7 +120,11 @@ def set_empty(self):
 
 def to_device_array(cpu_tensor):
     """A CPU tensor's value as a jax array on the device (a private copy)."""
-    return jax.device_put(dtypes.numpy_from_cpu_tensor(cpu_tensor), runtime.jax_device())
+    return _put_on_device(dtypes.numpy_from_cpu_tensor(cpu_tensor))
+
+
+def _put_on_device(host: np.ndarray):
+    return jax.device_put(host, runtime.jax_device())
 
 
 def _read_for_host(t, what):
@@ -192,12 +196,12 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
         _check_dtype(dtype)
         if self.device.type == "tpu":  # the meta kernel picks the strides memory_format asks for
             return _same_device_cast(self, dtype=dtype, memory_format=memory_format)
-        host_value = self.to(dtype)
-        value = launch("aten::_to_copy", to_device_array, (host_value,))
+        host = dtypes.numpy_from_cpu_tensor(self.to(dtype))  # before the launch: a dtype a TPU refuses raises here
+        value = launch("aten::_to_copy", _put_on_device, (host,))
         strides = _copy_strides(self, memory_format)
         spec = views.OutSpec(tuple(self.shape), strides, value.dtype)
         out = views.wrap_result(views.to_storage_layout(value, spec), spec)
-        host_mirror.remember(out, dtypes.numpy_from_cpu_tensor(host_value))
+        host_mirror.remember(out, host)
         return out
     host = to_cpu_tensor(self)
     strides = _copy_strides(self, memory_format)

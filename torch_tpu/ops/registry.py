@@ -548,8 +548,9 @@ class Kernel:
                       for n, x in kwargs.items()}
         if self.opts.opmath:
             ct = dtypes.opmath(out_dtypes[0])
-            args = [_to_opmath(x, ct) for x in args]
-            kwargs = {n: _to_opmath(x, ct) for n, x in kwargs.items()}
+            names = self.arg_names
+            args = [_to_opmath(x, ct, names[i] in self.scalar_args) for i, x in enumerate(args)]
+            kwargs = {n: _to_opmath(x, ct, n in self.scalar_args) for n, x in kwargs.items()}
         _trace.compute_dtype = promote_dtype
         _trace.out_dtypes = tuple(out_dtypes) if out_dtypes else ()
         _trace.key = key
@@ -654,9 +655,15 @@ def _cast_operand(x, dtype, is_scalar_arg):
     return x
 
 
-def _to_opmath(x, dtype):
-    """An operand (a traced tensor or Scalar) in the op's opmath dtype; others as they are."""
-    return x.astype(dtype) if isinstance(x, (jax.Array, np.ndarray)) else x
+def _to_opmath(x, dtype, scalar):
+    """An operand (a traced tensor or Scalar) in the op's opmath dtype; others as
+    they are.  A Scalar is a Python number where a compiled graph holds it as a
+    constant: cast too, as the traced number eager mode passes for it is."""
+    if isinstance(x, (jax.Array, np.ndarray)):
+        return x.astype(dtype)
+    if scalar and type(x) in _SCALAR_TYPES:
+        return jnp.asarray(x, dtype)
+    return x
 
 
 def _rng_material(args, kwargs):
