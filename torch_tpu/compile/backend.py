@@ -266,6 +266,7 @@ def _input_buffer(t, signature):
                                                  0, value.dtype)))
         return value
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
+    spec = views.ViewSpec._make(spec)
     buf = fusion.resolve(buf)
     if len(spec.buf_shape) == 1 and spec.buf_shape != spec.size and views.covers_buffer(spec):
         # A whole storage kept flat: give the storage the tensor's shape once,
