@@ -316,6 +316,7 @@ def _input_buffer_general(t, signature):
                                                  0, value.dtype)))
         return value
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
+    spec = views.ViewSpec._make(spec)
     buf = fusion.resolve(buf)
     if len(spec.buf_shape) == 1 and spec.buf_shape != spec.size and views.covers_buffer(spec):
         buf, spec = _shaped_like(t, buf, spec)

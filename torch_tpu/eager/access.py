@@ -21,7 +21,7 @@ def _jit_reader(spec, bits=()):
 @functools.lru_cache(maxsize=None)
 def _jit_writer(spec, value_shape, value_dtype, bits=()):
     write = views.writer(spec)
-    size, dtype = spec.size, spec.dtype
+    _, _, size, _, _, dtype = spec
     return jax.jit(lambda buf, value: write(buf, views.apply_bits(
         jnp.broadcast_to(convert(value, dtype), size), bits)))
 
@@ -31,7 +31,8 @@ def read(t):
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     buf = fusion.resolve(buf)
     bits = views.lazy_bits(t)
-    if not bits and views.covers_buffer(spec) and spec.buf_shape == spec.size:
+    buf_shape, _, size, _, _, _ = spec  # a ViewSpec's fields
+    if not bits and views.covers_buffer(spec) and buf_shape == size:
         return buf
     return _jit_reader(spec, bits)(buf)
 
@@ -51,7 +52,8 @@ def write(t, value) -> None:
         return
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
     bits = views.lazy_bits(t)
-    if not bits and views.covers_buffer(spec) and tuple(value.shape) == spec.size and value.dtype == spec.dtype:
+    _, _, size, _, _, dtype = spec  # a ViewSpec's fields
+    if not bits and views.covers_buffer(spec) and tuple(value.shape) == size and value.dtype == dtype:
         new = value  # the old contents do not matter: no need to wait for them
     else:
         new = _jit_writer(spec, tuple(value.shape), value.dtype, bits)(fusion.resolve(buf), value)

@@ -473,7 +473,7 @@ class Kernel:
         in_place_specs = None
         if mode == "inplace":
             destinations = pos_t[0] if self.writes_list else [pos_t[0]]
-            in_place_specs = [t[1] for t in destinations]
+            in_place_specs = [views.ViewSpec._make(t[1]) for t in destinations]
             in_place_bits = [t[2] if len(t) > 2 else () for t in destinations]
         out_specs = None
         if mode == "inplace":

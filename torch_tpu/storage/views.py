@@ -35,13 +35,12 @@ class OutSpec(NamedTuple):
     dtype: np.dtype
 
 
-_new = tuple.__new__  # builds a ViewSpec without NamedTuple's keyword-handling __new__ (every op input)
-
-
 def spec_of(t, np_dtype):
-    """The ViewSpec of tpu tensor ``t`` and the buffer it reads."""
+    """The view spec of tpu tensor ``t`` (ViewSpec's fields as a plain tuple:
+    this runs for every op input, and a NamedTuple costs a call to build; it
+    hashes and compares equal to ``ViewSpec(*spec)``) and the buffer it reads."""
     buf = get_buffer(t.untyped_storage())
-    return _new(ViewSpec, (buf.shape, buf.dtype, tuple(t.shape), t.stride(), t.storage_offset(), np_dtype)), buf
+    return (buf.shape, buf.dtype, tuple(t.shape), t.stride(), t.storage_offset(), np_dtype), buf
 
 
 def lazy_bits(t):
