@@ -3,7 +3,7 @@ variant: PyTorch CPU eager or inductor, or tpu in an eager mode or compiled."""
 import argparse
 import statistics
 import time
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import torch
@@ -34,7 +34,7 @@ def make_step(model, opt, batch):
 class StepResult(NamedTuple):
     seconds: float                 # median wall seconds per step
     first: float                   # seconds of the first step: compile included
-    alone: Optional[float] = None  # the step's whole-graph XLA executables alone (executables_alone)
+    alone: float | None = None  # the step's whole-graph XLA executables alone (executables_alone)
     cpu: float = 0.0               # CPU seconds per step, all the process's threads together
 
 

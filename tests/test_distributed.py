@@ -62,7 +62,7 @@ def _collect(procs, timeout):
             for q in procs:
                 q.kill()
             out = p.communicate()[0]
-            raise AssertionError(f"workers hung:\n{out[-4000:]}")
+            raise AssertionError(f"workers hung:\n{out[-4000:]}") from None
         outs.append((p.returncode, out))
     return outs
 

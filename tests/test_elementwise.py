@@ -5,8 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import torch_tpu
-from helpers import assert_same, run_both, to_tpu
+from helpers import assert_same, to_tpu
 
 FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 INTS = [torch.int64, torch.int32, torch.int8, torch.uint8]

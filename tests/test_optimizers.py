@@ -190,9 +190,9 @@ def test_trainer_matches_the_eager_loop(setup, ours, theirs, steps, monkeypatch)
     expected = _eager_loop(eager, theirs(eager.parameters()), batches, lambda m, b: m(*b))
     torch.testing.assert_close(torch.tensor([loss.item() for loss in losses]), torch.tensor(expected),
                                rtol=1e-4, atol=1e-4)
-    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+    for p, q in zip(model.parameters(), eager.parameters()):
         _close(p, q, 2e-4)
-    for (name, b), c in zip(model.named_buffers(), eager.buffers()):  # BatchNorm statistics
+    for b, c in zip(model.buffers(), eager.buffers()):  # BatchNorm statistics
         _close(b, c, 2e-4)
 
 

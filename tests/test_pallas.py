@@ -1,6 +1,5 @@
 """torch.tpu.pallas.jax_op, to_jax/from_jax, and the built-in Pallas kernels
 (run in TPU interpret mode on the CPU), checked against PyTorch's CPU."""
-import functools
 
 import jax
 import jax.numpy as jnp

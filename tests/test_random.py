@@ -167,7 +167,7 @@ def test_randint_and_random_(dtype):
     t = torch.randint(-5 if dtype != torch.uint8 else 0, 10, (N,), device="tpu", dtype=dtype).cpu()
     lo = -5 if dtype != torch.uint8 else 0
     assert t.dtype == dtype and t.min().item() == lo and t.max().item() == 9
-    counts = torch.bincount((t.to(torch.int64) - lo))
+    counts = torch.bincount(t.to(torch.int64) - lo)
     assert counts.min().item() > 0.8 * N / (10 - lo)
     r = torch.empty(N, device="tpu", dtype=dtype).random_(3).cpu()
     assert r.min().item() == 0 and r.max().item() == 2

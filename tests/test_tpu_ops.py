@@ -176,7 +176,7 @@ def _run(procs, timeout=180):
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            raise AssertionError("workers hung")
+            raise AssertionError("workers hung") from None
         assert p.returncode == 0, out[-6000:]
         outs.append(out)
     return outs

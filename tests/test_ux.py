@@ -9,7 +9,6 @@ import warnings
 import pytest
 import torch
 
-import torch_tpu
 from torch_tpu import logs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

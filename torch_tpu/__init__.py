@@ -1,13 +1,13 @@
 """torch_tpu: ``torch.device("tpu")`` as a native PyTorch device, executed by JAX/XLA."""
 import sys
 
-import torch  # first: torch's autoload may import us back (see _autoload.py)
+import torch  # noqa: F401  (first: torch's autoload may import us back (see _autoload.py)
 
 from . import versions  # noqa: E402
 
 versions.check()  # an older JAX fails here, naming the supported range
 
-from . import runtime  # noqa: E402  (enables jax x64 before anything traces)
+from . import runtime  # noqa: E402,F401  (enables jax x64 before anything traces)
 from .device.registration import register_device  # noqa: E402
 
 register_device()  # PrivateUse1 becomes "tpu"; torch.tpu exists from here on

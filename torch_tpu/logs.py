@@ -86,7 +86,7 @@ def _user_site() -> str:
     frame = sys._getframe(1)
     while frame is not None:
         path = frame.f_code.co_filename
-        if not (path.startswith(_PKG_DIR) or path.startswith(_TORCH_DIR) or path.startswith("<frozen")
+        if not (path.startswith((_PKG_DIR, _TORCH_DIR, "<frozen"))
                 or os.sep + "jax" in path or "contextlib" in path):
             return f"{os.path.basename(path)}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back

@@ -20,7 +20,8 @@ import dataclasses
 import logging
 import math
 import threading
-from typing import Callable, Protocol
+from typing import Protocol
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

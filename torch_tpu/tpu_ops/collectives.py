@@ -88,7 +88,7 @@ def ragged_all_to_all(input: torch.Tensor, output: torch.Tensor, input_offsets, 
     dist.all_to_all_single(landing, offsets, group=group)
     result = output.clone()
     start = 0
-    for j, (n, at) in enumerate(zip(recv, landing.tolist())):
+    for n, at in zip(recv, landing.tolist()):
         if n:
             result[at:at + n] = recv_buf[start:start + n]
         start += n
