@@ -110,11 +110,11 @@ def test_torch_ops_kernels_lower_with_their_backward():
     assert {"flash_attention_dkdv", "flash_attention_dq", "rms_norm_bwd"} <= set(bwd.kernels)
 
 
-def test_gpt_training_step_lowers_with_the_pallas_flash_kernel():
-    cfg = models.GPTConfig(layers=1, d_model=128, heads=2, seq=128, vocab=256, batch=2)
+def _gpt_training_step(cfg, make_optimizer):
+    """(model, step(x, y), x, y): one training step of the benchmark GPT on tpu."""
     torch.manual_seed(0)
     model = models.GPT(cfg).to("tpu")
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt = make_optimizer(model.parameters())
     x, y = (t.to("tpu") for t in models.gpt_batch(cfg, torch.Generator().manual_seed(0)))
 
     def step(x, y):
@@ -123,6 +123,12 @@ def test_gpt_training_step_lowers_with_the_pallas_flash_kernel():
         opt.step()
         opt.zero_grad()
         return loss
+    return model, step, x, y
+
+
+def test_gpt_training_step_lowers_with_the_pallas_flash_kernel():
+    cfg = models.GPTConfig(layers=1, d_model=128, heads=2, seq=128, vocab=256, batch=2)
+    _, step, x, y = _gpt_training_step(cfg, lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
     report = torch.tpu.lowering_check(step, x, y, chips=("v5e",), execute=False)
     assert report.ok, str(report)
     kinds = [g.graph.split()[0] for g in report.graphs]
@@ -141,18 +147,8 @@ def test_gpt_training_step_lowers_with_the_pallas_flash_kernel():
 @pytest.mark.slow
 def test_gpt_adamw_step_runs_and_lowers_for_every_chip():
     cfg = models.GPTConfig(layers=2, d_model=128, heads=2, seq=128, vocab=256, batch=2)
-    torch.manual_seed(0)
-    model = models.GPT(cfg).to("tpu")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = (t.to("tpu") for t in models.gpt_batch(cfg, torch.Generator().manual_seed(0)))
+    model, step, x, y = _gpt_training_step(cfg, lambda p: torch.optim.AdamW(p, lr=1e-3))
     before = model.tok.weight.detach().cpu().clone()
-
-    def step(x, y):
-        loss = model(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
     report = torch.tpu.lowering_check(step, x, y)  # runs the step here, interpreted kernels included
     assert report.ok, str(report)
     assert report.kernels().count("flash_attention_fwd") >= 2 * cfg.layers  # forward, and again in backward
