@@ -212,7 +212,9 @@ def lowering_check(quick):
 def overhead(quick, timeout):
     script = os.path.join(HERE, "overhead.py")
     if os.path.exists(script):
-        args = ["--rounds", "1", "--steps", "2", "--chains", "2", "--warmup", "1"] if quick else \
+        # quick: no compiled variants (a cold compile cache makes them take minutes)
+        args = ["--rounds", "1", "--steps", "2", "--chains", "2", "--warmup", "1",
+                "--variants", "cpu-eager", "tpu-strict", "tpu-fused"] if quick else \
                ["--rounds", "3", "--steps", "10", "--chains", "10"]
         cmd = [sys.executable, script, *args]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
@@ -321,7 +323,7 @@ def main(argv=None) -> int:
         "tests": ("Test slice", test_slice, (QUICK_TEST_SLICE if q else TEST_SLICE, 30 if q else 100)),
         "kernels": ("Pallas kernels against the XLA composite", kernels_vs_composite, (q,)),
         "lowering": ("TPU lowering check", lowering_check, (q,)),
-        "overhead": ("Host overhead", overhead, (q, 20 if q else 60)),
+        "overhead": ("Host overhead", overhead, (q, 45 if q else 90)),
         # quick: the eager modes only (compiling a step takes the longest on a busy CPU)
         "training": ("Training steps", training_steps,
                      (["micro"] if q else ["tiny", "small"], 2 if q else 10, 1 if q else 3,

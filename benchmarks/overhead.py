@@ -147,9 +147,12 @@ def main():
     parser.add_argument("--steps", type=int, default=20, help="micro steps per round")
     parser.add_argument("--chains", type=int, default=20, help="chains per round")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--variants", nargs="+", default=STEP_VARIANTS, choices=STEP_VARIANTS,
+                        help="the variants to run (default: all)")
     parser.add_argument("--plot", metavar="PNG", help="also draw the ratios (needs matplotlib)")
     args = parser.parse_args()
-    results = run(args.rounds, args.chains, args.steps, args.warmup)
+    results = run(args.rounds, args.chains, args.steps, args.warmup,
+                  [v for v in CHAIN_VARIANTS if v in args.variants], args.variants)
     print(f"platform: {torch.tpu.get_device_name()}; torch threads: 1; CPU time: all threads of the process")
     print(table(rows(results), HEADERS))
     if args.plot:
