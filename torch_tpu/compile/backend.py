@@ -26,7 +26,7 @@ from ..eager import access, fusion
 from ..eager.launch import launch
 from ..ops import registry
 from ..storage import buffers, views
-from . import lowering, rewrites, options as compiler_options
+from . import collectives, lowering, rewrites, options as compiler_options
 from .host import HostPart
 
 log = logging.getLogger("torch_tpu.compile")
@@ -392,6 +392,8 @@ def make_boxed_func_from(compiled):
 def _compiler(name):
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
         stats.graphs += 1
+        if collectives.present(gm):  # cut at its collectives: compile/collectives.py
+            return collectives.compile_split(gm, name, CompiledGraph)
         try:
             compiled = CompiledGraph(gm, name)
         except lowering.LoweringError as e:

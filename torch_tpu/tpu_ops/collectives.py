@@ -1,70 +1,81 @@
 """``torch.tpu.ops`` collectives by dimension, ragged all-to-all and
-point-to-point, on top of the process group (``tpu_dist`` or any other):
-each is a torch.distributed collective on a tensor laid out so the group's
-ranks line up along dimension 0.  all_gather_dim and reduce_scatter_dim are
-each other's gradient, so both work under autograd."""
+point-to-point, on top of the process group (``tpu_dist`` or any other).
+
+Each is built on PyTorch's functional collectives (the ``_c10d_functional``
+ops, each followed by its ``wait_tensor``): eagerly they are c10d calls on
+the group, and under ``torch.compile`` Dynamo puts them into the graph, where
+the "tpu" backend cuts the graph at them (compile/collectives.py) instead of
+breaking it.  PyTorch registers their gradients: all_gather_dim and
+reduce_scatter_dim (sum) are each other's, all-to-all's is the reverse
+all-to-all.
+"""
 import torch
 import torch.distributed as dist
+
+from ..compile import collectives as comm_ops
+
+_c10d = torch.ops._c10d_functional
+_R = dist.ReduceOp
+# c10d's reduce ops by the names the functional collectives take
+_OP_NAMES = {_R.SUM: "sum", _R.AVG: "avg", _R.PRODUCT: "product", _R.MIN: "min", _R.MAX: "max",
+             _R.BAND: "band", _R.BOR: "bor", _R.BXOR: "bxor"}
 
 
 def _dim(tensor, dim):
     return dim % tensor.dim() if tensor.dim() else 0
 
 
-def _gather(tensor, dim, group):
-    world = dist.get_world_size(group)
+def _group(group):
+    """(group name, group size) of ``group`` (None: the default group)."""
+    group = dist.group.WORLD if group is None else group
+    return group.group_name, dist.get_world_size(group)
+
+
+def _op_name(op):
+    name = _OP_NAMES.get(op) if not isinstance(op, str) else op.lower()
+    if name is None or name not in _OP_NAMES.values():
+        raise ValueError(f"reduce_scatter_dim: unsupported reduce op {op} "
+                         f"(supported: {', '.join(_OP_NAMES.values())})")
+    return name
+
+
+@torch._dynamo.dont_skip_tracing  # torch_tpu is on Dynamo's skip list; this wrapper is plain torch
+def all_gather_dim(tensor: torch.Tensor, dim: int = 0, group=None) -> torch.Tensor:
+    """Every rank's ``tensor`` concatenated along ``dim`` in rank order.
+    Gradient: the upstream gradient summed over the ranks, each rank keeping
+    its own part (reduce_scatter_dim)."""
+    dim = _dim(tensor, dim)
+    name, world = _group(group)
     front = tensor.movedim(dim, 0).contiguous()
-    out = torch.empty((world * front.shape[0], *front.shape[1:]), dtype=tensor.dtype, device=tensor.device)
-    dist.all_gather_into_tensor(out, front, group=group)
+    out = _c10d.wait_tensor(_c10d.all_gather_into_tensor(front, world, name))
     return out.movedim(0, dim)
 
 
-def _scatter(tensor, dim, op, group):
-    world = dist.get_world_size(group)
+@torch._dynamo.dont_skip_tracing
+def reduce_scatter_dim(tensor: torch.Tensor, dim: int = 0, op=dist.ReduceOp.SUM, group=None) -> torch.Tensor:
+    """``tensor`` reduced over the ranks, then split along ``dim``: rank r keeps
+    part r.  Gradient (SUM only, as PyTorch's): all_gather_dim of the upstream
+    gradient."""
+    dim = _dim(tensor, dim)
+    name, world = _group(group)
     if tensor.shape[dim] % world:
         raise RuntimeError(f"reduce_scatter_dim: dimension {dim} has size {tensor.shape[dim]}, "
                            f"not a multiple of the group size {world}")
     front = tensor.movedim(dim, 0).contiguous()
-    out = torch.empty((front.shape[0] // world, *front.shape[1:]), dtype=tensor.dtype, device=tensor.device)
-    dist.reduce_scatter_tensor(out, front, op=op, group=group)
+    out = _c10d.wait_tensor(_c10d.reduce_scatter_tensor(front, _op_name(op), world, name))
     return out.movedim(0, dim)
 
 
-class _AllGatherDim(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, tensor, dim, group):
-        ctx.dim, ctx.group = dim, group
-        return _gather(tensor, dim, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _scatter(grad, ctx.dim, dist.ReduceOp.SUM, ctx.group), None, None
+def _ints(values, world, what):
+    if isinstance(values, torch.Tensor):
+        values = values.reshape(-1).tolist()  # a host read (a graph break under torch.compile)
+    values = [int(v) for v in values]
+    if len(values) != world:
+        raise RuntimeError(f"ragged_all_to_all: {what} needs one entry per rank ({world}), got {len(values)}")
+    return values
 
 
-class _ReduceScatterDim(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, tensor, dim, group):
-        ctx.dim, ctx.group = dim, group
-        return _scatter(tensor, dim, dist.ReduceOp.SUM, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _gather(grad, ctx.dim, ctx.group), None, None
-
-
-def all_gather_dim(tensor: torch.Tensor, dim: int = 0, group=None) -> torch.Tensor:
-    """Every rank's ``tensor`` concatenated along ``dim`` in rank order."""
-    return _AllGatherDim.apply(tensor, _dim(tensor, dim), group)
-
-
-def reduce_scatter_dim(tensor: torch.Tensor, dim: int = 0, op=dist.ReduceOp.SUM, group=None) -> torch.Tensor:
-    """``tensor`` reduced over the ranks, then split along ``dim``: rank r keeps part r."""
-    dim = _dim(tensor, dim)
-    if op == dist.ReduceOp.SUM:
-        return _ReduceScatterDim.apply(tensor, dim, group)
-    return _scatter(tensor, dim, op, group)
-
-
+@torch._dynamo.dont_skip_tracing
 def ragged_all_to_all(input: torch.Tensor, output: torch.Tensor, input_offsets, send_sizes,
                       output_offsets, recv_sizes, group=None) -> torch.Tensor:
     """``jax.lax.ragged_all_to_all``'s contract: this rank sends rows
@@ -72,35 +83,74 @@ def ragged_all_to_all(input: torch.Tensor, output: torch.Tensor, input_offsets, 
     row ``output_offsets[j]`` of rank j's output (the sender picks the place);
     ``recv_sizes[i]`` is how many rows come from rank i.  Rows of ``output``
     nobody writes keep their value; returns the updated copy of ``output``.
-    Sizes and offsets are read on the host."""
-    world = dist.get_world_size(group)
-    values = [torch.as_tensor(v).reshape(-1).tolist() for v in (input_offsets, send_sizes, output_offsets, recv_sizes)]
-    in_off, send, out_off, recv = values
-    if not all(len(v) == world for v in values):
-        raise RuntimeError(f"ragged_all_to_all: offsets and sizes need one entry per rank ({world})")
+
+    Offsets and sizes are Python ints (or tensors, read on the host): they
+    set the shapes moved.  Under torch.compile pass them as Python ints (they
+    become constants of the graph); tensors there break the graph.  The
+    landing rows (``output_offsets``) travel and are applied on the device."""
+    name, world = _group(group)
+    in_off = _ints(input_offsets, world, "input_offsets")
+    send = _ints(send_sizes, world, "send_sizes")
+    out_off = _ints(output_offsets, world, "output_offsets")
+    recv = _ints(recv_sizes, world, "recv_sizes")
     send_buf = torch.cat([input[o:o + n] for o, n in zip(in_off, send)]) if sum(send) else input[:0]
-    recv_buf = torch.empty((sum(recv), *input.shape[1:]), dtype=input.dtype, device=input.device)
-    dist.all_to_all_single(recv_buf, send_buf.contiguous(), output_split_sizes=recv,
-                           input_split_sizes=send, group=group)
+    received = _c10d.wait_tensor(_c10d.all_to_all_single(send_buf.contiguous(), recv, send, name))
     # where our rows land on each receiver: the receivers tell us, we tell the senders
     offsets = torch.tensor(out_off, dtype=torch.int64, device=input.device)
-    landing = torch.empty_like(offsets)
-    dist.all_to_all_single(landing, offsets, group=group)
-    result = output.clone()
-    start = 0
-    for n, at in zip(recv, landing.tolist()):
-        if n:
-            result[at:at + n] = recv_buf[start:start + n]
-        start += n
-    return result
+    landing = _c10d.wait_tensor(_c10d.all_to_all_single(offsets, [1] * world, [1] * world, name))
+    if not sum(recv):
+        return output.clone()
+    rows = torch.cat([landing[i] + torch.arange(n, device=input.device) for i, n in enumerate(recv) if n])
+    return output.index_copy(0, rows, received.to(output.dtype))
 
 
+# Point to point as custom ops of our own: c10d's functional isend leaves its
+# work unwaited (its result is an empty tensor wait_tensor cannot find), and
+# irecv takes group ranks where torch.distributed takes global ones.
+@torch.library.custom_op("tpu_ops::send", mutates_args=())
+def _send(tensor: torch.Tensor, dst: int, tag: int, group_name: str) -> None:
+    dist.send(tensor, dst, group=_resolve(group_name), tag=tag)
+
+
+@_send.register_fake
+def _(tensor, dst, tag, group_name):
+    return None
+
+
+@torch.library.custom_op("tpu_ops::recv", mutates_args=())
+def _recv(like: torch.Tensor, src: int, tag: int, group_name: str) -> torch.Tensor:
+    out = torch.empty_like(like, memory_format=torch.contiguous_format)
+    dist.recv(out, src, group=_resolve(group_name), tag=tag)
+    return out
+
+
+@_recv.register_fake
+def _(like, src, tag, group_name):
+    return torch.empty_like(like, memory_format=torch.contiguous_format)
+
+
+def _resolve(group_name):
+    return dist.distributed_c10d._resolve_process_group(group_name)
+
+
+for _op in (torch.ops.tpu_ops.send.default, torch.ops.tpu_ops.recv.default):
+    torch.fx.node.has_side_effect(_op)  # never dropped from a graph, even when nothing reads them
+    comm_ops.register(_op)  # compiled graphs run them between their pieces
+
+
+@torch._dynamo.dont_skip_tracing
 def send(tensor: torch.Tensor, dst: int, group=None, tag: int = 0) -> None:
-    """Point-to-point send of ``tensor`` to rank ``dst`` (blocking)."""
-    dist.send(tensor.contiguous(), dst, group=group, tag=tag)
+    """Point-to-point send of ``tensor`` to rank ``dst`` (a global rank;
+    returns when sent)."""
+    name, _ = _group(group)
+    _send(tensor.contiguous(), dst, tag, name)
 
 
+@torch._dynamo.dont_skip_tracing
 def recv(tensor: torch.Tensor, src: int, group=None, tag: int = 0) -> torch.Tensor:
-    """Receive into ``tensor`` from rank ``src``; returns it."""
-    dist.recv(tensor, src, group=group, tag=tag)
+    """Receive into ``tensor`` from rank ``src`` (a global rank); returns it."""
+    name, _ = _group(group)
+    received = _recv(tensor, src, tag, name)
+    with torch.no_grad():
+        tensor.copy_(received)
     return tensor
