@@ -153,6 +153,33 @@ def test_topology_aware_mesh_at_top_level():
     assert torch.tpu.topology_aware_mesh((1,)).tolist() == [0]
 
 
+def test_compiled_graphs_are_cut_at_collectives_in_program_order():
+    # The split of compile/collectives.py, on a graph built by hand (no group needed):
+    # computation no collective separates shares a piece, a collective and its wait
+    # share one, and collectives keep the program's order (point-to-point relies on it).
+    from torch_tpu.compile import collectives
+    c10d, aten, tpu = torch.ops._c10d_functional, torch.ops.aten, torch.ops.tpu_ops
+    g = torch.fx.Graph()
+    x, into = g.placeholder("x"), g.placeholder("into")
+    got = g.call_function(tpu.recv.default, (into, 0, 0, "0"))
+    doubled = g.call_function(aten.mul.Tensor, (got, 2))
+    sent = g.call_function(tpu.send.default, (doubled, 1, 0, "0"))
+    early = g.call_function(aten.add.Tensor, (x, x))  # needs no collective
+    late_send = g.call_function(tpu.send.default, (early, 1, 0, "0"))  # after `sent` in the program
+    start = g.call_function(c10d.all_gather_into_tensor.default, (early, 2, "0"))
+    done = g.call_function(c10d.wait_tensor.default, (start,))
+    out = g.call_function(aten.add.Tensor, (done, done))
+    g.output((doubled, out))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    assert collectives.present(gm)
+    part = collectives._partitions(gm)
+    assert part[got] == 1 and part[doubled] == 2 and part[sent] == 3
+    assert part[early] == 0  # runs in the first piece, before any collective
+    assert part[late_send] == 3 and part[start] == part[done] == 3  # not moved before `sent`
+    assert part[out] == 4
+    assert not collectives.present(torch.fx.symbolic_trace(lambda t: t * 2))
+
+
 # ---- collectives: worker processes ----------------------------------------------------------
 
 def _free_port():
@@ -202,6 +229,36 @@ def test_all_collective_ops_torchrun():
     assert out.count("all ok") == 2
 
 
+def _gather_scatter_step(torch, x, m):
+    """all_gather_dim then reduce_scatter_dim around a matmul: a loss whose
+    backward runs both again (each is the other's gradient)."""
+    ops = torch.tpu.ops
+    gathered = ops.all_gather_dim(x, dim=1)
+    scattered = ops.reduce_scatter_dim((gathered @ m).tanh(), dim=0)
+    return (scattered * 3).sum()
+
+
+def _gather_scatter_grads(torch, fn, rank):
+    x = (torch.arange(8.0).reshape(4, 2) / 7 + rank).to("tpu").requires_grad_()
+    m = (torch.arange(12.0).reshape(4, 3) / 11).to("tpu").requires_grad_()
+    loss = fn(torch, x, m)
+    loss.backward()
+    return loss.detach().cpu(), x.grad.cpu(), m.grad.cpu()
+
+
+def _check_compiled_gather_scatter(torch, rank):
+    """fullgraph=True fails on any graph break; the collectives must run
+    between compiled pieces (no eager fallback), forward and backward."""
+    from torch_tpu.compile import backend, collectives
+    eager = _gather_scatter_grads(torch, _gather_scatter_step, rank)
+    rounds, fallbacks = collectives.counts["collective_rounds"], backend.stats.eager_fallbacks
+    compiled = _gather_scatter_grads(torch, torch.compile(_gather_scatter_step, backend="tpu", fullgraph=True), rank)
+    for a, b in zip(eager, compiled):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-6), (a, b)
+    assert collectives.counts["collective_rounds"] - rounds == 4, collectives.counts  # 2 forward, 2 backward
+    assert backend.stats.eager_fallbacks == fallbacks
+
+
 def _worker_by_dim(torch, dist, rank, world):
     ops = torch.tpu.ops
     x = (torch.arange(6.0).reshape(2, 3) + 10 * rank).to("tpu").requires_grad_()
@@ -214,22 +271,22 @@ def _worker_by_dim(torch, dist, rank, world):
     scattered = ops.reduce_scatter_dim(full, dim=-1)
     total = torch.arange(4.0 * world).reshape(2, 2 * world) * sum(range(1, world + 1))
     assert torch.equal(scattered.cpu(), total[:, 2 * rank:2 * rank + 2]), scattered
+    _check_compiled_gather_scatter(torch, rank)
 
 
-def _worker_all(torch, dist, rank, world):
-    ops = torch.tpu.ops
-    _worker_by_dim(torch, dist, rank, world)
-    # ragged all-to-all: rank r sends r + 1 + j rows to rank j, stacked in sender order
+def _ragged(torch, rank, world, data, output):
+    """rank r sends r + 1 + j rows to rank j; they land in sender order after one row of gap."""
     send_sizes = [rank + 1 + j for j in range(world)]
     recv_sizes = [i + 1 + rank for i in range(world)]
-    rows = sum(send_sizes)
-    data = (torch.arange(rows, dtype=torch.float32) + 100 * rank).reshape(rows, 1).to("tpu")
     in_off = [sum(send_sizes[:j]) for j in range(world)]
-    # where my rows land on rank j: after the rows of lower senders there, plus one row of gap
     out_off = [1 + sum(i + 1 + j for i in range(rank)) for j in range(world)]
-    out_rows = 1 + sum(recv_sizes)
-    output = torch.full((out_rows, 1), -1.0, device="tpu")
-    result = ops.ragged_all_to_all(data, output, in_off, send_sizes, out_off, recv_sizes).cpu()
+    return torch.tpu.ops.ragged_all_to_all(data, output, in_off, send_sizes, out_off, recv_sizes)
+
+
+def _ragged_case(torch, rank, world):
+    rows = sum(rank + 1 + j for j in range(world))
+    data = (torch.arange(rows, dtype=torch.float32) + 100 * rank).reshape(rows, 1)
+    out_rows = 1 + sum(i + 1 + rank for i in range(world))
     expected = torch.full((out_rows, 1), -1.0)
     at = 1
     for i in range(world):
@@ -237,17 +294,60 @@ def _worker_all(torch, dist, rank, world):
         start = sum(sizes_i[:rank])
         expected[at:at + sizes_i[rank], 0] = torch.arange(start, start + sizes_i[rank], dtype=torch.float32) + 100 * i
         at += sizes_i[rank]
-    assert torch.equal(result, expected), (result, expected)
-    # point to point, around the ring
-    message = torch.full((3,), float(rank), device="tpu")
-    into = torch.empty(3, device="tpu")
+    return data, expected
+
+
+def _ring(torch, rank, world, message, into):
+    """Point to point around the ring (even ranks send first); returns a value computed from what came."""
+    ops = torch.tpu.ops
     if rank % 2 == 0:
-        ops.send(message, (rank + 1) % world)
+        ops.send(message * 2, (rank + 1) % world)
         ops.recv(into, (rank - 1) % world)
     else:
         ops.recv(into, (rank - 1) % world)
-        ops.send(message, (rank + 1) % world)
-    assert torch.equal(into.cpu(), torch.full((3,), float((rank - 1) % world)))
+        ops.send(message * 2, (rank + 1) % world)
+    return into + 1
+
+
+def _worker_all(torch, dist, rank, world):
+    from torch_tpu.compile import backend
+    ops = torch.tpu.ops
+    _worker_by_dim(torch, dist, rank, world)
+    data, expected = _ragged_case(torch, rank, world)
+    came = torch.full((3,), 2.0 * ((rank - 1) % world))
+    reference = _gather_scatter_grads(torch, _gather_scatter_step, rank)
+    for mode in ("debug", "strict", "fused"):  # eager, every mode
+        with torch.tpu.set_eager_mode(mode):
+            got = _gather_scatter_grads(torch, _gather_scatter_step, rank)
+            for a, b in zip(reference, got):
+                assert torch.allclose(a, b, rtol=1e-6, atol=1e-6), (mode, a, b)
+            output = torch.full(expected.shape, -1.0, device="tpu")
+            result = _ragged(torch, rank, world, data.to("tpu"), output).cpu()
+            assert torch.equal(result, expected), (mode, result, expected)
+            assert torch.equal(output.cpu(), torch.full(expected.shape, -1.0))  # returns a copy
+            into = torch.empty(3, device="tpu")
+            out = _ring(torch, rank, world, torch.full((3,), float(rank), device="tpu"), into)
+            assert torch.equal(into.cpu(), came) and torch.equal(out.cpu(), came + 1), (mode, into, out)
+            maxed = ops.reduce_scatter_dim(torch.arange(2.0 * world, device="tpu") * (1 - 2 * rank),
+                                           op=dist.ReduceOp.MAX)
+            want = (torch.arange(2.0 * world) * torch.tensor([1 - 2 * r for r in range(world)])[:, None]).amax(0)
+            assert torch.equal(maxed.cpu(), want[2 * rank:2 * rank + 2]), (mode, maxed)
+    # compiled, no graph break: ragged all-to-all (sizes as Python ints) with its gradient, and point to point
+    fallbacks = backend.stats.eager_fallbacks
+    ragged = torch.compile(lambda d, o: _ragged(torch, rank, world, d, o), backend="tpu", fullgraph=True)
+    d = data.to("tpu").requires_grad_()
+    result = ragged(d, torch.full(expected.shape, -1.0, device="tpu"))
+    assert torch.equal(result.detach().cpu(), expected), result
+    (result * torch.arange(1.0, 1.0 + expected.shape[0], device="tpu")[:, None]).sum().backward()
+    d_eager = data.to("tpu").requires_grad_()
+    weights = torch.arange(1.0, 1.0 + expected.shape[0], device="tpu")[:, None]
+    (_ragged(torch, rank, world, d_eager, torch.full(expected.shape, -1.0, device="tpu")) * weights).sum().backward()
+    assert torch.equal(d.grad.cpu(), d_eager.grad.cpu()), (d.grad, d_eager.grad)
+    ring = torch.compile(lambda m, i: _ring(torch, rank, world, m, i), backend="tpu", fullgraph=True)
+    into = torch.zeros(3, device="tpu")
+    out = ring(torch.full((3,), float(rank), device="tpu"), into)
+    assert torch.equal(into.cpu(), came) and torch.equal(out.cpu(), came + 1), (into, out)
+    assert backend.stats.eager_fallbacks == fallbacks
 
 
 if __name__ == "__main__":
