@@ -77,9 +77,15 @@ def test_optimization_barrier_in_a_compiled_graph():
     torch.testing.assert_close(c.cpu(), x.cpu().cos())
 
 
-def test_jagged_padding_round_trip():
+@pytest.mark.parametrize("mode", MODES)
+def test_jagged_padding_round_trip(mode):
     a, b = torch.randn(5, 4, device="tpu"), torch.randn(3, 4, device="tpu")
     nt = torch.nested.nested_tensor([a, b], layout=torch.jagged)
+    with torch.tpu.set_eager_mode(mode):
+        _check_jagged_round_trip(nt)
+
+
+def _check_jagged_round_trip(nt):
     aligned = torch.tpu.ops.align_jagged_to_multiple(nt, multiple=16, padding_value=-1.0)
     assert aligned.values().shape == (16, 4)
     assert torch.equal(aligned.offsets().cpu(), nt.offsets().cpu())
@@ -89,6 +95,26 @@ def test_jagged_padding_round_trip():
                      torch.tpu.ops.strip_jagged_padding(aligned, valid_tokens=8)):
         assert torch.equal(stripped.values().cpu(), nt.values().cpu())
     assert torch.tpu.ops.align_jagged_to_multiple(aligned, multiple=8) is aligned
+
+
+def test_jagged_padding_and_ragged_dot_weight_grad_in_compiled_graphs():
+    from torch_tpu.compile import backend
+    fallbacks = backend.stats.eager_fallbacks
+    nt = torch.nested.nested_tensor([torch.randn(5, 4), torch.randn(3, 4)], layout=torch.jagged).to("tpu")
+
+    def pad_scale_strip(nt):  # valid_tokens given: stripping needs no host read
+        aligned = torch.tpu.ops.align_jagged_to_multiple(nt, multiple=16, padding_value=-1.0)
+        return aligned, torch.tpu.ops.strip_jagged_padding(aligned * 2, valid_tokens=8)
+    aligned, stripped = torch.compile(pad_scale_strip, backend="tpu", fullgraph=True)(nt)
+    assert aligned.values().shape == (16, 4) and torch.equal(aligned.values()[8:].cpu(), torch.full((8, 4), -1.0))
+    assert torch.equal(stripped.values().cpu(), 2 * nt.values().cpu())
+    torch.manual_seed(0)
+    lhs, grad, sizes = torch.randn(8, 4), torch.randn(8, 3), torch.tensor([5, 3])
+    f = torch.compile(torch.tpu.ops.ragged_dot_weight_grad, backend="tpu", fullgraph=True)
+    expected = torch.stack([lhs[:5].T @ grad[:5], lhs[5:].T @ grad[5:]])
+    torch.testing.assert_close(f(lhs.to("tpu"), grad.to("tpu"), sizes.to("tpu")).cpu(), expected,
+                               rtol=1e-5, atol=1e-5)
+    assert backend.stats.eager_fallbacks == fallbacks  # really compiled
 
 
 # ---- splash attention (interpreted off TPU: slow, so small) -----------------------------
@@ -107,6 +133,17 @@ def test_splash_sdpa_causal_matches_sdpa():
                                rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="multiple of 128"):
         torch.tpu.ops.splash_sdpa(*(x[:, :, :100].to("tpu") for x in (q, k, v)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["debug", "fused"])  # strict: the test above
+def test_splash_sdpa_in_the_other_eager_modes(mode):
+    q, k, v = _qkv()
+    with torch.tpu.set_eager_mode(mode):
+        out = torch.tpu.ops.splash_sdpa(*(x.to("tpu") for x in (q, k, v)), is_causal=True,
+                                        block_q=128, block_kv=128, block_dkv=128)
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                               rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.slow

@@ -253,7 +253,7 @@ PRIM_LOWERINGS = {
 }
 
 _PY_OPS = {operator.getitem: operator.getitem, operator.mul: operator.mul, operator.add: operator.add,
-           operator.sub: operator.sub, operator.floordiv: operator.floordiv,
+           operator.sub: operator.sub, operator.floordiv: operator.floordiv, operator.mod: operator.mod,
            operator.truediv: operator.truediv, operator.neg: operator.neg, math.ceil: math.ceil,
            math.floor: math.floor, torch.sym_int: int, torch.sym_float: float,
            torch.sym_max: max, torch.sym_min: min,

@@ -123,6 +123,7 @@ def ragged_dot_weight_grad(lhs: torch.Tensor, grad: torch.Tensor, group_sizes: t
 
 # ---- jagged (nested) tensors --------------------------------------------------------
 
+@torch._dynamo.dont_skip_tracing
 def align_jagged_to_multiple(nt: torch.Tensor, multiple: int = 128, padding_value=0.0) -> torch.Tensor:
     """Pad a ``torch.jagged`` nested tensor's flat values to a multiple of
     ``multiple`` rows (``padding_value`` rows at the end), keeping its offsets:
@@ -138,6 +139,7 @@ def align_jagged_to_multiple(nt: torch.Tensor, multiple: int = 128, padding_valu
     return nested_view_from_values_offsets(torch.cat([values, pad]), nt.offsets())
 
 
+@torch._dynamo.dont_skip_tracing
 def strip_jagged_padding(nt: torch.Tensor, valid_tokens: int = None) -> torch.Tensor:
     """Drop the padding rows ``align_jagged_to_multiple`` added (a view).
     ``valid_tokens`` (the real row count, if the host knows it) saves reading
