@@ -384,6 +384,11 @@ def _worker_all(torch, dist, rank, world):
     into = torch.zeros(3, device="tpu")
     out = ring(torch.full((3,), float(rank), device="tpu"), into)
     assert torch.equal(into.cpu(), came) and torch.equal(out.cpu(), came + 1), (into, out)
+    # PyTorch's functional collectives written by hand take the same route
+    import torch.distributed._functional_collectives as fc
+    reduced = torch.compile(lambda t: fc.all_reduce(t * 2, "sum", dist.group.WORLD) + 1, backend="tpu",
+                            fullgraph=True)(torch.full((2,), float(rank + 1), device="tpu"))
+    assert torch.equal(reduced.cpu(), torch.full((2,), 2.0 * sum(range(1, world + 1)) + 1)), reduced
     assert backend.stats.eager_fallbacks == fallbacks
 
 
