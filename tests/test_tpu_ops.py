@@ -293,7 +293,7 @@ def _check_compiled_gather_scatter(torch, rank):
     for a, b in zip(eager, compiled):
         assert torch.allclose(a, b, rtol=1e-6, atol=1e-6), (a, b)
     assert collectives.counts["collective_rounds"] - rounds == 4, collectives.counts  # 2 forward, 2 backward
-    assert backend.stats.eager_fallbacks == fallbacks
+    assert backend.stats.eager_fallbacks == fallbacks and collectives.counts["eager_pieces"] == 0
 
 
 def _worker_by_dim(torch, dist, rank, world):
@@ -347,7 +347,7 @@ def _ring(torch, rank, world, message, into):
 
 
 def _worker_all(torch, dist, rank, world):
-    from torch_tpu.compile import backend
+    from torch_tpu.compile import backend, collectives
     ops = torch.tpu.ops
     _worker_by_dim(torch, dist, rank, world)
     data, expected = _ragged_case(torch, rank, world)
@@ -389,7 +389,7 @@ def _worker_all(torch, dist, rank, world):
     reduced = torch.compile(lambda t: fc.all_reduce(t * 2, "sum", dist.group.WORLD) + 1, backend="tpu",
                             fullgraph=True)(torch.full((2,), float(rank + 1), device="tpu"))
     assert torch.equal(reduced.cpu(), torch.full((2,), 2.0 * sum(range(1, world + 1)) + 1)), reduced
-    assert backend.stats.eager_fallbacks == fallbacks
+    assert backend.stats.eager_fallbacks == fallbacks and collectives.counts["eager_pieces"] == 0
 
 
 if __name__ == "__main__":

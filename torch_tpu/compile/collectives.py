@@ -17,7 +17,6 @@ import operator
 import warnings
 
 import torch
-from torch.fx.passes.split_module import split_module
 
 from . import lowering
 
@@ -106,6 +105,7 @@ def compile_split(gm: torch.fx.GraphModule, name: str, compile_piece):
     """A boxed callable running ``gm``: its computation as compiled pieces
     (``compile_piece(piece_gm, name)``, e.g. CompiledGraph) and its
     collectives as ops in between."""
+    from torch.fx.passes.split_module import split_module
     gm, part = _in_partition_order(gm, _partitions(gm))
     split = split_module(gm, gm, part.__getitem__, keep_original_order=True, tuple_return=True)
     comm_parts = {p for n, p in part.items() if p % 2}
@@ -119,6 +119,7 @@ def compile_split(gm: torch.fx.GraphModule, name: str, compile_piece):
         except lowering.LoweringError as e:
             warnings.warn(f"torch_tpu: torch.compile: {e}; this piece of a {name} graph runs through "
                           "the eager tpu kernels instead", stacklevel=2)
+            counts["eager_pieces"] += 1
             continue
         delattr(split, child_name)
         setattr(split, child_name, piece)
@@ -135,4 +136,4 @@ def compile_split(gm: torch.fx.GraphModule, name: str, compile_piece):
     return run
 
 
-counts = {"pieces": 0, "collective_rounds": 0}  # deterministic, for tests
+counts = {"pieces": 0, "collective_rounds": 0, "eager_pieces": 0}  # deterministic, for tests
