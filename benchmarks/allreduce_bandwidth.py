@@ -28,9 +28,7 @@ the all_reduce: what DDP's bucket copies cost alone).  Each figure is the median
 """
 import argparse
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
@@ -306,19 +304,9 @@ def main():
     if args.worker:
         _worker(args)
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    procs = []
-    for rank in range(args.nproc):
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.nproc),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TF_CPP_MIN_LOG_LEVEL="3",
-                   PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", *sys.argv[1:]]
-        procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL if rank else None))
-    sys.exit(max(p.wait() for p in procs))
-
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from common import launch_local_workers
+    launch_local_workers(__file__, args.nproc, sys.argv[1:], env={"TF_CPP_MIN_LOG_LEVEL": "3"})
 
 if __name__ == "__main__":
     main()

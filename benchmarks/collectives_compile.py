@@ -19,11 +19,13 @@ Rank 0 prints wall and CPU milliseconds per step (its process's CPU time),
 the CPU ratio to the baseline, and XLA executables launched per step.
 """
 import argparse
+import contextlib
 import os
-import socket
-import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import launch_local_workers, table  # noqa: E402
 
 
 def _loss(torch, ops, x, w1, w2, group):
@@ -47,8 +49,6 @@ def worker(args):
 
     import torch_tpu  # noqa: F401
     from torch_tpu.eager import pending
-    sys.path.insert(0, os.path.dirname(__file__))
-    from common import table
 
     dist.init_process_group("tpu_dist")
     rank = dist.get_rank()
@@ -80,7 +80,7 @@ def worker(args):
     results = {}
     for name, (inputs, fn, mode) in variants.items():
         x, w1, w2, group = inputs()
-        ctx = torch.tpu.set_eager_mode(mode) if mode else _nothing()
+        ctx = torch.tpu.set_eager_mode(mode) if mode else contextlib.nullcontext()
         with ctx:
             for _ in range(args.warmup):
                 fn(x, w1, w2, group).item()
@@ -100,14 +100,6 @@ def worker(args):
     dist.destroy_process_group()
 
 
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10)
@@ -119,18 +111,7 @@ def main():
     if args.worker:
         worker(args)
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
-                   PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", *sys.argv[1:]]
-        procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL if rank else None))
-    sys.exit(max(p.wait() for p in procs))
+    launch_local_workers(__file__, 2, sys.argv[1:], env={"OMP_NUM_THREADS": "1"})
 
 
 if __name__ == "__main__":

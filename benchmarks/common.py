@@ -23,3 +23,25 @@ def table(rows, headers):
     out = [line, "-|-".join("-" * w for w in widths)]
     out += [" | ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
     return "\n".join(out)
+
+
+def launch_local_workers(script, nproc, argv, env=None):
+    """Run ``script --worker *argv`` as ranks 0..nproc-1 of a local
+    torch.distributed world (what torchrun would set up); exit with the
+    worst return code.  Only rank 0's stderr is shown."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(script)))
+    procs = []
+    for rank in range(nproc):
+        full = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
+                    LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                    PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {}))
+        cmd = [sys.executable, os.path.abspath(script), "--worker", *argv]
+        procs.append(subprocess.Popen(cmd, env=full, stderr=subprocess.DEVNULL if rank else None))
+    sys.exit(max(p.wait() for p in procs))
