@@ -311,13 +311,21 @@ def _worker_by_dim(torch, dist, rank, world):
     _check_compiled_gather_scatter(torch, rank)
 
 
-def _ragged(torch, rank, world, data, output):
+def _ragged_sizes(rank, world):
     """rank r sends r + 1 + j rows to rank j; they land in sender order after one row of gap."""
     send_sizes = [rank + 1 + j for j in range(world)]
     recv_sizes = [i + 1 + rank for i in range(world)]
     in_off = [sum(send_sizes[:j]) for j in range(world)]
     out_off = [1 + sum(i + 1 + j for i in range(rank)) for j in range(world)]
-    return torch.tpu.ops.ragged_all_to_all(data, output, in_off, send_sizes, out_off, recv_sizes)
+    return in_off, send_sizes, out_off, recv_sizes
+
+
+def _ragged(torch, rank, world, data, output):
+    return torch.tpu.ops.ragged_all_to_all(data, output, *_ragged_sizes(rank, world))
+
+
+def _ragged_device_sizes(torch, data, output, *sizes):
+    return torch.tpu.ops.ragged_all_to_all(data, output, *sizes)
 
 
 def _ragged_case(torch, rank, world):
@@ -380,6 +388,14 @@ def _worker_all(torch, dist, rank, world):
     weights = torch.arange(1.0, 1.0 + expected.shape[0], device="tpu")[:, None]
     (_ragged(torch, rank, world, d_eager, torch.full(expected.shape, -1.0, device="tpu")) * weights).sum().backward()
     assert torch.equal(d.grad.cpu(), d_eager.grad.cpu()), (d.grad, d_eager.grad)
+    # sizes as device tensors (computed by the model, as in mixture-of-experts routing): padded blocks
+    sizes = [torch.tensor(v, device="tpu") for v in _ragged_sizes(rank, world)]
+    padded = torch.compile(lambda *a: _ragged_device_sizes(torch, *a), backend="tpu", fullgraph=True)
+    d2 = data.to("tpu").requires_grad_()
+    result = padded(d2, torch.full(expected.shape, -1.0, device="tpu"), *sizes)
+    assert torch.equal(result.detach().cpu(), expected), result
+    (result * weights).sum().backward()
+    assert torch.equal(d2.grad.cpu(), d_eager.grad.cpu()), (d2.grad, d_eager.grad)
     ring = torch.compile(lambda m, i: _ring(torch, rank, world, m, i), backend="tpu", fullgraph=True)
     into = torch.zeros(3, device="tpu")
     out = ring(torch.full((3,), float(rank), device="tpu"), into)

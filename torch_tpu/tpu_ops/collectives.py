@@ -84,24 +84,56 @@ def ragged_all_to_all(input: torch.Tensor, output: torch.Tensor, input_offsets, 
     ``recv_sizes[i]`` is how many rows come from rank i.  Rows of ``output``
     nobody writes keep their value; returns the updated copy of ``output``.
 
-    Offsets and sizes are Python ints (or tensors, read on the host): they
-    set the shapes moved.  Under torch.compile pass them as Python ints (they
-    become constants of the graph); tensors there break the graph.  The
-    landing rows (``output_offsets``) travel and are applied on the device."""
+    Offsets and sizes given as Python ints (or, eagerly, tensors read on the
+    host) set the shapes moved: only the rows sent travel.  Under
+    torch.compile, sizes given as tensors stay on the device instead (they
+    are data there): every rank then sends each peer ``input.shape[0]`` rows,
+    of which the receiver keeps ``recv_sizes[i]``, so that no shape depends on
+    them (more bytes moved, no graph break)."""
     name, world = _group(group)
-    in_off = _ints(input_offsets, world, "input_offsets")
-    send = _ints(send_sizes, world, "send_sizes")
-    out_off = _ints(output_offsets, world, "output_offsets")
-    recv = _ints(recv_sizes, world, "recv_sizes")
+    args = (input_offsets, send_sizes, output_offsets, recv_sizes)
+    if torch.compiler.is_compiling() and any(isinstance(a, torch.Tensor) for a in args):
+        return _ragged_padded(input, output, *args, name, world)
+    in_off, send, out_off, recv = (_ints(a, world, what) for a, what in zip(args, _ARG_NAMES))
     send_buf = torch.cat([input[o:o + n] for o, n in zip(in_off, send)]) if sum(send) else input[:0]
     received = _c10d.wait_tensor(_c10d.all_to_all_single(send_buf.contiguous(), recv, send, name))
-    # where our rows land on each receiver: the receivers tell us, we tell the senders
-    offsets = torch.tensor(out_off, dtype=torch.int64, device=input.device)
-    landing = _c10d.wait_tensor(_c10d.all_to_all_single(offsets, [1] * world, [1] * world, name))
+    landing = _landing(torch.tensor(out_off, dtype=torch.int64, device=input.device), world, name)
     if not sum(recv):
         return output.clone()
     rows = torch.cat([landing[i] + torch.arange(n, device=input.device) for i, n in enumerate(recv) if n])
     return output.index_copy(0, rows, received.to(output.dtype))
+
+
+_ARG_NAMES = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
+
+
+def _landing(output_offsets, world, name):
+    """Where our rows land on each receiver: the receivers tell us, we tell the senders."""
+    return _c10d.wait_tensor(_c10d.all_to_all_single(output_offsets, [1] * world, [1] * world, name))
+
+
+def _ragged_padded(input, output, input_offsets, send_sizes, output_offsets, recv_sizes, name, world):
+    """ragged_all_to_all with every shape static: each peer gets a block of
+    ``input.shape[0]`` rows starting at its offset; the receiver scatters the
+    first ``recv_sizes[i]`` rows of block i and drops the rest."""
+    device, n = input.device, input.shape[0]
+
+    def vector(v, what):
+        v = torch.as_tensor(v, device=device).reshape(-1).to(torch.int64)
+        if v.shape[0] != world:
+            raise RuntimeError(f"ragged_all_to_all: {what} needs one entry per rank ({world}), got {v.shape[0]}")
+        return v
+    in_off, _, out_off, recv = (vector(a, what) for a, what in
+                                zip((input_offsets, send_sizes, output_offsets, recv_sizes), _ARG_NAMES))
+    step = torch.arange(n, device=device)
+    rows = (in_off[:, None] + step).clamp(max=max(n - 1, 0))  # rows past the input are never kept
+    blocks = input[rows.reshape(-1)]  # (world * n, ...): block j for rank j
+    received = _c10d.wait_tensor(_c10d.all_to_all_single(blocks.contiguous(), [n] * world, [n] * world, name))
+    landing = _landing(out_off, world, name)
+    spare = output.shape[0]  # one extra row takes what is dropped
+    dest = torch.where(step < recv[:, None], landing[:, None] + step, spare)
+    padded = torch.cat([output, output.new_zeros((1, *output.shape[1:]))])
+    return padded.index_copy(0, dest.reshape(-1), received.to(output.dtype))[:spare]
 
 
 # Point to point as custom ops of our own: c10d's functional isend leaves its
