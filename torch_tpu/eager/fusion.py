@@ -23,6 +23,8 @@ import weakref
 from typing import NamedTuple
 
 import jax
+import numpy as np
+from jax._src.lax.lax import _convert_element_type
 
 from .. import logs
 from . import pending, ranges as _prof
@@ -56,6 +58,19 @@ class Produced(NamedTuple):
     node: int  # the producing op's position in the chain
     slot: int  # which of its outputs
 
+
+class Number(NamedTuple):
+    """A recorded op's input that is a Python number: one element of the
+    chain's packed numbers (one array per kind), so a chain with a hundred
+    scalars passes two arrays, not a hundred host-to-device transfers."""
+    pack: int    # FLOATS or INTS
+    index: int   # its position in that pack
+    number: bool = True  # (three fields: never equal to a Produced ref in a cache key)
+
+
+FLOATS, INTS = 0, 1
+_PACK_DTYPES = (np.float64, np.int64)
+_INT_RANGE = range(-2 ** 63, 2 ** 63)  # ints outside it stay separate inputs (JAX's own overflow error)
 
 _new = tuple.__new__  # builds refs without NamedTuple's keyword-handling __new__ (every recorded input)
 
@@ -92,6 +107,7 @@ _lock = threading.RLock()
 _nodes: list = []
 _external: list = []
 _external_index: dict = {}   # id(array) -> index, for arrays only
+_numbers = ([], [])          # the pending program's Python floats and ints (Number refs)
 _cache: dict = {}
 _read_points: set = set()    # prefix hashes of nodes whose result the host read
 
@@ -106,19 +122,31 @@ def record(fn, inputs, out_buffers, urgent=False):
     with _lock:
         refs = []
         for x in inputs:
-            if type(x) is LazyBuffer:
-                if x.value is not None:
-                    refs.append(_intern(x.value, _external, _external_index))
-                else:
+            t = type(x)
+            if t is LazyBuffer:
+                if x.value is None:
                     refs.append(_new(Produced, (x.node, x.slot)))
-            else:
-                refs.append(_intern(x, _external, _external_index))
+                    continue
+                x = x.value
+            elif t is float or (t is int and x in _INT_RANGE):
+                kind = INTS if t is int else FLOATS
+                pack = _numbers[kind]
+                refs.append(_new(Number, (kind, len(pack), True)))
+                pack.append(x)
+                continue
+            refs.append(_intern(x, _external, _external_index))
         index = len(_nodes)
-        outs = [LazyBuffer(shape, dtype, index, slot) for slot, (shape, dtype) in enumerate(out_buffers)]
+        if len(out_buffers) == 1:  # most ops
+            shape, dtype = out_buffers[0]
+            out = LazyBuffer(shape, dtype, index, 0)
+            outs, out_refs = [out], [weakref.ref(out)]
+        else:
+            outs = [LazyBuffer(shape, dtype, index, slot) for slot, (shape, dtype) in enumerate(out_buffers)]
+            out_refs = [weakref.ref(o) for o in outs]
         refs = tuple(refs)
-        prefix = _prefix_after(fn, refs)
-        _nodes.append(_Node(fn, refs, [weakref.ref(o) for o in outs], prefix, urgent))
-        full = len(_nodes) >= MAX_PENDING_OPS
+        prefix = hash((_nodes[-1].prefix if _nodes else 0, id(fn), refs))  # as _prefix_after
+        _nodes.append(_Node(fn, refs, out_refs, prefix, urgent))
+        full = index + 1 >= MAX_PENDING_OPS
         if prefix in _read_points and not full:
             _launch_early(index)
     if full:
@@ -168,7 +196,7 @@ def flush(reason="sync", first=None) -> None:
     with _lock:
         if not _nodes:
             return
-        nodes, external = _take_pending()
+        nodes, external, numbers = _take_pending()
         logs.fused_flush(len(nodes), reason)  # TORCH_TPU_LOGS=sync
         groups = [range(len(nodes))]
         if SPLIT_AT_HOST_READS and type(first) is LazyBuffer and first.value is None:
@@ -180,7 +208,7 @@ def flush(reason="sync", first=None) -> None:
         for g, group in enumerate(groups):
             handed = {(r.node, r.slot) for later in groups[g + 1:] for i in later
                       for r in nodes[i].refs if type(r) is Produced}
-            _launch(nodes, group, external, computed, handed, reason)
+            _launch(nodes, group, external, numbers, computed, handed, reason)
 
 
 # Split a host read's chain from the rest, and launch it ahead of a repeated
@@ -189,18 +217,20 @@ SPLIT_AT_HOST_READS = os.environ.get("TORCH_TPU_FUSED_SPLIT", "1") != "0"
 
 
 def _take_pending():
-    """The pending program ``(nodes, external inputs)``, leaving none pending."""
-    nodes, external = _nodes[:], _external[:]
+    """The pending program ``(nodes, external inputs, (floats, ints))``, leaving none pending."""
+    nodes, external, numbers = _nodes[:], _external[:], (_numbers[0][:], _numbers[1][:])
     _nodes.clear()
     _external.clear()
     _external_index.clear()
-    return nodes, external
+    _numbers[0].clear()
+    _numbers[1].clear()
+    return nodes, external, numbers
 
 
 def _launch_early(index):
     """Launch the ops node ``index`` needs (a predicted host read) and keep the
     other pending ops pending, rewired to the values just launched."""
-    nodes, external = _take_pending()
+    nodes, external, numbers = _take_pending()
     needed = _read_set(nodes, index)
     rest = [i for i in range(len(nodes)) if i not in needed]
     renumbered = {i: k for k, i in enumerate(rest)}
@@ -209,7 +239,7 @@ def _launch_early(index):
     computed = {}
     logs.fused_flush(len(group), "predicted host read")  # TORCH_TPU_LOGS=sync
     stats.early_launches += 1
-    _launch(nodes, group, external, computed, handed, "predicted host read")
+    _launch(nodes, group, external, numbers, computed, handed, "predicted host read")
     for ref in nodes[index].outputs:
         lazy = ref()
         if lazy is not None:
@@ -217,6 +247,7 @@ def _launch_early(index):
     for i in rest:  # re-record the rest against the new values
         node = nodes[i]
         refs = tuple(_intern(external[r.index], _external, _external_index) if type(r) is External
+                     else _renumber(r, numbers, _numbers) if type(r) is Number
                      else _intern(computed[(r.node, r.slot)], _external, _external_index)
                      if r.node in needed else Produced(renumbered[r.node], r.slot) for r in node.refs)
         node.refs = refs
@@ -226,6 +257,13 @@ def _launch_early(index):
             if lazy is not None:
                 lazy.node = len(_nodes)
         _nodes.append(node)
+
+
+def _renumber(ref, numbers, into):
+    """``ref`` (a Number of ``numbers``) as a Number of ``into``, its value appended there."""
+    pack = into[ref.pack]
+    pack.append(numbers[ref.pack][ref.index])
+    return _new(Number, (ref.pack, len(pack) - 1, True))
 
 
 def _read_set(nodes, index):
@@ -245,22 +283,28 @@ def _ancestors(nodes, roots):
     return seen
 
 
-def _launch(nodes, group, external, computed, handed, reason):
+def _launch(nodes, group, external, numbers, computed, handed, reason):
     """Trace (or reuse) and run the chain of ``nodes[i] for i in group``."""
     local = {i: k for k, i in enumerate(group)}
-    inputs, input_index = [], {}
-
-    def local_ref(r):
-        if type(r) is External:
-            return _intern(external[r.index], inputs, input_index)
-        if r.node in local:
-            return Produced(local[r.node], r.slot)
-        return _intern(computed[(r.node, r.slot)], inputs, input_index)  # made by an earlier group
-
     if len(group) == len(nodes):  # the whole pending program: its refs are already local
         chain, inputs = [(n.fn, n.refs) for n in nodes], external
     else:
+        inputs, input_index, own_numbers = [], {}, ([], [])
+
+        def local_ref(r):
+            if type(r) is External:
+                return _intern(external[r.index], inputs, input_index)
+            if type(r) is Number:
+                return _renumber(r, numbers, own_numbers)
+            if r.node in local:
+                return Produced(local[r.node], r.slot)
+            return _intern(computed[(r.node, r.slot)], inputs, input_index)  # made by an earlier group
+
         chain = [(nodes[i].fn, tuple(local_ref(r) for r in nodes[i].refs)) for i in group]
+        numbers = own_numbers
+    packs = (None if not numbers[FLOATS] else len(inputs),
+             None if not numbers[INTS] else len(inputs) + bool(numbers[FLOATS]))
+    inputs = [*inputs, *(np.array(values, dtype) for values, dtype in zip(numbers, _PACK_DTYPES) if values)]
     live, lazies = [], []
     for i in group:
         for slot, ref in enumerate(nodes[i].outputs):
@@ -274,7 +318,7 @@ def _launch(nodes, group, external, computed, handed, reason):
     if compiled is None:
         stats.misses += 1
         start = time.perf_counter()
-        compiled = jax.jit(_chain(chain, [(local[i], s) for i, s in live])).lower(*inputs).compile()
+        compiled = jax.jit(_chain(chain, [(local[i], s) for i, s in live], packs)).lower(*inputs).compile()
         _cache[key] = compiled
         seconds = time.perf_counter() - start
         stats.compile_seconds += seconds
@@ -305,11 +349,20 @@ def _kind(x):
     return (type(x),)
 
 
-def _chain(nodes, live):
+def _chain(nodes, live, packs):
+    """The chain as one function of its external inputs; ``packs``: the
+    positions of the packed floats and ints among them (or None)."""
     def run(*external):
+        numbers = [None, None]
+        for kind, position in enumerate(packs):
+            if position is not None:  # each number as the weakly typed scalar JAX makes of a Python number
+                pack = external[position]
+                numbers[kind] = [_convert_element_type(pack[i], pack.dtype, weak_type=True)
+                                 for i in range(pack.shape[0])]
         values = {}
         for i, (fn, refs) in enumerate(nodes):
-            args = [external[r[0]] if type(r) is External else values[r] for r in refs]
+            args = [external[r[0]] if type(r) is External else numbers[r[0]][r[1]] if type(r) is Number
+                    else values[r] for r in refs]
             outs = fn(*args)
             if not isinstance(outs, tuple):
                 outs = (outs,)
