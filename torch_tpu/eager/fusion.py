@@ -134,7 +134,11 @@ def record(fn, inputs, out_buffers, urgent=False):
                 refs.append(_new(Number, (kind, len(pack), True)))
                 pack.append(x)
                 continue
-            refs.append(_intern(x, _external, _external_index))
+            i = _external_index.get(id(x))  # an array already given to the chain (_intern, inline)
+            if i is not None and _external[i] is x:
+                refs.append(_new(External, (i,)))
+            else:
+                refs.append(_intern(x, _external, _external_index))
         index = len(_nodes)
         if len(out_buffers) == 1:  # most ops
             shape, dtype = out_buffers[0]
