@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
+from jax._src.array import ArrayImpl
 from jax._src.lax.lax import _convert_element_type
 
 from .. import logs
@@ -36,16 +37,19 @@ MAX_PENDING_OPS = int(os.environ.get("TORCH_TPU_FUSED_MAX_OPS", "4096"))
 
 class LazyBuffer:
     """A buffer that a pending op will produce; ``value`` once flushed."""
-    __slots__ = ("shape", "dtype", "size", "value", "node", "slot", "early", "__weakref__")
+    __slots__ = ("shape", "dtype", "value", "node", "slot", "early", "__weakref__")
 
     def __init__(self, shape, dtype, node, slot):
-        self.shape = shape = tuple(shape)
+        self.shape = tuple(shape)
         self.dtype = dtype
-        self.size = math.prod(shape)
         self.value = None
         self.node = node
         self.slot = slot
         self.early = False  # computed ahead of a predicted host read
+
+    @property
+    def size(self):  # as a jax.Array's (asked rarely: not worked out for every op)
+        return math.prod(self.shape)
 
 
 class External(NamedTuple):
@@ -69,6 +73,7 @@ class Number(NamedTuple):
 
 
 FLOATS, INTS = 0, 1
+_ArrayImpl = ArrayImpl  # the concrete jax.Array type: an isinstance(x, jax.Array) check costs more
 _PACK_DTYPES = (np.float64, np.int64)
 _INT_RANGE = range(-2 ** 63, 2 ** 63)  # ints outside it stay separate inputs (JAX's own overflow error)
 
@@ -134,11 +139,14 @@ def record(fn, inputs, out_buffers, urgent=False):
                 refs.append(_new(Number, (kind, len(pack), True)))
                 pack.append(x)
                 continue
-            i = _external_index.get(id(x))  # an array already given to the chain (_intern, inline)
-            if i is not None and _external[i] is x:
-                refs.append(_new(External, (i,)))
-            else:
-                refs.append(_intern(x, _external, _external_index))
+            # _intern, inline (every input of every op)
+            i = _external_index.get(id(x))
+            if i is None or _external[i] is not x:
+                i = len(_external)
+                if t is _ArrayImpl or isinstance(x, jax.Array):
+                    _external_index[id(x)] = i
+                _external.append(x)
+            refs.append(_new(External, (i,)))
         index = len(_nodes)
         if len(out_buffers) == 1:  # most ops
             shape, dtype = out_buffers[0]
@@ -376,7 +384,8 @@ def _run(c, nodes, external, numbers, computed, reason):
             if lazy is not None or (i, slot) in handed:
                 live.append((i, slot))
                 lazies.append(lazy)
-    key = (tuple(live), tuple(_kind(x) for x in inputs))
+    key = (tuple(live), tuple([(_ArrayImpl, (aval := x.aval).shape, aval.dtype) if type(x) is _ArrayImpl
+                               else _kind(x) for x in inputs]))  # _kind, inline for device arrays
     compiled = c.executables.get(key)
     if compiled is None:
         compiled = c.executables[key] = _compiled(c, nodes, key, inputs, reason)
