@@ -163,6 +163,30 @@ def test_fused_launches_a_repeated_host_read_ahead_of_time():
         assert fusion.stats.early_launches - before == 2
 
 
+def test_fused_chain_packs_python_numbers_and_keeps_their_weak_types():
+    """A chain's Python numbers travel packed (one array per kind): each keeps
+    the weak type a Python number has, so half and int tensors stay half and
+    int as in strict mode, and new values reuse the same executable."""
+    def program(h, i, scale, shift):
+        a = h * scale + shift        # float16 with Python floats: stays float16
+        b = (i + shift) * 3          # int64 with a float: the default dtype; with an int: int64
+        c = i * 7 - 2
+        return a, b, c, a.float() * scale
+
+    h0, i0 = torch.randn(5, generator=torch.Generator().manual_seed(0)).half(), torch.arange(5)
+    misses = []
+    for scale, shift in [(1.5, 0.25), (-3.0, 2.0 ** -20), (0.1, 7.0), (1e-3, -1e10)]:
+        want = program(h0, i0, scale, shift)
+        with torch.tpu.set_eager_mode("fused"):
+            got = program(h0.to("tpu"), i0.to("tpu"), scale, shift)
+            got = [t.cpu() for t in got]
+        misses.append(fusion.stats.misses)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+    assert misses[-1] == misses[-3]  # (the second run launches ahead of its learned reads) new numbers, same chains
+
+
 def test_fused_flushes_on_synchronize_and_size_limit(monkeypatch):
     with torch.tpu.set_eager_mode("fused"):
         x = torch.ones(4, device="tpu") + 1

@@ -23,6 +23,9 @@ import weakref
 from typing import NamedTuple
 
 import jax
+import numpy as np
+from jax._src.array import ArrayImpl
+from jax._src.lax.lax import _convert_element_type
 
 from .. import logs
 from . import pending, ranges as _prof
@@ -34,16 +37,19 @@ MAX_PENDING_OPS = int(os.environ.get("TORCH_TPU_FUSED_MAX_OPS", "4096"))
 
 class LazyBuffer:
     """A buffer that a pending op will produce; ``value`` once flushed."""
-    __slots__ = ("shape", "dtype", "size", "value", "node", "slot", "early", "__weakref__")
+    __slots__ = ("shape", "dtype", "value", "node", "slot", "early", "__weakref__")
 
     def __init__(self, shape, dtype, node, slot):
-        self.shape = shape = tuple(shape)
+        self.shape = tuple(shape)
         self.dtype = dtype
-        self.size = math.prod(shape)
         self.value = None
         self.node = node
         self.slot = slot
         self.early = False  # computed ahead of a predicted host read
+
+    @property
+    def size(self):  # as a jax.Array's (asked rarely: not worked out for every op)
+        return math.prod(self.shape)
 
 
 class External(NamedTuple):
@@ -56,6 +62,20 @@ class Produced(NamedTuple):
     node: int  # the producing op's position in the chain
     slot: int  # which of its outputs
 
+
+class Number(NamedTuple):
+    """A recorded op's input that is a Python number: one element of the
+    chain's packed numbers (one array per kind), so a chain with a hundred
+    scalars passes two arrays, not a hundred host-to-device transfers."""
+    pack: int    # FLOATS or INTS
+    index: int   # its position in that pack
+    number: bool = True  # (three fields: never equal to a Produced ref in a cache key)
+
+
+FLOATS, INTS = 0, 1
+_ArrayImpl = ArrayImpl  # the concrete jax.Array type: an isinstance(x, jax.Array) check costs more
+_PACK_DTYPES = (np.float64, np.int64)
+_INT_RANGE = range(-2 ** 63, 2 ** 63)  # ints outside it stay separate inputs (JAX's own overflow error)
 
 _new = tuple.__new__  # builds refs without NamedTuple's keyword-handling __new__ (every recorded input)
 
@@ -92,6 +112,7 @@ _lock = threading.RLock()
 _nodes: list = []
 _external: list = []
 _external_index: dict = {}   # id(array) -> index, for arrays only
+_numbers = ([], [])          # the pending program's Python floats and ints (Number refs)
 _cache: dict = {}
 _read_points: set = set()    # prefix hashes of nodes whose result the host read
 
@@ -106,19 +127,38 @@ def record(fn, inputs, out_buffers, urgent=False):
     with _lock:
         refs = []
         for x in inputs:
-            if type(x) is LazyBuffer:
-                if x.value is not None:
-                    refs.append(_intern(x.value, _external, _external_index))
-                else:
+            t = type(x)
+            if t is LazyBuffer:
+                if x.value is None:
                     refs.append(_new(Produced, (x.node, x.slot)))
-            else:
-                refs.append(_intern(x, _external, _external_index))
+                    continue
+                x = x.value
+            elif t is float or (t is int and x in _INT_RANGE):
+                kind = INTS if t is int else FLOATS
+                pack = _numbers[kind]
+                refs.append(_new(Number, (kind, len(pack), True)))
+                pack.append(x)
+                continue
+            # _intern, inline (every input of every op)
+            i = _external_index.get(id(x))
+            if i is None or _external[i] is not x:
+                i = len(_external)
+                if t is _ArrayImpl or isinstance(x, jax.Array):
+                    _external_index[id(x)] = i
+                _external.append(x)
+            refs.append(_new(External, (i,)))
         index = len(_nodes)
-        outs = [LazyBuffer(shape, dtype, index, slot) for slot, (shape, dtype) in enumerate(out_buffers)]
+        if len(out_buffers) == 1:  # most ops
+            shape, dtype = out_buffers[0]
+            out = LazyBuffer(shape, dtype, index, 0)
+            outs, out_refs = [out], [weakref.ref(out)]
+        else:
+            outs = [LazyBuffer(shape, dtype, index, slot) for slot, (shape, dtype) in enumerate(out_buffers)]
+            out_refs = [weakref.ref(o) for o in outs]
         refs = tuple(refs)
-        prefix = _prefix_after(fn, refs)
-        _nodes.append(_Node(fn, refs, [weakref.ref(o) for o in outs], prefix, urgent))
-        full = len(_nodes) >= MAX_PENDING_OPS
+        prefix = hash((_nodes[-1].prefix if _nodes else 0, id(fn), refs))  # as _prefix_after
+        _nodes.append(_Node(fn, refs, out_refs, prefix, urgent))
+        full = index + 1 >= MAX_PENDING_OPS
         if prefix in _read_points and not full:
             _launch_early(index)
     if full:
@@ -168,19 +208,15 @@ def flush(reason="sync", first=None) -> None:
     with _lock:
         if not _nodes:
             return
-        nodes, external = _take_pending()
+        nodes, external, numbers = _take_pending()
         logs.fused_flush(len(nodes), reason)  # TORCH_TPU_LOGS=sync
-        groups = [range(len(nodes))]
+        read = None
         if SPLIT_AT_HOST_READS and type(first) is LazyBuffer and first.value is None:
             _read_points.add(nodes[first.node].prefix)
-            needed = _read_set(nodes, first.node)
-            if len(needed) < len(nodes):
-                groups = [sorted(needed), [i for i in range(len(nodes)) if i not in needed]]
-        computed = {}  # (node, slot) -> array: results an earlier group hands a later one
-        for g, group in enumerate(groups):
-            handed = {(r.node, r.slot) for later in groups[g + 1:] for i in later
-                      for r in nodes[i].refs if type(r) is Produced}
-            _launch(nodes, group, external, computed, handed, reason)
+            read = first.node
+        computed = {}  # (node, slot) -> array: results an earlier chain hands a later one
+        for chain in _plan(nodes, read, False).chains:
+            _run(chain, nodes, external, numbers, computed, reason)
 
 
 # Split a host read's chain from the rest, and launch it ahead of a repeated
@@ -189,36 +225,36 @@ SPLIT_AT_HOST_READS = os.environ.get("TORCH_TPU_FUSED_SPLIT", "1") != "0"
 
 
 def _take_pending():
-    """The pending program ``(nodes, external inputs)``, leaving none pending."""
-    nodes, external = _nodes[:], _external[:]
+    """The pending program ``(nodes, external inputs, (floats, ints))``, leaving none pending."""
+    nodes, external, numbers = _nodes[:], _external[:], (_numbers[0][:], _numbers[1][:])
     _nodes.clear()
     _external.clear()
     _external_index.clear()
-    return nodes, external
+    _numbers[0].clear()
+    _numbers[1].clear()
+    return nodes, external, numbers
 
 
 def _launch_early(index):
     """Launch the ops node ``index`` needs (a predicted host read) and keep the
     other pending ops pending, rewired to the values just launched."""
-    nodes, external = _take_pending()
-    needed = _read_set(nodes, index)
-    rest = [i for i in range(len(nodes)) if i not in needed]
-    renumbered = {i: k for k, i in enumerate(rest)}
-    group = sorted(needed)
-    handed = {(r.node, r.slot) for i in rest for r in nodes[i].refs if type(r) is Produced and r.node in needed}
+    nodes, external, numbers = _take_pending()
+    plan = _plan(nodes, index, True)
     computed = {}
-    logs.fused_flush(len(group), "predicted host read")  # TORCH_TPU_LOGS=sync
+    logs.fused_flush(len(plan.chains[0].group), "predicted host read")  # TORCH_TPU_LOGS=sync
     stats.early_launches += 1
-    _launch(nodes, group, external, computed, handed, "predicted host read")
+    _run(plan.chains[0], nodes, external, numbers, computed, "predicted host read")
     for ref in nodes[index].outputs:
         lazy = ref()
         if lazy is not None:
             lazy.early = True
-    for i in rest:  # re-record the rest against the new values
+    renumbered = plan.renumbered
+    for i in plan.rest:  # re-record the rest against the new values
         node = nodes[i]
         refs = tuple(_intern(external[r.index], _external, _external_index) if type(r) is External
-                     else _intern(computed[(r.node, r.slot)], _external, _external_index)
-                     if r.node in needed else Produced(renumbered[r.node], r.slot) for r in node.refs)
+                     else _renumber(r, numbers, _numbers) if type(r) is Number
+                     else _new(Produced, (renumbered[r.node], r.slot)) if r.node in renumbered
+                     else _intern(computed[(r.node, r.slot)], _external, _external_index) for r in node.refs)
         node.refs = refs
         node.prefix = _prefix_after(node.fn, refs)
         for ref in node.outputs:
@@ -226,6 +262,13 @@ def _launch_early(index):
             if lazy is not None:
                 lazy.node = len(_nodes)
         _nodes.append(node)
+
+
+def _renumber(ref, numbers, into):
+    """``ref`` (a Number of ``numbers``) as a Number of ``into``, its value appended there."""
+    pack = into[ref.pack]
+    pack.append(numbers[ref.pack][ref.index])
+    return _new(Number, (ref.pack, len(pack) - 1, True))
 
 
 def _read_set(nodes, index):
@@ -245,50 +288,116 @@ def _ancestors(nodes, roots):
     return seen
 
 
-def _launch(nodes, group, external, computed, handed, reason):
-    """Trace (or reuse) and run the chain of ``nodes[i] for i in group``."""
-    local = {i: k for k, i in enumerate(group)}
-    inputs, input_index = [], {}
+class _Plan:
+    """How a pending program runs: its chains (one, or a host read's chain and
+    then the rest), and for a launch ahead of a predicted read, the nodes that
+    stay pending.  Worked out once per program and reused when the same
+    program comes again (the same ops wired the same way, checked op by op)."""
+    __slots__ = ("sigs", "chains", "rest", "renumbered")
+
+
+class _ChainPlan:
+    """One chain of a plan: its nodes, their wiring in the chain's own
+    numbering, where each chain input comes from, and its executables."""
+    __slots__ = ("group", "chain", "sources", "number_sources", "all_numbers", "handed", "local",
+                 "structure", "packs", "executables")
+
+
+_plans: dict = {}   # (last prefix, ops, read node, early) -> _Plan
+_MAX_PLANS = 4096
+
+
+def _plan(nodes, read, early):
+    """The plan for running ``nodes`` (``read``: the node a host read waits
+    for, or None; ``early``: launch only its chain, the rest stays pending)."""
+    key = (nodes[-1].prefix, len(nodes), read, early)
+    sigs = [(n.fn, n.refs, n.urgent) for n in nodes]
+    plan = _plans.get(key)
+    if plan is not None and plan.sigs == sigs:
+        return plan
+    plan = _Plan()
+    plan.sigs = sigs
+    plan.rest, plan.renumbered = [], {}
+    groups = [list(range(len(nodes)))]
+    if read is not None:
+        needed = _read_set(nodes, read)
+        if early or len(needed) < len(nodes):
+            plan.rest = [i for i in range(len(nodes)) if i not in needed]
+            groups = [sorted(needed)] + ([plan.rest] if not early and plan.rest else [])
+        if early:
+            plan.renumbered = {i: k for k, i in enumerate(plan.rest)}
+    plan.chains = []
+    for g, group in enumerate(groups):
+        later = groups[g + 1:] or ([plan.rest] if early else [])
+        handed = {(r.node, r.slot) for nodes_after in later for i in nodes_after
+                  for r in nodes[i].refs if type(r) is Produced}
+        plan.chains.append(_chain_plan(nodes, group, handed))
+    if len(_plans) >= _MAX_PLANS:
+        _plans.clear()
+    _plans[key] = plan
+    return plan
+
+
+def _chain_plan(nodes, group, handed):
+    c = _ChainPlan()
+    c.group, c.handed = group, handed
+    c.local = local = {i: k for k, i in enumerate(group)}
+    sources, source_index, number_sources = [], {}, ([], [])
 
     def local_ref(r):
-        if type(r) is External:
-            return _intern(external[r.index], inputs, input_index)
-        if r.node in local:
-            return Produced(local[r.node], r.slot)
-        return _intern(computed[(r.node, r.slot)], inputs, input_index)  # made by an earlier group
+        t = type(r)
+        if t is Number:
+            pack = number_sources[r.pack]
+            pack.append(r.index)
+            return _new(Number, (r.pack, len(pack) - 1, True))
+        if t is Produced and r.node in local:
+            return _new(Produced, (local[r.node], r.slot))
+        source = r.index if t is External else (r.node, r.slot)  # an external input, or an earlier chain's result
+        position = source_index.get(source)
+        if position is None:
+            position = source_index[source] = len(sources)
+            sources.append(source)
+        return _new(External, (position,))
 
-    if len(group) == len(nodes):  # the whole pending program: its refs are already local
-        chain, inputs = [(n.fn, n.refs) for n in nodes], external
-    else:
-        chain = [(nodes[i].fn, tuple(local_ref(r) for r in nodes[i].refs)) for i in group]
+    c.chain = [(nodes[i].fn, tuple(local_ref(r) for r in nodes[i].refs)) for i in group]
+    c.sources, c.number_sources = sources, number_sources
+    # the common case: the chain takes every pending number, in order
+    c.all_numbers = all(ns == list(range(len(ns))) for ns in number_sources)
+    c.packs = (None if not number_sources[FLOATS] else len(sources),
+               None if not number_sources[INTS] else len(sources) + bool(number_sources[FLOATS]))
+    c.structure = tuple((id(fn), refs) for fn, refs in c.chain)
+    c.executables = {}
+    return c
+
+
+def _run(c, nodes, external, numbers, computed, reason):
+    """Run chain plan ``c`` (compiling it for these outputs and inputs on first use)."""
+    inputs = [external[s] if type(s) is int else computed[s] for s in c.sources]
+    for values, wanted, dtype in zip(numbers, c.number_sources, _PACK_DTYPES):
+        if wanted:
+            inputs.append(np.array(values if c.all_numbers else [values[j] for j in wanted], dtype))
     live, lazies = [], []
-    for i in group:
+    handed = c.handed
+    for i in c.group:
         for slot, ref in enumerate(nodes[i].outputs):
             lazy = ref()
             if lazy is not None or (i, slot) in handed:
                 live.append((i, slot))
                 lazies.append(lazy)
-    key = (tuple((id(fn), refs) for fn, refs in chain), tuple((local[i], s) for i, s in live),
-           tuple(_kind(x) for x in inputs))
-    compiled = _cache.get(key)
+    key = (tuple(live), tuple([(_ArrayImpl, (aval := x.aval).shape, aval.dtype) if type(x) is _ArrayImpl
+                               else _kind(x) for x in inputs]))  # _kind, inline for device arrays
+    compiled = c.executables.get(key)
     if compiled is None:
-        stats.misses += 1
-        start = time.perf_counter()
-        compiled = jax.jit(_chain(chain, [(local[i], s) for i, s in live])).lower(*inputs).compile()
-        _cache[key] = compiled
-        seconds = time.perf_counter() - start
-        stats.compile_seconds += seconds
-        log.debug("fused chain of %d ops compiled in %.3fs (%s)", len(chain), seconds, reason)
-        logs.fused_compile([nodes[i] for i in group], inputs, seconds, reason, stats.misses)  # TORCH_TPU_LOGS=recompiles
+        compiled = c.executables[key] = _compiled(c, nodes, key, inputs, reason)
     else:
         stats.hits += 1
     stats.flushes += 1
-    stats.ops_fused += len(chain)
+    stats.ops_fused += len(c.chain)
     try:
         results = (compiled(*inputs) if not _prof.torch_profiler._is_profiler_enabled
-                   else _prof.run(f"fused chain ({len(chain)} ops)", compiled, inputs))
+                   else _prof.run(f"fused chain ({len(c.chain)} ops)", compiled, inputs))
     except Exception as e:
-        raise RuntimeError(f"tpu: a fused chain of {len(chain)} ops failed on the device: "
+        raise RuntimeError(f"tpu: a fused chain of {len(c.chain)} ops failed on the device: "
                            f"{str(e).strip().splitlines()[0] if str(e).strip() else e}") from None
     for (i, slot), lazy, value in zip(live, lazies, results):
         if lazy is not None:
@@ -298,6 +407,27 @@ def _launch(nodes, group, external, computed, handed, reason):
     pending.note(results)
 
 
+def _compiled(c, nodes, key, inputs, reason):
+    """The executable of chain plan ``c`` for ``key`` (live outputs, input
+    kinds): from the cache shared by all plans, else traced and compiled."""
+    local = c.local
+    live = tuple((local[i], s) for i, s in key[0])
+    full_key = (c.structure, live, key[1])
+    compiled = _cache.get(full_key)
+    if compiled is not None:
+        stats.hits += 1
+        return compiled
+    stats.misses += 1
+    start = time.perf_counter()
+    compiled = jax.jit(_chain(c.chain, live, c.packs)).lower(*inputs).compile()
+    _cache[full_key] = compiled
+    seconds = time.perf_counter() - start
+    stats.compile_seconds += seconds
+    log.debug("fused chain of %d ops compiled in %.3fs (%s)", len(c.chain), seconds, reason)
+    logs.fused_compile([nodes[i] for i in c.group], inputs, seconds, reason, stats.misses)  # TORCH_TPU_LOGS=recompiles
+    return compiled
+
+
 def _kind(x):
     shape = getattr(x, "shape", None)
     if shape is not None:  # jax or numpy array (dtype objects hash by value)
@@ -305,11 +435,20 @@ def _kind(x):
     return (type(x),)
 
 
-def _chain(nodes, live):
+def _chain(nodes, live, packs):
+    """The chain as one function of its external inputs; ``packs``: the
+    positions of the packed floats and ints among them (or None)."""
     def run(*external):
+        numbers = [None, None]
+        for kind, position in enumerate(packs):
+            if position is not None:  # each number as the weakly typed scalar JAX makes of a Python number
+                pack = external[position]
+                numbers[kind] = [_convert_element_type(pack[i], pack.dtype, weak_type=True)
+                                 for i in range(pack.shape[0])]
         values = {}
         for i, (fn, refs) in enumerate(nodes):
-            args = [external[r[0]] if type(r) is External else values[r] for r in refs]
+            args = [external[r[0]] if type(r) is External else numbers[r[0]][r[1]] if type(r) is Number
+                    else values[r] for r in refs]
             outs = fn(*args)
             if not isinstance(outs, tuple):
                 outs = (outs,)
@@ -322,4 +461,5 @@ def _chain(nodes, live):
 def clear_cache() -> None:
     with _lock:
         _cache.clear()
+        _plans.clear()
         _read_points.clear()

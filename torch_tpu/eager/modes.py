@@ -36,8 +36,12 @@ def current() -> EagerMode:
     return _mode
 
 
+# (asked for every op: module globals, not an enum attribute lookup each time)
+_FUSED, _DEBUG = EagerMode.FUSED, EagerMode.DEBUG
+
+
 def is_fused() -> bool:
-    return _mode is EagerMode.FUSED
+    return _mode is _FUSED
 
 
 def set_mode(mode) -> EagerMode:
@@ -52,7 +56,7 @@ def set_mode(mode) -> EagerMode:
 
 def after_op(op_name: str, results) -> None:
     pending.note(results)
-    if _mode is EagerMode.DEBUG:
+    if _mode is _DEBUG:
         try:
             jax.block_until_ready(results)
         except Exception as e:
