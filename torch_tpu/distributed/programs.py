@@ -16,7 +16,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from . import folded, guessed
+from . import folded
 
 AXIS = "r"
 SIG_DIMS = 6  # dims of the first input recorded in the signature (for errors)
@@ -109,60 +109,45 @@ class Plan:
     """One collective signature, built once and cached: the sharding and
     global shape the rank's block is assembled with, and the compiled program.
 
-    Without a guess (see guessed.py) the program starts with the fixed-size
-    signature exchange of folded.py.  A payload that fits in it is computed
-    from the gathered blocks: one round trip.  A larger one runs the
-    collective itself under ``lax.cond``, only when all signatures agree:
-    mismatched shapes then fail cleanly on every rank instead of feeding
-    incompatible buffers to the transport.  With a guess, the first
-    collective is the guessed call's own, with the signatures in lanes next
-    to its payload: one round trip when the call is the guess.
+    The program starts with the fixed-size signature exchange of folded.py.
+    A payload that fits in it is computed from the gathered blocks: one round
+    trip.  A larger one runs the collective itself under ``lax.cond``, only
+    when all signatures agree: mismatched shapes then fail cleanly on every
+    rank instead of feeding incompatible buffers to the transport.
     """
 
-    def __init__(self, kind, static, devices, shape, dtype, block, out_shape, guess=None):
+    def __init__(self, kind, static, devices, shape, dtype, block, out_shape):
         world = len(devices)
         self.spec = NamedSharding(Mesh(np.array(devices, dtype=object), (AXIS,)), P(AXIS))
         self.dtype = jnp.dtype(dtype)
         local = tuple(shape) or (1,)  # a sharded global array needs a leading dim
         self.global_shape = (world * local[0],) + local[1:]
-        own = (kind, static, tuple(shape), dtype, block, out_shape)
-        self.hit = guess == own
         block = tuple(shape) if block is None else block
         size = folded.fold_bytes(world)
-        self.folded = guess is None and folded.nbytes(block, self.dtype) <= size
+        self.folded = folded.nbytes(block, self.dtype) <= size
         kernel = _kernel(kind, static, world)
         header = signature(kind, static, shape, self.dtype)
         head = len(header) * header.itemsize
-        small, hit = self.folded, self.hit
-
-        def checked(x, sigs):  # the call's own collective, run only if every rank agrees
-            out = jax.eval_shape(kernel, x)
-            return jax.lax.cond(jnp.all(sigs == sigs[0:1]), kernel,
-                                lambda x: jnp.zeros(out.shape, out.dtype), x)
+        small = self.folded
 
         def body(x):
             x = x.reshape(block)  # the reshapes live in the program, where they are free
-            if guess is not None:
-                share, head_bytes, moved = guessed.first_collective(
-                    guess, guessed.payload_of(guess, x, hit), folded.to_bytes(jnp.asarray(header)),
-                    AXIS, world)
-                sigs = folded.from_bytes(head_bytes, header.shape, header.dtype)
-                y = guessed.hit_result(own, share, world) if hit else checked(x, sigs)
+            payload = folded.to_bytes(x) if small else jnp.zeros((0,), jnp.uint8)
+            buf = jnp.concatenate([folded.to_bytes(jnp.asarray(header)), payload,
+                                   jnp.zeros((size - payload.shape[0],), jnp.uint8)])
+            gathered = jax.lax.all_gather(buf, AXIS)  # (world, head + size)
+            sigs = folded.from_bytes(gathered[:, :head], header.shape, header.dtype)
+            if small:
+                blocks = folded.from_bytes(gathered[:, head:head + payload.shape[0]], block, x.dtype)
+                y = folded.result(kind, static, blocks, jax.lax.axis_index(AXIS), world)
             else:
-                payload = folded.to_bytes(x) if small else jnp.zeros((0,), jnp.uint8)
-                buf = jnp.concatenate([folded.to_bytes(jnp.asarray(header)), payload,
-                                       jnp.zeros((size - payload.shape[0],), jnp.uint8)])
-                moved = jax.lax.all_gather(buf, AXIS)  # (world, head + size)
-                sigs = folded.from_bytes(moved[:, :head], header.shape, header.dtype)
-                if small:
-                    blocks = folded.from_bytes(moved[:, head:head + payload.shape[0]], block, x.dtype)
-                    y = folded.result(kind, static, blocks, jax.lax.axis_index(AXIS), world)
-                else:
-                    y = checked(x, sigs)
+                out = jax.eval_shape(kernel, x)
+                y = jax.lax.cond(jnp.all(sigs == sigs[0:1]), kernel,
+                                 lambda x: jnp.zeros(out.shape, out.dtype), x)
             if out_shape is not None:
                 y = y.reshape(out_shape)
             y = y.reshape(1) if y.ndim == 0 else y  # 0-d: the writer reshapes back
-            return y, sigs.reshape(-1), _not_cheap(moved)
+            return y, sigs.reshape(-1), _not_cheap(gathered)
 
         self.program = jax.jit(jax.shard_map(body, mesh=self.spec.mesh, in_specs=P(AXIS),
                                              out_specs=(P(AXIS), P(AXIS), P(AXIS)),
@@ -185,20 +170,20 @@ class Plan:
 INLINE_FLOPS = 1000  # XLA:CPU runs a program estimated below this on the caller's thread
 
 
-def _not_cheap(moved):
+def _not_cheap(gathered):
     """A few thousand flops on data the collective produced, so XLA's cost
     estimate never marks the program cheap: a cheap program runs on the
     launching thread and blocks it until every peer joins (forever if one
     never does), while any other is dispatched to XLA's threads and the
     caller keeps the group timeout (Work.wait)."""
-    head = moved.reshape(-1)[:2 * INLINE_FLOPS].astype(jnp.int32)
+    head = gathered.reshape(-1)[:2 * INLINE_FLOPS].astype(jnp.int32)
     return jnp.sum(head * head, keepdims=True)
 
 
 @functools.lru_cache(maxsize=1024)
-def plan(kind, static, devices, shape, dtype, block=None, out_shape=None, guess=None):
+def plan(kind, static, devices, shape, dtype, block=None, out_shape=None):
     counts["plans"] += 1
-    return Plan(kind, static, devices, shape, dtype, block, out_shape, guess)
+    return Plan(kind, static, devices, shape, dtype, block, out_shape)
 
 
 def signature(kind, static, shape, dtype):
@@ -224,7 +209,7 @@ def describe(sig_row):
     return f"shape {tuple(dims)}{'...' if ndim > SIG_DIMS else ''} {dtype}"
 
 
-counts = {"plans": 0, "launches": 0, "hits": 0}  # deterministic: tests count them, not time them
+counts = {"plans": 0, "launches": 0}  # deterministic: tests count them, not time them
 
 
 def agrees(sigs):
@@ -244,11 +229,10 @@ class Launched:
     wait to one waiter thread and waits on that with the timeout: a missing
     peer then costs the group timeout, not a hang.
     """
-    __slots__ = ("value", "devices", "_waited")
+    __slots__ = ("value", "_waited")
 
-    def __init__(self, value, devices):
+    def __init__(self, value):
         self.value = value
-        self.devices = devices  # the group's: a mismatch resets its history (forget)
         self._waited = None
 
     def done(self):
@@ -273,22 +257,7 @@ def submit(kind, static, devices, x, block=None, out_shape=None):
     ``block``: the shape the kernel sees ``x`` as; ``out_shape``: the local
     result's shape (both reshapes happen inside the program).
     """
-    key = (kind, static, tuple(x.shape), x.dtype, None if block is None else tuple(block),
-           None if out_shape is None else tuple(out_shape))
-    history = _histories.get(devices)
-    if history is None:
-        history = _histories[devices] = guessed.History()
-    p = plan(kind, static, devices, *key[2:], history.next(key, len(devices)))
+    p = plan(kind, static, devices, tuple(x.shape), x.dtype,
+             None if block is None else tuple(block), None if out_shape is None else tuple(out_shape))
     counts["launches"] += 1
-    counts["hits"] += p.hit
-    return Launched(p.launch(x), devices)
-
-
-_histories = {}  # group devices -> guessed.History of the calls launched on it
-
-
-def forget(devices):
-    """After a mismatch (seen by every rank), start the group's guesses over."""
-    history = _histories.get(devices)
-    if history is not None:
-        history.forget()
+    return Launched(p.launch(x))

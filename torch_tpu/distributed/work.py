@@ -60,9 +60,8 @@ class XlaWork(dist.Work):
             except concurrent.futures.TimeoutError:
                 raise CollectiveTimeout(_late(self._what, timeout_s)) from None
             done.append((out, sigs, writer))
-        for (fut, _), (_, sigs, _) in zip(self._pending, done):
+        for _, sigs, _ in done:
             if sigs is not None and not programs.agrees(sigs):
-                programs.forget(fut.devices)
                 rows = np.asarray(sigs).reshape(-1, programs.SIG_LEN)
                 detail = "; ".join(f"rank {i}: {programs.describe(r)}" for i, r in enumerate(rows))
                 raise CollectiveMismatch(
