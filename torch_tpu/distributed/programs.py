@@ -242,12 +242,31 @@ class Launched:
         if self._waited is None:
             if self.done():
                 return self.value
-            global _waiter
-            if _waiter is None:
-                _waiter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tpu_dist")
-            self._waited = _waiter.submit(jax.block_until_ready, self.value)
+            self._waited = _pool().submit(jax.block_until_ready, self.value)
         self._waited.result(timeout)
         return self.value
+
+
+def _pool():
+    global _waiter
+    if _waiter is None:
+        _waiter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tpu_dist")
+    return _waiter
+
+
+def _ready_then(values, fn):
+    try:
+        jax.block_until_ready(values)
+    except Exception:  # noqa: BLE001 -- a failed program's error surfaces in fn's wait
+        pass
+    fn()
+
+
+def when_done(launched, fn):
+    """Call ``fn()`` on the waiter thread once every ``Launched`` in
+    ``launched`` is done (a work's future completes there, so whoever holds
+    it, like DDP's reducer, keeps going meanwhile)."""
+    _pool().submit(_ready_then, [one.value for one in launched], fn)
 
 
 def submit(kind, static, devices, x, block=None, out_shape=None):
