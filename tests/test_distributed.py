@@ -389,6 +389,12 @@ def _check_costs(torch, dist, dev):
         dist.all_reduce(t)
     assert programs.counts["plans"] == plans, programs.counts
     assert programs.counts["launches"] == launches + 3, programs.counts
+    # a work's future completes by itself (DDP's reducer never waits the work)
+    w = dist.get_world_size()
+    works = [dist.all_reduce(torch.full((3,), 1.0 + k, device=dev), async_op=True) for k in range(3)]
+    futs = [work.get_future().then(lambda f: f.value()[0] * 2) for work in works]
+    for k, fut in enumerate(futs):
+        _eq(fut.wait(), [2.0 * w * (1 + k)] * 3)
     import jax.numpy as jnp
 
     from torch_tpu.distributed import bootstrap
@@ -398,6 +404,12 @@ def _check_costs(torch, dist, dev):
         x = jnp.ones(n, jnp.float32, device=devices[dist.get_rank()])
         p = programs.plan("all_reduce", ("sum", None), devices, (n,), "float32")
         assert _collectives_in(p, x) == trips, (n, trips)
+    # XLA:CPU runs a program it estimates cheap on the launching thread, which
+    # then blocks until every peer joins: even the smallest program must not be.
+    x = jnp.ones(1, jnp.int32, device=devices[dist.get_rank()])
+    p = programs.plan("all_reduce", ("sum", None), devices, (1,), "int32")
+    flops = p.program.lower(p.assemble(x)).compile().cost_analysis()["flops"]
+    assert flops >= programs.INLINE_FLOPS, flops
 
 
 def _mlp(torch):
@@ -565,6 +577,12 @@ def scenario_straggler():
                 print("straggler ok:", e)
                 continue
             raise AssertionError("all_reduce did not time out")
+        fut = dist.all_reduce(t, async_op=True).get_future()  # as DDP's reducer takes it
+        try:
+            fut.wait()
+            raise AssertionError("the future did not time out")
+        except RuntimeError as e:
+            assert "did not complete within 4s" in str(e), e
         sys.stdout.flush()
         os._exit(0)  # the runtime still waits for the peer: leave without teardown
     time.sleep(14)

@@ -146,10 +146,12 @@ class Plan:
                                  lambda x: jnp.zeros(out.shape, out.dtype), x)
             if out_shape is not None:
                 y = y.reshape(out_shape)
-            return y.reshape(1) if y.ndim == 0 else y, sigs.reshape(-1)  # 0-d: the writer reshapes back
+            y = y.reshape(1) if y.ndim == 0 else y  # 0-d: the writer reshapes back
+            return y, sigs.reshape(-1), _not_cheap(gathered)
 
         self.program = jax.jit(jax.shard_map(body, mesh=self.spec.mesh, in_specs=P(AXIS),
-                                             out_specs=(P(AXIS), P(AXIS)), check_vma=False))
+                                             out_specs=(P(AXIS), P(AXIS), P(AXIS)),
+                                             check_vma=False))
 
     def assemble(self, x):
         """The global array whose block on this rank is ``x``."""
@@ -161,8 +163,21 @@ class Plan:
     def launch(self, x):
         """Start the collective on this rank's block ``x``: (local result, all
         ranks' signatures), both possibly still running."""
-        out, sigs = self.program(self.assemble(x))
+        out, sigs, _ = self.program(self.assemble(x))
         return out.addressable_data(0), sigs.addressable_data(0)
+
+
+INLINE_FLOPS = 1000  # XLA:CPU runs a program estimated below this on the caller's thread
+
+
+def _not_cheap(gathered):
+    """A few thousand flops on data the collective produced, so XLA's cost
+    estimate never marks the program cheap: a cheap program runs on the
+    launching thread and blocks it until every peer joins (forever if one
+    never does), while any other is dispatched to XLA's threads and the
+    caller keeps the group timeout (Work.wait)."""
+    head = gathered.reshape(-1)[:2 * INLINE_FLOPS].astype(jnp.int32)
+    return jnp.sum(head * head, keepdims=True)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -202,33 +217,66 @@ def agrees(sigs):
     return bool((rows == rows[0]).all())
 
 
-_dispatcher = None
+_waiter = None
 
 
-def _launch_and_wait(p, x):
-    out, sigs = p.launch(x)
-    jax.block_until_ready((out, sigs))
-    return out, sigs
+class Launched:
+    """A launched collective: ``result(timeout)`` gives (local result, every
+    rank's signature) once the program is done, like a concurrent Future.
+
+    The program runs on XLA's threads (see _not_cheap), so the caller never
+    blocks in the launch.  A wait that finds it unfinished hands the blocking
+    wait to one waiter thread and waits on that with the timeout: a missing
+    peer then costs the group timeout, not a hang.
+    """
+    __slots__ = ("value", "_waited")
+
+    def __init__(self, value):
+        self.value = value
+        self._waited = None
+
+    def done(self):
+        return all(a.is_ready() for a in self.value)
+
+    def result(self, timeout=None):
+        if self._waited is None:
+            if self.done():
+                return self.value
+            self._waited = _pool().submit(jax.block_until_ready, self.value)
+        self._waited.result(timeout)
+        return self.value
+
+
+def _pool():
+    global _waiter
+    if _waiter is None:
+        _waiter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tpu_dist")
+    return _waiter
+
+
+def _ready_then(values, fn):
+    try:
+        jax.block_until_ready(values)
+    except Exception:  # noqa: BLE001 -- a failed program's error surfaces in fn's wait
+        pass
+    fn()
+
+
+def when_done(launched, fn):
+    """Call ``fn()`` on the waiter thread once every ``Launched`` in
+    ``launched`` is done (a work's future completes there, so whoever holds
+    it, like DDP's reducer, keeps going meanwhile)."""
+    _pool().submit(_ready_then, [one.value for one in launched], fn)
 
 
 def submit(kind, static, devices, x, block=None, out_shape=None):
-    """Launch collective ``kind`` on this rank's block ``x`` from the dispatch
-    thread; returns a concurrent Future of (local result, every rank's
-    signature) that completes when the program is done.
-
-    XLA's CPU client may run a program with cross-process collectives in the
-    launching thread until the peers join it (seen on first launches and on
-    small programs), which would block forever on a missing peer; launching
-    from one thread (so programs keep their order) lets ``Work.wait`` enforce
-    the group timeout instead, and nobody polls.
+    """Launch collective ``kind`` on this rank's block ``x``; returns a
+    ``Launched`` (a Future of (local result, every rank's signature)).
 
     ``block``: the shape the kernel sees ``x`` as; ``out_shape``: the local
     result's shape (both reshapes happen inside the program).
     """
-    global _dispatcher
     p = plan(kind, static, devices, tuple(x.shape), x.dtype,
              None if block is None else tuple(block), None if out_shape is None else tuple(out_shape))
     counts["launches"] += 1
-    if _dispatcher is None:
-        _dispatcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tpu_dist")
-    return _dispatcher.submit(_launch_and_wait, p, x)
+    return Launched(p.launch(x))

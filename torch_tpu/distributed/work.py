@@ -7,6 +7,7 @@ means ranks disagreed on shapes or on which collective to run), and only
 then writes the results into the output tensors.
 """
 import concurrent.futures
+import threading
 import time
 from datetime import timedelta
 
@@ -49,9 +50,11 @@ class XlaWork(dist.Work):
         self._after = after
         self._done = False
         self._error = None
+        self._lock = threading.Lock()  # the waiter thread may finish it (get_future)
         self.outputs = []
 
-    def _finish(self, timeout_s):
+    def _collect(self, timeout_s):
+        """Wait (without the lock) for every program: [(out, sigs, writer)]."""
         deadline = time.monotonic() + timeout_s
         done = []
         for fut, writer in self._pending:
@@ -60,6 +63,9 @@ class XlaWork(dist.Work):
             except concurrent.futures.TimeoutError:
                 raise CollectiveTimeout(_late(self._what, timeout_s)) from None
             done.append((out, sigs, writer))
+        return done
+
+    def _finish(self, done):
         for _, sigs, _ in done:
             if sigs is not None and not programs.agrees(sigs):
                 rows = np.asarray(sigs).reshape(-1, programs.SIG_LEN)
@@ -76,12 +82,22 @@ class XlaWork(dist.Work):
 
     def wait(self, timeout=timedelta(0)):
         if not self._done:
-            self._done = True
+            # Waiting happens outside the lock: the waiter thread may be the
+            # one finishing this work (get_future) and must not queue behind us.
             try:
-                self._finish(_seconds(timeout, self._timeout_s))
+                done, error = self._collect(_seconds(timeout, self._timeout_s)), None
             except Exception as e:
-                self._error = e
-            self._pending = []
+                done, error = None, e
+            with self._lock:
+                if not self._done:
+                    self._done = True
+                    try:
+                        if error is not None:
+                            raise error
+                        self._finish(done)
+                    except Exception as e:
+                        self._error = e
+                    self._pending = []
         if self._error is not None:
             raise self._error
         return True
@@ -98,13 +114,40 @@ class XlaWork(dist.Work):
         return self._error
 
     def get_future(self):
+        """A future completed once the collectives are done, without waiting
+        for them here: DDP's reducer takes it right after launching a bucket's
+        all_reduce and keeps computing gradients meanwhile.  A timer fails it
+        with the group timeout if they never finish."""
         fut = torch.futures.Future()
+        if self._done or self.is_completed():
+            self._complete(fut)
+            return fut
+        timer = threading.Timer(self._timeout_s, self._give_up, (fut,))
+        timer.daemon = True
+        timer.start()
+        programs.when_done([f for f, _ in self._pending], lambda: self._complete(fut, timer))
+        return fut
+
+    def _complete(self, fut, timer=None):
+        if timer is not None:
+            timer.cancel()
         try:
             self.wait()
-            fut.set_result(self._result)
+            outcome = None
         except Exception as e:  # surfaced to the future's consumer
-            fut.set_exception(e)
-        return fut
+            outcome = e
+        with self._lock:  # the timer may have failed it already
+            if fut.done():
+                return
+            if outcome is None:
+                fut.set_result(self._result)
+            else:
+                fut.set_exception(outcome)
+
+    def _give_up(self, fut):
+        with self._lock:
+            if not fut.done():
+                fut.set_exception(CollectiveTimeout(_late(self._what, self._timeout_s)))
 
     def result(self):
         return self._result or []
