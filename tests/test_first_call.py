@@ -100,3 +100,31 @@ def test_host_check_reads_a_view_through_its_strides():
     assert torch.equal(a[idx].cpu(), torch.ones(3, 2))
     with pytest.raises(IndexError, match="index 9 is out of bounds"):
         a[base[0::2]].cpu()
+
+
+VIEWS = {
+    "slice": lambda a: a[1:3, ::2],
+    "transpose": lambda a: a.t(),
+    "row": lambda a: a[2],
+    "column": lambda a: a[:, 3],
+    "expand": lambda a: a[:1].expand(3, 5),
+    "flat slice": lambda a: a.view(-1)[7:9],
+}
+
+
+@pytest.mark.parametrize("name", list(VIEWS))
+def test_reading_a_view_to_the_host_compiles_nothing(name):
+    """``.cpu()`` of a view and ``.item()`` of one element cut the view on the
+    host: no executable per view shape and offset (a loop of ``x[i].item()``
+    once built one per ``i``)."""
+    x = torch.randn(next(_rows), 5)
+    view = VIEWS[name]
+    t = view(x.to("tpu"))
+    torch.tpu.synchronize()
+    before = profiler.xla_compiles()
+    host = t.cpu()
+    places = [np.unravel_index(k, t.shape) for k in range(2)]
+    items = [t[p].item() for p in places]  # 0-dim views at three offsets
+    assert profiler.xla_compiles() == before
+    assert torch.equal(host, view(x))
+    assert items == [view(x)[p].item() for p in places]
