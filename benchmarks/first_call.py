@@ -13,10 +13,13 @@ The run happens in a child process with a fresh, empty persistent
 compilation cache (``TORCH_TPU_CACHE_DIR``), so neither side finds anything on
 disk.  ``--warm-cache`` also runs a second child on the cache the first one
 left, as a user's second run of the same program would (the same shapes each
-run): with ``TORCH_TPU_CACHE_MIN_COMPILE_SECS`` at its default only slow
-compiles are written, so small ops compile again.
+run): with ``TORCH_TPU_CACHE_MIN_COMPILE_SECS`` at its default (0.2 s of wall
+time) only slow compiles are written, so most small ops compile again, and
+which ones cross the threshold depends on the machine's load;
+``--cache-min-secs 0`` writes every executable (both sides, as the setting is
+process-wide) and shows what loading one costs.
 
-    python benchmarks/first_call.py [--shapes 5] [--modes strict,fused,debug] [--warm-cache]
+    python benchmarks/first_call.py [--shapes 5] [--modes strict,fused,debug] [--warm-cache [--cache-min-secs 0]]
 """
 import argparse
 import json
@@ -138,21 +141,23 @@ def render(results, title):
     return "\n".join(lines)
 
 
-def _child(shapes, modes, ops, cache_dir):
+def _child(shapes, modes, ops, cache_dir, min_secs=None):
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache_dir)
+    if min_secs is not None:
+        env["TORCH_TPU_CACHE_MIN_COMPILE_SECS"] = str(min_secs)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--shapes", str(shapes),
            "--modes", modes] + (["--ops", ops] if ops else [])
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def run(shapes=5, modes="strict,fused,debug", ops="", warm_cache=False) -> str:
+def run(shapes=5, modes="strict,fused,debug", ops="", warm_cache=False, min_secs=None) -> str:
     """The markdown tables: a first run on an empty persistent cache (and a
     second run on what it left, with ``warm_cache``), each in a fresh process."""
     with tempfile.TemporaryDirectory() as cache:
-        out = [render(_child(shapes, modes, ops, cache), "empty persistent cache (first run)")]
+        out = [render(_child(shapes, modes, ops, cache, min_secs), "empty persistent cache (first run)")]
         if warm_cache:
-            out.append(render(_child(shapes, modes, ops, cache),
+            out.append(render(_child(shapes, modes, ops, cache, min_secs),
                               "second run, same shapes, on the cache the first run wrote"))
     return "\n\n".join(out)
 
@@ -164,6 +169,8 @@ def main():
     p.add_argument("--ops", default="", help="only these ops (comma-separated names)")
     p.add_argument("--warm-cache", action="store_true",
                    help="also time a second run on the persistent cache the first run wrote")
+    p.add_argument("--cache-min-secs", type=float,
+                   help="TORCH_TPU_CACHE_MIN_COMPILE_SECS for both runs (0: every executable is written)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     modes = [m for m in args.modes.split(",") if m]
@@ -171,7 +178,7 @@ def main():
     if args.child:
         print(json.dumps(measure(args.shapes, modes, names)))
         return
-    print(run(args.shapes, args.modes, args.ops, args.warm_cache))
+    print(run(args.shapes, args.modes, args.ops, args.warm_cache, args.cache_min_secs))
 
 
 if __name__ == "__main__":
