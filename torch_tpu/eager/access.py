@@ -38,9 +38,10 @@ def read(t):
     return _jit_reader(spec, bits)(buf)
 
 
-# A view of a larger buffer is read on the host (the whole buffer moves, no
-# executable is compiled for the view) up to this size, or when it is most of it.
-_HOST_VIEW_NUMEL = 1 << 20
+# A view is cut on the host from its whole buffer (no executable compiled for
+# the view's shape and offset) when the buffer is this small or the view is
+# most of it; else only the view's elements move, through a jitted reader.
+_HOST_VIEW_NUMEL = 1 << 16
 
 
 def read_host(t) -> np.ndarray:
