@@ -512,18 +512,19 @@ class Kernel:
         traced.__name__ = self.name  # names the op in fused-chain logs and XLA traces
         fn = jax.jit(traced)
         if out_specs is None:  # no meta kernel: shapes from tracing our implementation,
-            # as jit's own trace, which the first call then reuses (eval_shape would trace again)
+            # as jit's own trace, which the first call then reuses.  When layout_from
+            # may change the specs after, the probe traces a stand-in function:
+            # jit's trace cache is keyed on the function (and its name), and the
+            # first call must trace again with the final specs.
             probe = list(inputs) + ([_rng_material(args, kwargs)] if rng else [])
-            shapes = fn.trace(*probe).out_info
+            shapes = (jax.eval_shape(lambda *xs: traced(*xs), *probe) if self.opts.layout_from
+                      else fn.trace(*probe).out_info)
             shapes = shapes if isinstance(shapes, (tuple, list)) else [shapes]
             out_specs = [OutSpec(tuple(o.shape), buffers.contiguous_strides(o.shape), np.dtype(o.dtype))
                          for o in shapes]
             single = len(out_specs) == 1
         if self.opts.layout_from and mode != "inplace":
-            laid_out = views.channels_last_like([args[i] for i in self.opts.layout_from if i < len(args)], out_specs)
-            if laid_out != out_specs:  # the probe's trace stored row-major: trace again
-                fn = jax.jit(traced)
-            out_specs = laid_out
+            out_specs = views.channels_last_like([args[i] for i in self.opts.layout_from if i < len(args)], out_specs)
         log.debug("compile %s for %s", self.name, key)
         _logs.kernel_compile(self, args, kwargs)  # TORCH_TPU_LOGS=recompiles
         if mode == "inplace":  # a write covering its whole buffer returns the value's shape
