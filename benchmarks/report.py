@@ -24,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import best_time  # noqa: E402
 from eager_modes import chain_latency  # noqa: E402
+import first_call  # noqa: E402
 import generate as generation  # noqa: E402
 from op_latency import OPS  # noqa: E402
 import overhead  # noqa: E402
@@ -118,6 +119,7 @@ def main():
         train, errors = run_rounds(jobs, steps, warmup, rounds, keep_going=True)
         ops = op_latencies(number=50 if args.quick else 200, repeat=3 if args.quick else 5)
         chain = chain_latency(repeat=5 if args.quick else 20)
+        first_calls = first_call.run(shapes=3 if args.quick else 5, modes="strict" if args.quick else "strict,fused,debug")
         generated = [generation.run(c, v, repeat=2 if args.quick else 3)
                      for c in args.generate_configs for v in generation.VARIANTS]
         host = overhead.run(rounds=3 if args.quick else 5, chain_calls=10 if args.quick else 20,
@@ -206,6 +208,14 @@ takes less wall time than its CPU time divided by the cores.
 {op_table}
 
 {chain_table}
+
+## First call of an op with a new shape
+
+Each op on shapes the process has not seen, against a bare `jax.jit` of the
+same jnp function, each in a fresh process on an empty persistent cache
+(`benchmarks/first_call.py`; `--warm-cache` adds a second run).
+
+{first_calls.replace("### ", "#### ")}
 
 ## Text generation (Hugging Face `generate()`)
 

@@ -24,10 +24,10 @@ def cache_dir() -> str:
 
 
 def _configure_persistent_cache() -> None:
-    # JAX's persistent compilation cache, on by default.  Only executables that
-    # took a while to compile are written (graphs and fused chains, not the
-    # small per-op kernels), so the cache stays small; TORCH_TPU_CACHE_DIR=""
-    # turns it off.
+    # JAX's persistent compilation cache, on by default, for every executable:
+    # a per-op kernel is a few KB on disk and loads in a quarter of its compile
+    # time (benchmarks/first_call.py), which a second run with the same shapes
+    # (a test suite) pays for every op.  TORCH_TPU_CACHE_DIR="" turns it off.
     path = cache_dir()
     if not path:
         return
@@ -37,7 +37,7 @@ def _configure_persistent_cache() -> None:
         return
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs",
-                      float(os.environ.get("TORCH_TPU_CACHE_MIN_COMPILE_SECS", "0.2")))
+                      float(os.environ.get("TORCH_TPU_CACHE_MIN_COMPILE_SECS", "0")))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 

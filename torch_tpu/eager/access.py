@@ -5,6 +5,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import dtypes
 from ..casting import convert
@@ -35,6 +36,29 @@ def read(t):
     if not bits and views.covers_buffer(spec) and buf_shape == size:
         return buf
     return _jit_reader(spec, bits)(buf)
+
+
+# A view is cut on the host from its whole buffer (no executable compiled for
+# the view's shape and offset) when the buffer is this small or the view is
+# most of it; else only the view's elements move, through a jitted reader.
+_HOST_VIEW_NUMEL = 1 << 16
+
+
+def read_host(t) -> np.ndarray:
+    """The value of tpu tensor ``t`` as a NumPy array (waits for the device)."""
+    spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
+    buf = fusion.resolve(buf)
+    buf_shape, buf_dtype, size, _, _, dtype = spec
+    whole = math.prod(buf_shape)
+    if buf_dtype != dtype or (whole > _HOST_VIEW_NUMEL and whole > 2 * math.prod(size)):
+        return np.asarray(read(t))
+    value = views.host_read(spec, buf)
+    bits = views.lazy_bits(t)
+    if bits and bits[0]:
+        value = np.conj(value)
+    if bits and bits[1]:
+        value = np.negative(value)
+    return value
 
 
 def write(t, value) -> None:

@@ -17,6 +17,7 @@ Before this, every indexing op with an index on the device, embeddings and
 stalled at each one, and fused eager cut its chain there.
 """
 import functools
+import math
 import threading
 
 import jax
@@ -32,7 +33,7 @@ from . import fusion, modes
 _LIMIT = 64
 
 _lock = threading.Lock()
-_pending: list = []  # [(device array or LazyBuffer, verdict)], oldest first
+_pending: list = []  # [(device array, LazyBuffer or host NumPy array, verdict)], oldest first
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,31 +48,63 @@ def _summarizer(summary, layouts):
     return jax.jit(run)
 
 
-def defer(t, summary, out, verdict, *extra) -> None:
+def defer(t, summary, out, verdict, *extra, host=False) -> None:
     """Check tpu tensor ``t`` (or a tuple of tpu tensors): ``summary(value(s),
     *extra)`` (a traceable module-level function giving a small array of shape
     and dtype ``out``) runs on the device, and ``verdict(numpy value)`` returns
-    the exception to raise, or None."""
+    the exception to raise, or None.
+
+    ``host=True``: ``summary`` also runs on NumPy arrays given ``xp=numpy``;
+    when every tensor is small and already computed, it runs on the host
+    instead (no executable to compile for each new shape, no device time);
+    the verdict is still raised at the next host wait, as a device check's."""
     tensors = t if isinstance(t, tuple) else (t,)
     layouts, bufs = [], []
     for x in tensors:
         spec, buf = views.spec_of(x, dtypes.TORCH_TO_NP[x.dtype])
         layouts.append((spec, views.lazy_bits(x)))
         bufs.append(buf)
-    fn = _summarizer(summary, tuple(layouts))
     mode = modes.current()
+    if host:
+        values = [_host_value(spec, bits, buf) for (spec, bits), buf in zip(layouts, bufs)]
+        if all(v is not None for v in values):
+            _note((np.asarray(summary(*values, *extra, xp=np)), verdict), mode)
+            return
+    fn = _summarizer(summary, tuple(layouts))
     if mode is modes.EagerMode.FUSED:
         value = fusion.record(fn, [*bufs, *extra], [out], urgent=True)[0]
     else:
         value = fn(*[fusion.resolve(b) for b in bufs], *extra)
-        if mode is modes.EagerMode.DEBUG:
-            _raise_first([(value, verdict)])
-            return
+    _note((value, verdict), mode)
+
+
+def _note(item, mode):
+    """Keep a check's (value, verdict) for the next host wait (debug mode: look now)."""
+    if mode is modes.EagerMode.DEBUG:
+        _raise_first([item])
+        return
     with _lock:
-        _pending.append((value, verdict))
+        _pending.append(item)
         crowded = len(_pending) > _LIMIT
     if crowded:
         _look_at_finished()
+
+
+# Host copies of larger tensors cost more than the device check's compile saves.
+_HOST_NUMEL = 1 << 16
+
+
+def _host_value(spec, bits, buf):
+    """The values of the view ``spec`` of ``buf`` as a NumPy array, when the
+    buffer is small and computed (reading it then waits for nothing); else None."""
+    buf_shape, buf_dtype, _, _, _, dtype = spec
+    if type(buf) is fusion.LazyBuffer:  # fused mode: only a value already computed
+        buf = buf.value
+    if not isinstance(buf, jax.Array) or bits or buf_dtype != dtype:
+        return None
+    if math.prod(buf_shape) > _HOST_NUMEL or not buf.is_ready():
+        return None
+    return views.host_read(spec, buf)
 
 
 def raise_failed() -> None:
@@ -107,4 +140,6 @@ def _look_at_finished():
 def _finished(value):
     if type(value) is fusion.LazyBuffer:
         value = value.value
+    if isinstance(value, np.ndarray):  # computed on the host
+        return True
     return value is not None and value.is_ready()

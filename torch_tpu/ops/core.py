@@ -134,7 +134,7 @@ def _read_for_host(t, what):
     logs.host_read(t, what)  # TORCH_TPU_LOGS=sync
     fusion.flush("host read", first=buffers.get_buffer(t.untyped_storage()))
     checks.raise_failed()  # a failed index check raises before its results reach the host
-    return access.read(t)
+    return access.read_host(t)
 
 
 def to_cpu_tensor(t):

@@ -53,8 +53,8 @@ def _code_verdict(messages):
 
 # ---- integer division by zero ---------------------------------------------------
 
-def _any_zero(divisor):
-    return jnp.any(divisor == 0)
+def _any_zero(divisor, xp=jnp):  # xp=numpy: on the host (``checks.defer(host=True)``)
+    return xp.any(divisor == 0)
 
 
 def _zero_division():
@@ -79,7 +79,7 @@ def _integer_division(kernel_name):
         if dtype.is_floating_point or dtype.is_complex or not _numel_of_broadcast(self, other):
             return
         if _on_tpu(other):
-            checks.defer(other, _any_zero, _FLAG, _flag_verdict(_zero_division))
+            checks.defer(other, _any_zero, _FLAG, _flag_verdict(_zero_division), host=True)
         elif isinstance(other, torch.Tensor):
             if other.dim() == 0 and other.item() == 0:  # a CPU scalar (others: the op's device error)
                 raise _zero_division()
@@ -96,8 +96,8 @@ guard("fmod.Tensor", "fmod.Scalar", prepare=_integer_division("fmod"))
 
 # ---- probabilities and standard deviations ----------------------------------------
 
-def _outside_unit_interval(p):
-    return jnp.any(~((p >= 0) & (p <= 1)))  # NaN is outside
+def _outside_unit_interval(p, xp=jnp):
+    return xp.any(~((p >= 0) & (p <= 1)))  # NaN is outside
 
 
 def _bad_probability():
@@ -109,7 +109,7 @@ def _bernoulli_tensor(bound):
     p = bound.get("p")
     p = bound["self"] if p is None else p
     if _on_tpu(p) and p.numel():
-        checks.defer(p, _outside_unit_interval, _FLAG, _flag_verdict(_bad_probability))
+        checks.defer(p, _outside_unit_interval, _FLAG, _flag_verdict(_bad_probability), host=True)
 
 
 def _bernoulli_float(bound):
@@ -122,15 +122,15 @@ guard("bernoulli.default", "bernoulli.Tensor", prepare=_bernoulli_tensor)
 guard("bernoulli.p", prepare=_bernoulli_float)
 
 
-def _negative_std(std):
-    return ~(jnp.min(std) >= 0)  # the CPU checks std.min() >= 0: NaN fails too
+def _negative_std(std, xp=jnp):
+    return ~(xp.min(std) >= 0)  # the CPU checks std.min() >= 0: NaN fails too
 
 
 def _normal_std(bound):
     std = bound["std"]
     if _on_tpu(std) and std.numel():
         checks.defer(std, _negative_std, _FLAG,
-                     _flag_verdict(lambda: RuntimeError("normal expects all elements of std >= 0.0")))
+                     _flag_verdict(lambda: RuntimeError("normal expects all elements of std >= 0.0")), host=True)
 
 
 guard("normal.Tensor_Tensor", "normal.float_Tensor", prepare=_normal_std)

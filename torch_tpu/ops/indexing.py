@@ -32,8 +32,8 @@ _aten = torch.ops.aten
 
 # ---- host-side checks ---------------------------------------------------------
 
-def _min_max_of(idx):
-    return jnp.stack([jnp.min(idx).astype(np.int64), jnp.max(idx).astype(np.int64)])
+def _min_max_of(idx, xp=jnp):  # xp=numpy: on the host (``checks.defer(host=True)``)
+    return xp.stack([xp.min(idx).astype(np.int64), xp.max(idx).astype(np.int64)])
 
 
 _min_max = jax.jit(_min_max_of)
@@ -74,7 +74,7 @@ def _check_range(index, low, high, error):
         if failure is not None:
             raise failure
         return
-    checks.defer(index, _min_max_of, _MIN_MAX, verdict)
+    checks.defer(index, _min_max_of, _MIN_MAX, verdict, host=True)
 
 
 def _dim_size(t, dim):

@@ -714,12 +714,12 @@ def _check_targets(bound):
     classes = bound["self"].shape[1 if bound["self"].dim() > 1 else 0]
     if target.numel() and target.device.type == "tpu":  # checked at the next host wait (``checks``)
         checks.defer(target, _target_range, indexing._MIN_MAX, functools.partial(_target_verdict, classes),
-                     np.int64(ignore))
+                     np.int64(ignore), host=True)
 
 
-def _target_range(target, ignore_index):
-    kept = jnp.where(target == ignore_index, 0, target)
-    return jnp.stack([jnp.min(kept), jnp.max(kept)]).astype(np.int64)
+def _target_range(target, ignore_index, xp=jnp):  # xp=numpy: on the host
+    kept = xp.where(target == ignore_index, 0, target)
+    return xp.stack([xp.min(kept), xp.max(kept)]).astype(np.int64)
 
 
 def _target_verdict(classes, lo_hi):

@@ -509,9 +509,16 @@ class Kernel:
                 return tuple(new) if len(new) > 1 or self.writes_list else new[0]
             return tuple(views.to_storage_layout(o, s) for o, s in zip(outs, out_specs or [None] * len(outs)))
 
-        if out_specs is None:  # no meta kernel: shapes from tracing our implementation
+        traced.__name__ = self.name  # names the op in fused-chain logs and XLA traces
+        fn = jax.jit(traced)
+        if out_specs is None:  # no meta kernel: shapes from tracing our implementation,
+            # as jit's own trace, which the first call then reuses.  When layout_from
+            # may change the specs after, the probe traces a stand-in function:
+            # jit's trace cache is keyed on the function (and its name), and the
+            # first call must trace again with the final specs.
             probe = list(inputs) + ([_rng_material(args, kwargs)] if rng else [])
-            shapes = jax.eval_shape(traced, *probe)
+            shapes = (jax.eval_shape(lambda *xs: traced(*xs), *probe) if self.opts.layout_from
+                      else fn.trace(*probe).out_info)
             shapes = shapes if isinstance(shapes, (tuple, list)) else [shapes]
             out_specs = [OutSpec(tuple(o.shape), buffers.contiguous_strides(o.shape), np.dtype(o.dtype))
                          for o in shapes]
@@ -520,13 +527,12 @@ class Kernel:
             out_specs = views.channels_last_like([args[i] for i in self.opts.layout_from if i < len(args)], out_specs)
         log.debug("compile %s for %s", self.name, key)
         _logs.kernel_compile(self, args, kwargs)  # TORCH_TPU_LOGS=recompiles
-        traced.__name__ = self.name  # names the op in fused-chain logs and XLA traces
         if mode == "inplace":  # a write covering its whole buffer returns the value's shape
             out_buffers = [(spec.size if views.covers_buffer(spec) else spec.buf_shape, spec.buf_dtype)
                            for spec in in_place_specs]
         else:
             out_buffers = [(views.buffer_shape(s), s.dtype) for s in out_specs]
-        return _Entry(jax.jit(traced), out_specs, single, out_buffers)
+        return _Entry(fn, out_specs, single, out_buffers)
 
     def promote_dtype(self, args, kwargs):
         """PyTorch's computation dtype for the operands (``torch._refs`` rules), or None."""

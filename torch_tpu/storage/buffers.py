@@ -10,6 +10,7 @@ import weakref
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
@@ -130,7 +131,9 @@ def _zeros(n, npdtype):
 
 @functools.lru_cache(maxsize=256)
 def _shared_zeros(n, npdtype):
-    return _zeros_fn(n, npdtype)()
+    # A host copy, not a jitted jnp.zeros: that is an XLA compile for every
+    # new size (an eager program's new shapes); a few MB move in far less.
+    return jax.device_put(np.zeros((n,), npdtype), runtime.jax_device())
 
 
 @functools.lru_cache(maxsize=None)

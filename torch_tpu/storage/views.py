@@ -286,3 +286,13 @@ def writer(spec):
             flat = flat.at[idx.reshape(-1)].set(value.reshape(-1))
         return _flat_back(flat, buf_shape, buf_dtype, dtype)
     return write
+
+
+def host_read(spec, buf):
+    """The view ``spec`` of the computed buffer ``buf`` (view and buffer of one
+    dtype), cut on the host from the whole buffer: no executable is compiled
+    for the view's shape and offset, as ``reader`` needs.  Read-only."""
+    buf_shape, buf_dtype, size, stride, offset, dtype = spec
+    flat = np.asarray(buf).reshape(-1)
+    return np.lib.stride_tricks.as_strided(flat[offset:], size, [s * flat.itemsize for s in stride],
+                                           writeable=False)

@@ -1,0 +1,130 @@
+"""The first call of an op with an input shape never seen before builds one
+XLA executable, the op's own, as a bare ``jax.jit`` of it would: no
+executable for allocating its result (``empty``) and none for a device check
+of an index or divisor that is already computed (``eager.checks`` looks at
+those on the host).  Counted, not timed: ``benchmarks/first_call.py`` times it."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+import torch_tpu  # noqa: F401
+from torch_tpu import profiler
+from torch_tpu.eager import checks
+from helpers import strict  # noqa: F401  (no CPU fallback)
+
+_rows = itertools.count(3001)  # a shape no other test uses
+
+
+def _fresh(*tail, dtype=torch.float32):
+    return torch.ones(next(_rows), *tail, dtype=dtype).to("tpu")
+
+
+def _device_index(n, high):
+    """An index computed on the device (its values unknown to the host), finished."""
+    idx = torch.arange(n).remainder(high).to("tpu") + 0
+    torch.tpu.synchronize()
+    return idx
+
+
+# name -> fn(a, idx): ``a`` of a fresh shape (n, 5), ``idx`` a finished device index into its rows
+OPS = {
+    "add": lambda a, idx: a + a,
+    "sum(dim)": lambda a, idx: a.sum(1),
+    "t().contiguous()": lambda a, idx: a.t().contiguous(),
+    "mm": lambda a, idx: a @ a.t(),
+    "empty": lambda a, idx: torch.empty(a.shape[0], 3, device=a.device),
+    "zeros": lambda a, idx: torch.zeros(a.shape[0], 3, device=a.device),
+    "new_zeros": lambda a, idx: a.new_zeros(a.shape[0] + 1),
+    "index (device index)": lambda a, idx: a[idx],
+    "index_select": lambda a, idx: a.index_select(0, idx),
+}
+EXECUTABLES = {"empty": 0}  # others: 1, the op's own
+
+
+@pytest.mark.parametrize("mode", ["strict", "debug"])
+@pytest.mark.parametrize("name", list(OPS))
+def test_first_call_builds_only_the_ops_executable(name, mode):
+    op = OPS[name]
+    a = _fresh(5)
+    idx = _device_index(a.shape[0] // 2, a.shape[0])
+    with torch.tpu.set_eager_mode(mode):
+        before = profiler.xla_compiles()
+        out = op(a, idx)
+        torch.tpu.synchronize()
+        assert profiler.xla_compiles() - before == EXECUTABLES.get(name, 1)
+        before = profiler.xla_compiles()
+        op(a, idx)  # the same shape again: nothing new
+        torch.tpu.synchronize()
+        assert profiler.xla_compiles() == before
+    if name != "empty":
+        assert torch.equal(out.cpu(), op(a.cpu(), idx.cpu()))
+
+
+@pytest.mark.parametrize("host", [True, False], ids=["host", "device"])
+def test_index_check_raises_at_the_next_host_wait(host, monkeypatch):
+    """An out-of-range device index raises PyTorch's IndexError at the next
+    host wait, whether its range was read on the host (a small, computed
+    index) or summarized on the device (a larger or unfinished one)."""
+    if not host:
+        monkeypatch.setattr(checks, "_HOST_NUMEL", 0)
+    a = torch.ones(4, 2).to("tpu")
+    idx = torch.tensor([0, 1, 2, 3]).to("tpu") + 2  # 5 is out of range
+    torch.tpu.synchronize()
+    out = a[idx]  # no error yet: strict mode does not wait for the device at the op
+    assert isinstance(checks._pending[-1][0], np.ndarray) == host  # host: the summary is already a host value
+    with pytest.raises(IndexError, match="index 5 is out of bounds for dimension 0 with size 4"):
+        out.cpu()
+    assert not checks._pending
+
+
+@pytest.mark.parametrize("host", [True, False], ids=["host", "device"])
+def test_divisor_check_raises_in_debug_mode_at_the_op(host, monkeypatch):
+    if not host:
+        monkeypatch.setattr(checks, "_HOST_NUMEL", 0)
+    x = torch.tensor([4, 6]).to("tpu")
+    d = torch.tensor([2, 1]).to("tpu") - 1  # [1, 0]: computed on the device
+    torch.tpu.synchronize()
+    with torch.tpu.set_eager_mode("debug"), pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        x // d
+
+
+def test_host_check_reads_a_view_through_its_strides():
+    """The host reads the view, not its whole buffer: an in-range view of a
+    storage holding out-of-range values passes."""
+    a = torch.ones(3, 2).to("tpu")
+    base = torch.tensor([9, 0, 9, 2, 9, 1]).to("tpu") + 0
+    torch.tpu.synchronize()
+    idx = base[1::2]  # [0, 2, 1]
+    assert torch.equal(a[idx].cpu(), torch.ones(3, 2))
+    with pytest.raises(IndexError, match="index 9 is out of bounds"):
+        a[base[0::2]].cpu()
+
+
+VIEWS = {
+    "slice": lambda a: a[1:3, ::2],
+    "transpose": lambda a: a.t(),
+    "row": lambda a: a[2],
+    "column": lambda a: a[:, 3],
+    "expand": lambda a: a[:1].expand(3, 5),
+    "flat slice": lambda a: a.view(-1)[7:9],
+}
+
+
+@pytest.mark.parametrize("name", list(VIEWS))
+def test_reading_a_view_to_the_host_compiles_nothing(name):
+    """``.cpu()`` of a view and ``.item()`` of one element cut the view on the
+    host: no executable per view shape and offset (a loop of ``x[i].item()``
+    once built one per ``i``)."""
+    x = torch.randn(next(_rows), 5)
+    view = VIEWS[name]
+    t = view(x.to("tpu"))
+    torch.tpu.synchronize()
+    before = profiler.xla_compiles()
+    host = t.cpu()
+    places = [np.unravel_index(k, t.shape) for k in range(2)]
+    items = [t[p].item() for p in places]  # 0-dim views at three offsets
+    assert profiler.xla_compiles() == before
+    assert torch.equal(host, view(x))
+    assert items == [view(x)[p].item() for p in places]
