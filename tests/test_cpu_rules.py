@@ -199,10 +199,42 @@ def test_index_from_host_values_raises_at_the_op(make_index):
         x[make_index()]
 
 
+@pytest.mark.parametrize("make_index", [
+    lambda: torch.ones(6, dtype=torch.long, device="tpu"),
+    lambda: torch.zeros(6, dtype=torch.int32, device="tpu"),
+    lambda: torch.full((2, 3), 2, dtype=torch.long, device="tpu"),
+    lambda: torch.tensor([0, 1, 2, 3, 4, 5], device="tpu"),
+], ids=["ones", "zeros", "full", "tensor"])
+@pytest.mark.parametrize("bad", [10, -11])
+def test_index_with_a_host_written_element_raises_at_the_op(make_index, bad):
+    # factories fill with host values; setitem of a number writes a host value:
+    # both keep the index's values known, so the check runs at the op, as on the CPU
+    x = torch.zeros(10, device="tpu")
+    idx = make_index()
+    idx.view(-1)[-1] = bad
+    with pytest.raises(IndexError, match=f"index {bad} is out of bounds for dimension 0 with size 10"):
+        x[idx]
+    with pytest.raises(IndexError, match=f"index {bad} is out of bounds"):
+        x[idx] = 1.0
+    torch.tpu.synchronize()  # nothing was left pending
+
+
+def test_host_known_index_values_follow_writes():
+    from torch_tpu.ops import host_mirror
+    idx = torch.zeros(2, 3, dtype=torch.long, device="tpu")
+    idx[1] = torch.tensor([7, 8, 9])  # a CPU row
+    idx[0, 1:] = 5
+    idx[:, 0].fill_(True)
+    assert host_mirror.recall(idx).tolist() == [[1, 5, 5], [1, 8, 9]] == idx.cpu().tolist()
+    idx[0, 0] = 2.5  # not a whole number: the values are unknown from here on
+    assert host_mirror.recall(idx) is None
+    assert idx.cpu().tolist() == [[2, 5, 5], [1, 8, 9]]
+
+
 def test_index_written_on_the_device_is_checked_at_the_next_sync():
     x = torch.zeros(10, device="tpu")
-    idx = torch.tensor([0, 1], device="tpu")
-    idx[1] = 10  # the host values are stale now
+    idx = torch.tensor([0, 1], device="tpu") + 0  # computed on the device: values unknown on the host
+    idx[1] = 10
     y = x[idx]  # no error yet: the check runs on the device
     with pytest.raises(IndexError, match="index 10 is out of bounds"):
         y.cpu()

@@ -17,6 +17,7 @@ Python numbers in ``Scalar`` positions are traced, not baked in, so a
 changing learning rate does not recompile.
 """
 import dataclasses
+import functools
 import logging
 import math
 import threading
@@ -227,6 +228,19 @@ def guard(*names, prepare):
             kernel = KERNELS.get(target)
             if isinstance(kernel, Kernel):
                 _library(target).impl(target, _Guarded(kernel, prepare), "PrivateUse1")
+
+
+def wrap_entry(*names, around):
+    """Route the eager dispatcher entry of the named registered ops (and their
+    in-place/out= siblings) through ``around(kernel, *args, **kwargs)``, e.g.
+    host-side bookkeeping after the call; KERNELS and graph forms keep the
+    plain Kernel, as with ``guard``."""
+    for name in names:
+        op = resolve(name)
+        for target in [op] + [s for s, _ in variants_of(op)]:
+            kernel = KERNELS.get(target)
+            if isinstance(kernel, Kernel):
+                _library(target).impl(target, functools.partial(around, kernel), "PrivateUse1")
 
 
 def kernel(name, impl, mode: str = "functional", **options) -> "Kernel":
