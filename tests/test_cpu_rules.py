@@ -2,6 +2,7 @@
 written and in which dtype, overlapping destinations, the default dtype,
 out-of-range float -> int casts, error types and messages, warnings.
 Each case is checked against the CPU's own answer."""
+import contextlib
 import warnings
 
 import pytest
@@ -9,6 +10,16 @@ import torch
 from helpers import strict  # noqa: F401  (no CPU fallback)
 
 import torch_tpu  # noqa: F401
+
+
+@contextlib.contextmanager
+def torch_default_dtype(dtype):
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(saved)
 
 
 def outcome(fn, device):
@@ -71,6 +82,25 @@ def test_out_dtype_does_not_change_the_computation_dtype():
 def test_out_of_another_dtype_is_refused_like_cpu(op):
     err = same_on_both(lambda d: op(torch.ones(3, device=d), out=torch.empty(3, dtype=torch.float64, device=d)))
     assert err == (RuntimeError, "Found dtype Double but expected Float")
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float64, torch.int64, torch.complex64])
+def test_out_of_another_dtype_is_refused_after_a_matching_call(out_dtype):
+    # a call with an out of the input's dtype must not let a later call with
+    # another out dtype reuse its compiled kernel and cast silently
+    def run(d):
+        x = torch.full((2, 3), 1.5, device=d)  # a shape no other test uses
+        torch.ceil(x, out=torch.empty(0, device=d))
+        return torch.ceil(x, out=torch.empty(0, dtype=out_dtype, device=d))
+    err = same_on_both(run)
+    assert err[0] is RuntimeError and err[1].startswith("Found dtype")
+
+
+def test_in_place_int_add_of_a_float_message():
+    for default in (torch.float32, torch.float64):
+        with torch_default_dtype(default):
+            err = same_on_both(lambda d: torch.ones(3, dtype=torch.int32, device=d).add_(1.5))
+        assert err[0] is RuntimeError and "can't be cast to the desired output type Int" in err[1]
 
 
 def test_out_of_another_dtype_is_accepted_where_cpu_casts():

@@ -428,6 +428,8 @@ class Kernel:
             # The default dtype decides the result dtype of int tensor + Python float.
             key = (pos, kw, _storage_groups(args[0]) if self.writes_list else None, torch.get_default_dtype(),
                    precision.current)
+            if self.out_names:  # the out dtypes: _build asks whether the CPU accepts them
+                key += tuple(getattr(kwargs.get(n), "dtype", None) for n in self.out_names)
         entry = self.cache.get(key)
         if entry is None:
             with self.lock:
@@ -480,7 +482,7 @@ class Kernel:
         single = not isinstance(meta_out, (tuple, list))
         promote_dtype = self.promote_dtype(args, kwargs)
 
-        pos_t, kw_t, groups, _, matmul_precision = key
+        pos_t, kw_t, groups, _, matmul_precision = key[:5]  # then out dtypes (out mode)
         groups = groups or (0,)
         mode = self.mode
         apply = self.apply
