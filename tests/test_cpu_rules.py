@@ -103,6 +103,14 @@ def test_in_place_int_add_of_a_float_message():
         assert err[0] is RuntimeError and "can't be cast to the desired output type Int" in err[1]
 
 
+@pytest.mark.parametrize("op", [torch.add, torch.sub, torch.rsub])
+@pytest.mark.parametrize("dtype,alpha", [(torch.bool, 1.5), (torch.int16, 0.5), (torch.int64, True),
+                                         (torch.float32, True), (torch.bool, True), (torch.int32, 2)])
+def test_alpha_rules_like_cpu(op, dtype, alpha):
+    # a bool alpha needs a bool result; an integral or bool result a whole-number alpha
+    same_on_both(lambda d: op(torch.ones(3, dtype=dtype, device=d), torch.ones(3, dtype=dtype, device=d), alpha=alpha))
+
+
 def test_out_of_another_dtype_is_accepted_where_cpu_casts():
     same_on_both(lambda d: torch.sin(torch.ones(3, device=d), out=torch.empty(3, dtype=torch.float64, device=d)))
 

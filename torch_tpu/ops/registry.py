@@ -87,6 +87,10 @@ class Options:
     # Scalar operands arrive cast to it, as PyTorch's CPU kernels compute
     # float16/bfloat16 in float32 (torch._decomp's ``pw_cast_for_opmath``)
     opmath: bool = False
+    # (args, kwargs) -> None, raising PyTorch's error: argument rules the meta
+    # kernel misses, run after it on a signature's first call (so they may read only
+    # what the cache key holds: shapes, dtypes, Python types of numbers)
+    first_call_check: object = None
 
 
 # ---- what an implementation can ask while it is traced --------------------
@@ -479,6 +483,8 @@ class Kernel:
         if self.mode == "out":
             out_checks.check_out_dtype_like_cpu(self, args, kwargs)
         meta_out = self._meta(args, kwargs) if self.opts.meta else None
+        if self.opts.first_call_check is not None:
+            self.opts.first_call_check(args, kwargs)
         single = not isinstance(meta_out, (tuple, list))
         promote_dtype = self.promote_dtype(args, kwargs)
 
