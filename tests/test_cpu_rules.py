@@ -101,6 +101,9 @@ def test_in_place_int_add_of_a_float_message():
         with torch_default_dtype(default):
             err = same_on_both(lambda d: torch.ones(3, dtype=torch.int32, device=d).add_(1.5))
         assert err[0] is RuntimeError and "can't be cast to the desired output type Int" in err[1]
+    err = same_on_both(lambda d: torch.ones(3, dtype=torch.bool, device=d).add_(torch.ones(3, dtype=torch.uint8,
+                                                                                           device=d)))
+    assert err == (RuntimeError, "result type Byte can't be cast to the desired output type Bool")
 
 
 @pytest.mark.parametrize("op", [torch.add, torch.sub, torch.rsub])
