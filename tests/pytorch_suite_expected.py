@@ -52,5 +52,7 @@ EXPECTED_FAILURES = {
             "test_result_type_tpu_float16_complex128", "test_result_type_tpu_float16_complex64")},
         "TestTypePromotionPRIVATEUSE1::test_many_promotions_tpu": FIRST_CALL_COMPILE,
         "TestTypePromotionPRIVATEUSE1::test_comparison_ops_with_type_promotion_tpu": FIRST_CALL_COMPILE,
+        # 13 x 13 dtype pairs: passed in one full run, past the per-test timeout in the next (load 14-20)
+        "TestTypePromotionPRIVATEUSE1::test_cat_different_dtypes_tpu": FIRST_CALL_COMPILE,
     },
 }
