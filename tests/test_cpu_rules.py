@@ -2,6 +2,7 @@
 written and in which dtype, overlapping destinations, the default dtype,
 out-of-range float -> int casts, error types and messages, warnings.
 Each case is checked against the CPU's own answer."""
+import contextlib
 import warnings
 
 import pytest
@@ -9,6 +10,16 @@ import torch
 from helpers import strict  # noqa: F401  (no CPU fallback)
 
 import torch_tpu  # noqa: F401
+
+
+@contextlib.contextmanager
+def torch_default_dtype(dtype):
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(saved)
 
 
 def outcome(fn, device):
@@ -71,6 +82,36 @@ def test_out_dtype_does_not_change_the_computation_dtype():
 def test_out_of_another_dtype_is_refused_like_cpu(op):
     err = same_on_both(lambda d: op(torch.ones(3, device=d), out=torch.empty(3, dtype=torch.float64, device=d)))
     assert err == (RuntimeError, "Found dtype Double but expected Float")
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float64, torch.int64, torch.complex64])
+def test_out_of_another_dtype_is_refused_after_a_matching_call(out_dtype):
+    # a call with an out of the input's dtype must not let a later call with
+    # another out dtype reuse its compiled kernel and cast silently
+    def run(d):
+        x = torch.full((2, 3), 1.5, device=d)  # a shape no other test uses
+        torch.ceil(x, out=torch.empty(0, device=d))
+        return torch.ceil(x, out=torch.empty(0, dtype=out_dtype, device=d))
+    err = same_on_both(run)
+    assert err[0] is RuntimeError and err[1].startswith("Found dtype")
+
+
+def test_in_place_int_add_of_a_float_message():
+    for default in (torch.float32, torch.float64):
+        with torch_default_dtype(default):
+            err = same_on_both(lambda d: torch.ones(3, dtype=torch.int32, device=d).add_(1.5))
+        assert err[0] is RuntimeError and "can't be cast to the desired output type Int" in err[1]
+    err = same_on_both(lambda d: torch.ones(3, dtype=torch.bool, device=d).add_(torch.ones(3, dtype=torch.uint8,
+                                                                                           device=d)))
+    assert err == (RuntimeError, "result type Byte can't be cast to the desired output type Bool")
+
+
+@pytest.mark.parametrize("op", [torch.add, torch.sub, torch.rsub])
+@pytest.mark.parametrize("dtype,alpha", [(torch.bool, 1.5), (torch.int16, 0.5), (torch.int64, True),
+                                         (torch.float32, True), (torch.bool, True), (torch.int32, 2)])
+def test_alpha_rules_like_cpu(op, dtype, alpha):
+    # a bool alpha needs a bool result; an integral or bool result a whole-number alpha
+    same_on_both(lambda d: op(torch.ones(3, dtype=dtype, device=d), torch.ones(3, dtype=dtype, device=d), alpha=alpha))
 
 
 def test_out_of_another_dtype_is_accepted_where_cpu_casts():
@@ -199,10 +240,42 @@ def test_index_from_host_values_raises_at_the_op(make_index):
         x[make_index()]
 
 
+@pytest.mark.parametrize("make_index", [
+    lambda: torch.ones(6, dtype=torch.long, device="tpu"),
+    lambda: torch.zeros(6, dtype=torch.int32, device="tpu"),
+    lambda: torch.full((2, 3), 2, dtype=torch.long, device="tpu"),
+    lambda: torch.tensor([0, 1, 2, 3, 4, 5], device="tpu"),
+], ids=["ones", "zeros", "full", "tensor"])
+@pytest.mark.parametrize("bad", [10, -11])
+def test_index_with_a_host_written_element_raises_at_the_op(make_index, bad):
+    # factories fill with host values; setitem of a number writes a host value:
+    # both keep the index's values known, so the check runs at the op, as on the CPU
+    x = torch.zeros(10, device="tpu")
+    idx = make_index()
+    idx.view(-1)[-1] = bad
+    with pytest.raises(IndexError, match=f"index {bad} is out of bounds for dimension 0 with size 10"):
+        x[idx]
+    with pytest.raises(IndexError, match=f"index {bad} is out of bounds"):
+        x[idx] = 1.0
+    torch.tpu.synchronize()  # nothing was left pending
+
+
+def test_host_known_index_values_follow_writes():
+    from torch_tpu.ops import host_mirror
+    idx = torch.zeros(2, 3, dtype=torch.long, device="tpu")
+    idx[1] = torch.tensor([7, 8, 9])  # a CPU row
+    idx[0, 1:] = 5
+    idx[:, 0].fill_(True)
+    assert host_mirror.recall(idx).tolist() == [[1, 5, 5], [1, 8, 9]] == idx.cpu().tolist()
+    idx[0, 0] = 2.5  # not a whole number: the values are unknown from here on
+    assert host_mirror.recall(idx) is None
+    assert idx.cpu().tolist() == [[2, 5, 5], [1, 8, 9]]
+
+
 def test_index_written_on_the_device_is_checked_at_the_next_sync():
     x = torch.zeros(10, device="tpu")
-    idx = torch.tensor([0, 1], device="tpu")
-    idx[1] = 10  # the host values are stale now
+    idx = torch.tensor([0, 1], device="tpu") + 0  # computed on the device: values unknown on the host
+    idx[1] = 10
     y = x[idx]  # no error yet: the check runs on the device
     with pytest.raises(IndexError, match="index 10 is out of bounds"):
         y.cpu()

@@ -3,7 +3,7 @@
 One module per op family; each registers its kernels with ``registry.register``.
 """
 from . import fallback, registry  # noqa: F401
-from . import core, indexing  # noqa: F401  (indexing's kernels first: elementwise overrides some)
+from . import core, host_mirror, indexing  # noqa: F401  (indexing's kernels first: elementwise overrides some)
 from . import elementwise, reduction, linalg, nn, upsample, factory, random, shape  # noqa: F401
 from . import foreach  # noqa: F401,E402
 from . import optim  # noqa: F401,E402
@@ -14,5 +14,6 @@ from . import embedding_bag, unpool, margin, grid_sample, antialias, ctc  # noqa
 from . import rnn, sync_batch_norm, reparam, grouped_mm  # noqa: F401,E402
 from . import histogram  # noqa: F401,E402
 from . import domain_checks  # noqa: F401,E402  (guards the kernels above)
+host_mirror.follow_fills()  # fill_ is registered by shape above
 
 fallback.install()

@@ -162,9 +162,7 @@ def copy_into(dst, src) -> None:
 @register_raw("copy_.default")
 def copy_(self, src, non_blocking=False):
     if self.device.type == "tpu":
-        _copy_kernel(self, src)
-        if src.device.type == "cpu" and src.dtype == self.dtype and src.shape == self.shape:
-            host_mirror.remember(self, dtypes.numpy_from_cpu_tensor(src.contiguous()))
+        host_mirror.write_known(self, src, lambda: _copy_kernel(self, src))
         return self
     # tpu -> CPU (or another device): bring the value to the host, then PyTorch copies.
     self.copy_(to_cpu_tensor(src))

@@ -10,6 +10,7 @@ cast by hand to ``_ct()``, the computation dtype of PyTorch's result dtype
 (float16/bfloat16 math runs in float32, as PyTorch's CPU kernels do).
 """
 import math
+import numbers
 
 import jax.numpy as jnp
 import jax.scipy.special as jsp
@@ -84,19 +85,36 @@ def _lift(f):
 
 # ---- arithmetic ------------------------------------------------------------------
 
-@register("add.Tensor", "add.Scalar", promote=DEFAULT)
+def _check_alpha(args, kwargs):
+    """The CPU's alpha rules (the meta kernels check only int tensors with a
+    float alpha): a bool alpha needs a bool result, an integral or bool result
+    a whole-number alpha.  The key holds alpha's Python type: a first-call check."""
+    alpha = kwargs.get("alpha")
+    if alpha is None or isinstance(alpha, torch.Tensor):
+        return
+    result = torch.result_type(args[0], args[1])
+    if isinstance(alpha, bool):
+        if result is not torch.bool:
+            raise RuntimeError("Boolean alpha only supported for Boolean results.")
+    elif not (result.is_floating_point or result.is_complex) and not isinstance(alpha, numbers.Integral):
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+
+
+@register("add.Tensor", "add.Scalar", promote=DEFAULT, first_call_check=_check_alpha)
 def add(self, other, alpha=1):
     return self + other * alpha
 
 
-@register("sub.Tensor", "sub.Scalar", promote=DEFAULT)
+@register("sub.Tensor", "sub.Scalar", promote=DEFAULT, first_call_check=_check_alpha)
 def sub(self, other, alpha=1):
     return self - other * alpha
 
 
-@register("rsub.Tensor", "rsub.Scalar", promote=DEFAULT)
+@register("rsub.Tensor", "rsub.Scalar", promote=DEFAULT, first_call_check=_check_alpha)
 def rsub(self, other, alpha=1):
     return other - self * alpha
+
+
 
 
 @register("mul.Tensor", "mul.Scalar", promote=DEFAULT)

@@ -94,7 +94,16 @@ _CPU_ERRORS = [
     (r"alpha argument of type <class 'float'> cannot be safely cast to type <class 'int'>", RuntimeError,
      "For integral input tensors, argument alpha must not be a floating point number."),
     (r"Attempting to broadcast a dimension of length", IndexError, _index_shapes),
+    (r"Promotion of \w+\.add/sub_\(\w+\) in in-place ops are not possible", RuntimeError,
+     lambda match, args: _cannot_cast_result(args)),
 ]
+
+
+def _cannot_cast_result(args):
+    """The CPU's in-place refusal: ``int_tensor.add_(1.5)``, ``bool_tensor.add_(uint8_tensor)``."""
+    self, other = args[0], args[1]
+    result = torch.result_type(self, other)
+    return f"result type {scalar_type_name(result)} can't be cast to the desired output type {scalar_type_name(self.dtype)}"
 
 
 def scalar_type_name(dtype: torch.dtype) -> str:

@@ -17,6 +17,7 @@ Python numbers in ``Scalar`` positions are traced, not baked in, so a
 changing learning rate does not recompile.
 """
 import dataclasses
+import functools
 import logging
 import math
 import threading
@@ -86,6 +87,10 @@ class Options:
     # Scalar operands arrive cast to it, as PyTorch's CPU kernels compute
     # float16/bfloat16 in float32 (torch._decomp's ``pw_cast_for_opmath``)
     opmath: bool = False
+    # (args, kwargs) -> None, raising PyTorch's error: argument rules the meta
+    # kernel misses, run after it on a signature's first call (so they may read only
+    # what the cache key holds: shapes, dtypes, Python types of numbers)
+    first_call_check: object = None
 
 
 # ---- what an implementation can ask while it is traced --------------------
@@ -227,6 +232,19 @@ def guard(*names, prepare):
             kernel = KERNELS.get(target)
             if isinstance(kernel, Kernel):
                 _library(target).impl(target, _Guarded(kernel, prepare), "PrivateUse1")
+
+
+def wrap_entry(*names, around):
+    """Route the eager dispatcher entry of the named registered ops (and their
+    in-place/out= siblings) through ``around(kernel, *args, **kwargs)``, e.g.
+    host-side bookkeeping after the call; KERNELS and graph forms keep the
+    plain Kernel, as with ``guard``."""
+    for name in names:
+        op = resolve(name)
+        for target in [op] + [s for s, _ in variants_of(op)]:
+            kernel = KERNELS.get(target)
+            if isinstance(kernel, Kernel):
+                _library(target).impl(target, functools.partial(around, kernel), "PrivateUse1")
 
 
 def kernel(name, impl, mode: str = "functional", **options) -> "Kernel":
@@ -414,6 +432,8 @@ class Kernel:
             # The default dtype decides the result dtype of int tensor + Python float.
             key = (pos, kw, _storage_groups(args[0]) if self.writes_list else None, torch.get_default_dtype(),
                    precision.current)
+            if self.out_names:  # the out dtypes: _build asks whether the CPU accepts them
+                key += tuple(getattr(kwargs.get(n), "dtype", None) for n in self.out_names)
         entry = self.cache.get(key)
         if entry is None:
             with self.lock:
@@ -463,10 +483,12 @@ class Kernel:
         if self.mode == "out":
             out_checks.check_out_dtype_like_cpu(self, args, kwargs)
         meta_out = self._meta(args, kwargs) if self.opts.meta else None
+        if self.opts.first_call_check is not None:
+            self.opts.first_call_check(args, kwargs)
         single = not isinstance(meta_out, (tuple, list))
         promote_dtype = self.promote_dtype(args, kwargs)
 
-        pos_t, kw_t, groups, _, matmul_precision = key
+        pos_t, kw_t, groups, _, matmul_precision = key[:5]  # then out dtypes (out mode)
         groups = groups or (0,)
         mode = self.mode
         apply = self.apply
