@@ -130,3 +130,21 @@ def device_description() -> str:
     if d.platform == "tpu":
         return kind if kind.lower().startswith("tpu") else f"TPU {kind}"
     return f"XLA {d.platform.upper()} ({kind})"
+
+
+def _configure_cpu_dispatch() -> None:
+    # JAX's CPU client runs each executable on a worker thread and hands the
+    # caller futures.  For eager ops (microseconds of compute each) that
+    # hand-off and the workers' spinning between launches cost more CPU than
+    # the ops: run them inline instead (results, dtypes and numerics are the
+    # same; only where the work runs changes).  Only the CPU platform has this
+    # switch; TORCH_TPU_CPU_ASYNC=1 keeps JAX's asynchronous dispatch.
+    try:
+        cpu = platform_name() == "cpu"
+    except RuntimeError:  # a bad TORCH_TPU_PLATFORM: reported when the device starts
+        return
+    if cpu and os.environ.get("TORCH_TPU_CPU_ASYNC", "") != "1":
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+
+
+_configure_cpu_dispatch()  # before the CPU client starts (jax_device)
