@@ -34,7 +34,7 @@ from ..casting import convert
 from ..eager import fusion, modes
 from ..eager.fusion import LazyBuffer
 from ..eager.launch import launch
-from ..storage import buffers, views
+from ..storage import buffers, numbers, views
 from ..storage.views import OutSpec, ViewSpec
 from . import errors, out_checks
 from .. import logs as _logs
@@ -394,7 +394,7 @@ class Kernel:
                                                     x.storage_offset(), _TORCH_TO_NP[x.dtype]))))
                 inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
             elif traced and type(x) in _SCALAR_TYPES:
-                inputs.append(x)
+                inputs.append(x if fused else numbers.on_device(x))  # fused mode records numbers as they are
                 pos.append(_NUMBER_KEYS[type(x)])
             elif x is None or isinstance(x, _STATIC_TYPES):
                 pos.append(x)
