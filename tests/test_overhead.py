@@ -73,16 +73,17 @@ def _training_step(compiled):
 COMPILED_STEP_LAUNCHES = 3
 # Fused: the chain the loss read needs, then the rest (backward, optimizer).
 FUSED_STEP_LAUNCHES = 2
-# torch_tpu's own calls per cached elementwise op (41 and 63 measured; 47 and
-# 69 before issue 21's work).
-STRICT_OP_CALLS = 42
-FUSED_OP_CALLS = 64
+# torch_tpu's own calls per cached elementwise op (38 and 61 measured; 47 and
+# 69 before issue 21's work, 42 and 64 before its strict-path pass).
+STRICT_OP_CALLS = 39
+FUSED_OP_CALLS = 62
 # ... and per training step of the model above, on the host thread (the
-# backward runs on autograd's thread and is not counted): 948 compiled (1015
-# before), 2154 strict (2245), 3330 fused (3372).
-COMPILED_STEP_CALLS = 960
-STRICT_STEP_CALLS = 2180
-FUSED_STEP_CALLS = 3380
+# backward runs on autograd's thread and is not counted): 940 compiled (1015
+# before issue 21, 950 before the strict-path pass), 2021 strict (2245, 2088),
+# 3224 fused (3372, 3264).
+COMPILED_STEP_CALLS = 950
+STRICT_STEP_CALLS = 2040
+FUSED_STEP_CALLS = 3250
 
 
 def test_compiled_training_step_launches_one_executable_per_graph():
