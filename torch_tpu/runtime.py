@@ -130,3 +130,23 @@ def device_description() -> str:
     if d.platform == "tpu":
         return kind if kind.lower().startswith("tpu") else f"TPU {kind}"
     return f"XLA {d.platform.upper()} ({kind})"
+
+
+def _configure_cpu_dispatch() -> None:
+    # JAX's CPU client runs each executable on a worker thread and hands the
+    # caller futures.  For small eager ops (microseconds of compute) that
+    # hand-off and the workers' spinning between launches cost more CPU than
+    # the ops (a 64x64 elementwise op: ~35 instead of ~80 us of CPU inline),
+    # but compute-heavy strict steps lose the overlap of Python with XLA's work
+    # (the CNN benchmark's step ~25% longer in wall time on 2 cores).  So the
+    # asynchronous dispatch stays the default; TORCH_TPU_CPU_INLINE=1 runs
+    # executables in the calling thread.  Results are the same either way.
+    try:
+        cpu = platform_name() == "cpu"
+    except RuntimeError:  # a bad TORCH_TPU_PLATFORM: reported when the device starts
+        return
+    if cpu and os.environ.get("TORCH_TPU_CPU_INLINE", "") == "1":
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+
+
+_configure_cpu_dispatch()  # before the CPU client starts (jax_device)

@@ -8,8 +8,10 @@ a profiler is active, with a failure named after the op (never a JAX
 traceback), and then notes the launch for ``synchronize`` (debug mode waits
 for it there).
 """
-from . import fusion, modes
+from . import fusion, modes, pending
 from . import ranges as _prof
+
+_FUSED, _DEBUG = modes.EagerMode.FUSED, modes.EagerMode.DEBUG
 
 
 def launch(name: str, fn, inputs, out_buffers=None):
@@ -17,14 +19,18 @@ def launch(name: str, fn, inputs, out_buffers=None):
     recorded).  ``out_buffers`` [(shape, dtype)] lets fused mode record it; a
     call whose result sizes depend on device values (``nonzero``) passes None
     and always runs."""
-    if out_buffers is not None and modes.is_fused():
+    mode = modes._mode  # read once: this runs for every op
+    if mode is _FUSED and out_buffers is not None:
         return fusion.record(fn, inputs, out_buffers)
     try:
         results = (fn(*inputs) if not _prof.torch_profiler._is_profiler_enabled
                    else _prof.run(name, fn, inputs))
     except Exception as e:  # an XLA runtime failure: name the op, not JAX internals
         raise failure(name, e) from None
-    modes.after_op(name, results)
+    if mode is _DEBUG:
+        modes.after_op(name, results)  # waits for the results
+    else:
+        pending.note(results)
     return results
 
 

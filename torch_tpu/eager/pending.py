@@ -19,9 +19,12 @@ def note(results) -> None:
     """Remember a launch by one of its results (one array, or a tuple/list of
     them): all outputs of one XLA execution become ready together."""
     if type(results) is tuple or type(results) is list:
-        results = _first(results)
-        if results is None:
-            return
+        first = results[0] if results else None
+        if first is None or type(first) is tuple or type(first) is list:  # rare: look further
+            first = _first(results)
+            if first is None:
+                return
+        results = first
     _pending.append(results)  # deque.append is atomic; pruning takes the lock
     if len(_pending) > _LIMIT:
         with _lock:

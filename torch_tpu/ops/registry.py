@@ -35,7 +35,7 @@ from ..casting import convert
 from ..eager import fusion, modes
 from ..eager.fusion import LazyBuffer
 from ..eager.launch import launch
-from ..storage import buffers, views
+from ..storage import buffers, numbers, views
 from ..storage.views import OutSpec, ViewSpec
 from . import errors, out_checks
 from .. import logs as _logs
@@ -66,6 +66,7 @@ _NUMBER_KEYS = {t: (NUMBER, t) for t in _SCALAR_TYPES}  # a traced number's sign
 # static arguments the fast path keeps as they are (what _encode returns them as)
 _STATIC_TYPES = (int, float, bool, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
 _TORCH_TO_NP = dtypes.TORCH_TO_NP
+Tensor = torch.Tensor
 _new = tuple.__new__  # builds a ViewSpec without NamedTuple's keyword-handling __new__ (every op input)
 
 
@@ -365,6 +366,8 @@ class Kernel:
         self.cache = {}
         self.lock = threading.Lock()
         self.check_overlap = out_checks.checks_overlap(self)
+        # outputs _finish returns as the one wrapped tensor
+        self.returns_one = mode == "functional" and not self.returns_list
 
     def _writes(self, name):
         return (self.mode == "inplace" and name == "self") or name in self.out_names
@@ -398,10 +401,9 @@ class Kernel:
         traced numbers or static values, built with no call per argument; or
         None for anything else (then the general path starts over)."""
         pos = []
-        traced = self.traced_positions
         fused = modes.is_fused()
-        for i, x in enumerate(args):
-            if isinstance(x, torch.Tensor):
+        for x, traced in zip(args, self.traced_positions):
+            if isinstance(x, Tensor):
                 buf = getattr(x.untyped_storage(), "_tpu_buf", None)  # None: a C++-made alias (storage_of)
                 if buf is None or x.is_conj() or x.is_neg():
                     return None
@@ -409,10 +411,10 @@ class Kernel:
                 pos.append((TENSOR, _new(ViewSpec, (aval.shape, aval.dtype, tuple(x.shape), x.stride(),
                                                     x.storage_offset(), _TORCH_TO_NP[x.dtype]))))
                 inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
-            elif traced[i] and type(x) in _SCALAR_TYPES:
-                inputs.append(x)
+            elif traced and type(x) in _SCALAR_TYPES:
+                inputs.append(x if fused else numbers.on_device(x))  # fused mode records numbers as they are
                 pos.append(_NUMBER_KEYS[type(x)])
-            elif isinstance(x, _STATIC_TYPES) or x is None:
+            elif x is None or isinstance(x, _STATIC_TYPES):
                 pos.append(x)
             else:  # lists, CPU tensors, generators, ...
                 return None
@@ -441,10 +443,7 @@ class Kernel:
                 self.cache[key] = entry
         if self.opts.rng:
             inputs.append(_rng_material(args, kwargs))
-        results = launch(self.name, entry.fn, inputs, entry.out_buffers)
-        if type(results) is list and self.mode == "inplace" and not self.writes_list:
-            results = results[0]  # recorded: one LazyBuffer for the one buffer written
-        return self._finish(entry, results, args, kwargs)
+        return self._finish(entry, launch(self.name, entry.fn, inputs, entry.out_buffers), args, kwargs)
 
     # -- output handling ------------------------------------------------------
     def _finish(self, entry, results, args, kwargs):
@@ -454,11 +453,15 @@ class Kernel:
                 for t, buf in zip(self_t, results):
                     buffers.set_buffer(t.untyped_storage(), buf)
                 return None
+            if type(results) is list:
+                results = results[0]  # recorded: one LazyBuffer for the one buffer written
             buffers.set_buffer(self_t.untyped_storage(), results)
             return self_t
         metas = entry.out_tensors
         if metas is None:
             metas = entry.out_tensors = _out_tensors(results, entry.out_layouts)
+        if entry.single and self.returns_one:  # most ops: no list of outputs
+            return buffers.wrap_as(results[0], *metas[0])
         wrap_as = buffers.wrap_as
         tensors = [wrap_as(arr, *meta) for arr, meta in zip(results, metas)]
         if self.mode == "out":

@@ -23,7 +23,7 @@ _stats = _Stats()
 def allocate(nbytes: int) -> int:
     """The address of a new range of ``nbytes``, counted as allocated
     (one lock for both: this runs for every op's output)."""
-    size = max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
+    size = -(-nbytes // _ALIGN) * _ALIGN or _ALIGN  # rounded up; an empty storage still gets a range
     s = _stats
     with _lock:
         addr = s.next_address
