@@ -49,6 +49,19 @@ def _check_dtype(dtype, op_name=None):
         raise errors.unsupported_dtype(op_name, dtype)
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def _check_storage_size(size, strides, dtype, strided=False):
+    """The CPU's overflow errors for a storage past int64 bytes (XLA would
+    abort the process building a buffer of that many elements)."""
+    if any(st > _INT64_MAX for st in strides):
+        raise RuntimeError("Stride calculation overflowed")
+    if buffers.storage_numel(size, strides) * dtype.itemsize > _INT64_MAX:
+        shown = f"sizes={list(size)}" + (f" and strides={list(strides)}" if strided else "")
+        raise RuntimeError(f"Storage size calculation overflowed with {shown}")
+
+
 @register_raw("empty.memory_format")
 def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     runtime.check_device(device)
@@ -63,6 +76,7 @@ def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_fo
         strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
     elif memory_format is torch.channels_last_3d and len(size) == 5:
         strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
+    _check_storage_size(size, strides, dtype)
     return buffers.allocate_like(size, strides, dtype)
 
 
@@ -79,7 +93,9 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
     runtime.check_device(device)
     dtype = dtype or torch.get_default_dtype()
     _check_dtype(dtype)
-    return buffers.allocate_like(tuple(size), tuple(stride), dtype)
+    size, stride = tuple(size), tuple(stride)
+    _check_storage_size(size, stride, dtype, strided=True)
+    return buffers.allocate_like(size, stride, dtype)
 
 
 @register_raw("resize_.default")
@@ -93,6 +109,7 @@ def resize_(self, size, memory_format=None):
         strides = torch.empty(0, device="meta").resize_(size, memory_format=memory_format).stride()
         if tuple(self.shape) == size and self.stride() == strides:
             return self
+    _check_storage_size(size, strides, self.dtype)
     itemsize = self.element_size()
     needed = (self.storage_offset() + buffers.storage_numel(size, strides)) * itemsize
     st = self.untyped_storage()
