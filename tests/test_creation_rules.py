@@ -1,6 +1,8 @@
 """Factories (empty, empty_strided, resize_, ...) follow the CPU's rules beyond
 their values: the errors for sizes whose bytes do not fit in int64 (raised as
 RuntimeError before any buffer is built; XLA would abort the process)."""
+import warnings
+
 import pytest
 import torch
 from helpers import strict  # noqa: F401  (no CPU fallback)
@@ -28,3 +30,52 @@ def test_storage_size_overflow_raises_the_cpu_error(make):
 def test_large_but_valid_empty_still_allocates():
     t = torch.empty_strided((3, 2), (1, 3), device="tpu")
     assert t.stride() == (1, 3) and t.shape == (3, 2)
+
+
+# ---- random fills: the CPU's parameter checks, before anything is drawn ------------
+
+def outcome(fn, device):
+    """The error (type, message) and warnings ``fn(device)`` gives, or None for both."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fn(device)
+            error = None
+        except RuntimeError as e:  # NotImplementedError too
+            error = (type(e), str(e))
+    return error, [str(w.message) for w in caught if "no tpu kernel" not in str(w.message)]
+
+
+@pytest.mark.parametrize("fill", [
+    lambda d: torch.empty(5, dtype=torch.bool, device=d).random_(-42, 1),   # from below bool
+    lambda d: torch.empty(5, dtype=torch.bool, device=d).random_(0, 42),    # to - 1 above bool
+    lambda d: torch.empty(5, dtype=torch.int8, device=d).random_(-129, 0),
+    lambda d: torch.empty(5, dtype=torch.int8, device=d).random_(300),
+    lambda d: torch.empty(5, dtype=torch.int64, device=d).random_(3, 2),     # from >= to
+    lambda d: torch.empty(5, dtype=torch.float32, device=d).random_(-2**25, 0),  # warns: inexact
+    lambda d: torch.randint(6, (2,), dtype=torch.complex64, device=d),
+    lambda d: torch.empty(5, device=d).uniform_(42, 0),
+    lambda d: torch.empty(5, device=d).uniform_(-3e38, 3e38),                # to - from overflows
+    lambda d: torch.rand(3, dtype=torch.int32, device=d),
+    lambda d: torch.empty(3, device=d).exponential_(-1),
+    lambda d: torch.empty(3, device=d).geometric_(2),
+    lambda d: torch.empty(3, device=d).log_normal_(0, -1),
+    lambda d: torch.empty(3, dtype=torch.int32, device=d).cauchy_(),
+], ids=["bool-from", "bool-to", "int8-from", "int8-to", "from>=to", "float-warns", "randint-complex",
+        "uniform-from>to", "uniform-overflow", "rand-int", "exponential", "geometric", "log_normal", "cauchy-int"])
+def test_random_fill_parameters_checked_as_on_cpu(fill):
+    cpu = outcome(fill, "cpu")
+    assert cpu[0] is not None or cpu[1], "the case must raise or warn on the CPU"
+    assert outcome(fill, "tpu") == cpu
+
+
+@pytest.mark.parametrize("dtype, n", [(torch.float16, 2**11 + 2), (torch.uint8, 2**8 + 1), (torch.int8, 200)])
+def test_randperm_past_the_dtype_raises_as_on_cpu(dtype, n):
+    def run(d):
+        torch.randperm(n, out=torch.empty(0, dtype=dtype, device=d))
+    assert outcome(run, "tpu") == outcome(run, "cpu") != (None, [])
+
+
+def test_randperm_at_the_dtype_limit_is_a_permutation():
+    out = torch.randperm(2**8, out=torch.empty(0, dtype=torch.uint8, device="tpu"))
+    assert torch.equal(out.cpu().sort().values.long(), torch.arange(256))
