@@ -79,3 +79,74 @@ def test_randperm_past_the_dtype_raises_as_on_cpu(dtype, n):
 def test_randperm_at_the_dtype_limit_is_a_permutation():
     out = torch.randperm(2**8, out=torch.empty(0, dtype=torch.uint8, device="tpu"))
     assert torch.equal(out.cpu().sort().values.long(), torch.arange(256))
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.empty_strided((2,), (), device=d),
+    lambda d: torch.ones(1, device=d).new_empty_strided((2,), ()),
+    lambda d: torch.empty_strided((-1, 2), (1, 1), device=d),
+    lambda d: torch.empty_strided((2, 2), (1, -1), device=d),
+], ids=["rank-mismatch", "new_empty_strided", "negative-size", "negative-stride"])
+def test_empty_strided_geometry_errors_as_on_cpu(make):
+    assert error_on("tpu", make) == error_on("cpu", make)
+
+
+def test_empty_strided_negative_stride_of_a_size_one_dim_is_allowed():
+    cpu = torch.empty_strided((1, 2), (-1, 1))
+    assert torch.empty_strided((1, 2), (-1, 1), device="tpu").stride() == cpu.stride()
+
+
+# ---- arange / range -----------------------------------------------------------------
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.arange(-5, float("nan"), device=d),
+    lambda d: torch.arange(0, float("-inf"), -1, device=d),
+    lambda d: torch.arange(0.5, float("inf"), device=d),
+    lambda d: torch.arange(1.175494351e-38, 3.402823466e+38, device=d),
+    lambda d: torch.arange(0, 5, 0, device=d),
+    lambda d: torch.arange(0, float("nan"), 0, device=d),
+    lambda d: torch.arange(0, 5, -1, device=d),
+    lambda d: torch.range(1, 2, -1, device=d),
+], ids=["nan-end", "-inf-end", "inf-end", "size-overflow", "zero-step", "zero-step-first", "sign", "range-sign"])
+@pytest.mark.filterwarnings("ignore:torch.range is deprecated")
+def test_range_errors_as_on_cpu(make):
+    assert error_on("tpu", make) == error_on("cpu", make)
+
+
+def test_arange_out_of_another_size_warns_then_resizes():
+    def run(d):
+        out = torch.zeros(1, 49, device=d)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.arange(-1, 1, 2. / 49, dtype=torch.float32, out=out)
+        return out.cpu(), [str(w.message) for w in caught]
+    (cpu, cpu_warned), (tpu, tpu_warned) = run("cpu"), run("tpu")
+    assert torch.equal(cpu, tpu) and tpu.shape == (50,)
+    assert len(tpu_warned) == len(cpu_warned) == 1 and cpu_warned[0].startswith(tpu_warned[0])
+
+
+def test_arange_into_an_empty_out_does_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.arange(5, out=torch.zeros(0, device="tpu", dtype=torch.int64)).shape == (5,)
+
+
+@pytest.mark.parametrize("args, dtype", [((0.1, 0.9, 0.2), torch.float32), ((3, 0, -1), torch.int64),
+                                         ((0, 1, 0.1), torch.float64), ((0, 1, 0.1), torch.float16),
+                                         ((1, 1, -1), torch.float32)])
+def test_range_values_match_cpu_bit_for_bit(args, dtype):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.range is deprecated
+        cpu = torch.range(*args, dtype=dtype)
+        tpu = torch.range(*args, dtype=dtype, device="tpu")
+    assert torch.equal(cpu, tpu.cpu())
+
+
+def test_range_out_into_a_strided_view():
+    def run(d):
+        x = torch.zeros(2, 3, device=d)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.range(0, 3, out=x.narrow(1, 1, 2))
+        return x.cpu()
+    assert torch.equal(run("cpu"), run("tpu"))

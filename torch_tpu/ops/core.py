@@ -52,12 +52,20 @@ def _check_dtype(dtype, op_name=None):
 _INT64_MAX = 2**63 - 1
 
 
+def _check_nonnegative(size):
+    negative = [s for s in size if s < 0]
+    if negative:
+        raise RuntimeError(f"Trying to create tensor with negative dimension {negative[0]}: {list(size)}")
+
+
 def _check_storage_size(size, strides, dtype, strided=False):
     """The CPU's overflow errors for a storage past int64 bytes (XLA would
-    abort the process building a buffer of that many elements)."""
+    abort the process building a buffer of that many elements).  The CPU sums
+    strides as unsigned numbers: a negative one overflows too."""
     if any(st > _INT64_MAX for st in strides):
         raise RuntimeError("Stride calculation overflowed")
-    if buffers.storage_numel(size, strides) * dtype.itemsize > _INT64_MAX:
+    nbytes = buffers.storage_numel(size, strides) * dtype.itemsize
+    if nbytes > _INT64_MAX or (nbytes and any(s > 1 and st < 0 for s, st in zip(size, strides))):
         shown = f"sizes={list(size)}" + (f" and strides={list(strides)}" if strided else "")
         raise RuntimeError(f"Storage size calculation overflowed with {shown}")
 
@@ -68,9 +76,7 @@ def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_fo
     dtype = dtype or torch.get_default_dtype()
     _check_dtype(dtype)
     size = tuple(int(s) for s in size)
-    negative = [s for s in size if s < 0]
-    if negative:
-        raise RuntimeError(f"Trying to create tensor with negative dimension {negative[0]}: {list(size)}")
+    _check_nonnegative(size)
     strides = buffers.contiguous_strides(size)
     if memory_format is torch.channels_last and len(size) == 4:
         strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
@@ -94,6 +100,9 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
     dtype = dtype or torch.get_default_dtype()
     _check_dtype(dtype)
     size, stride = tuple(size), tuple(stride)
+    if len(size) != len(stride):
+        raise RuntimeError(f"dimensionality of sizes ({len(size)}) must match dimensionality of strides ({len(stride)})")
+    _check_nonnegative(size)
     _check_storage_size(size, stride, dtype, strided=True)
     return buffers.allocate_like(size, stride, dtype)
 
