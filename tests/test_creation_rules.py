@@ -150,3 +150,19 @@ def test_range_out_into_a_strided_view():
             torch.range(0, 3, out=x.narrow(1, 1, 2))
         return x.cpu()
     assert torch.equal(run("cpu"), run("tpu"))
+
+
+# ---- complex / polar: the dtypes of the parts and of out= ----------------------------
+
+@pytest.mark.parametrize("op", [torch.complex, torch.polar], ids=["complex", "polar"])
+@pytest.mark.parametrize("dtypes, out_dtype", [
+    ((torch.int64, torch.int64), None),            # parts must be Half/Float/Double
+    ((torch.bool, torch.bool), None),
+    ((torch.float32, torch.float64), None),        # parts of one dtype
+    ((torch.float32, torch.float32), torch.float32),  # out= must be the complex dtype
+], ids=["long", "bool", "mixed", "real-out"])
+def test_complex_parts_dtype_errors_as_on_cpu(op, dtypes, out_dtype):
+    def make(d):
+        a, b = (torch.tensor([1, 2], dtype=dt, device=d) for dt in dtypes)
+        return op(a, b) if out_dtype is None else op(a, b, out=torch.zeros(2, dtype=out_dtype, device=d))
+    assert error_on("tpu", make) == error_on("cpu", make)
