@@ -166,3 +166,14 @@ def test_complex_parts_dtype_errors_as_on_cpu(op, dtypes, out_dtype):
         a, b = (torch.tensor([1, 2], dtype=dt, device=d) for dt in dtypes)
         return op(a, b) if out_dtype is None else op(a, b, out=torch.zeros(2, dtype=out_dtype, device=d))
     assert error_on("tpu", make) == error_on("cpu", make)
+
+
+def test_copy_of_complex_into_real_warns_once_as_on_cpu():
+    from torch_tpu.ops import core
+    core._warn_complex_to_real.cache_clear()  # the CPU warns once per process (TORCH_WARN_ONCE)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            x = torch.zeros(2, device="tpu").copy_(torch.tensor([1 + 2j, 3j], device="tpu"))
+    assert sum("discards the imaginary part" in str(w.message) for w in caught) == 1
+    assert x.cpu().tolist() == [1.0, 0.0]

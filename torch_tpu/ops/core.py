@@ -1,4 +1,6 @@
 """Tensor plumbing: views, allocation, copies between devices, scalars."""
+import functools
+
 import jax
 import numpy as np
 import torch
@@ -185,9 +187,17 @@ def copy_into(dst, src) -> None:
     _copy_kernel(dst, src)
 
 
+@functools.cache
+def _warn_complex_to_real():
+    # the CPU's copy_ warns once per process (TORCH_WARN_ONCE)
+    errors.warn_at_caller("Casting complex values to real discards the imaginary part")
+
+
 @register_raw("copy_.default")
 def copy_(self, src, non_blocking=False):
     if self.device.type == "tpu":
+        if src.is_complex() and not self.is_complex():
+            _warn_complex_to_real()
         _copy_kernel(self, src)
         if src.device.type == "cpu" and src.dtype == self.dtype and src.shape == self.shape:
             host_mirror.remember(self, dtypes.numpy_from_cpu_tensor(src.contiguous()))
