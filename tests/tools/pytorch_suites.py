@@ -26,6 +26,7 @@ to the next.
 import argparse
 import collections
 import contextlib
+import json
 import os
 import re
 import signal
@@ -44,6 +45,25 @@ TPU_CLASS_SUFFIXES = ("PRIVATEUSE1", "TPU")
 def pytest_addoption(parser):
     parser.addoption("--suite-test-timeout", type=float, default=0.0,
                      help="seconds a single test may run (0: no limit)")
+    parser.addoption("--suite-log", default="",
+                     help="append each test's outcome to this file as it ends (kept when a run is cut short)")
+
+
+_LOG = []  # the --suite-log path, once pytest is configured
+
+
+def pytest_configure(config):
+    _LOG[:] = [config.getoption("--suite-log")]
+
+
+def pytest_runtest_logreport(report):
+    if not (_LOG and _LOG[0]) or (report.when != "call" and report.passed):
+        return
+    message = str(report.longrepr).strip().splitlines()[-1] if report.failed and report.longrepr else ""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        message = report.longrepr[2].removeprefix("Skipped: ")
+    with open(_LOG[0], "a") as f:
+        f.write(json.dumps({"id": report.nodeid, "outcome": report.outcome, "message": message}) + "\n")
 
 
 def _on_alarm(signum, frame):
@@ -118,11 +138,12 @@ def collect_classes(path):
 
 def run_classes(path, classes, xml, test_timeout, limit, extra):
     """pytest on ``path::C`` for each class; (wall seconds, timed out)."""
-    if os.path.exists(xml):
-        os.remove(xml)
+    for stale in (xml, xml + ".log"):
+        if os.path.exists(stale):
+            os.remove(stale)
     name = os.path.basename(path)
     cmd = (["nice", "-n", "10", _python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytorch_suites",
-            f"--suite-test-timeout={test_timeout}", f"--junitxml={xml}"]
+            f"--suite-test-timeout={test_timeout}", f"--junitxml={xml}", f"--suite-log={xml}.log"]
            + [f"{name}::{c}" for c in classes] + list(extra))
     start = time.monotonic()
     try:
@@ -138,7 +159,7 @@ def read_junit(xml):
     """{(class, test name): (status, message)}; status: pass, fail, skip."""
     results = {}
     if not os.path.exists(xml):
-        return results
+        return read_log(xml + ".log")
     for case in ET.parse(xml).getroot().iter("testcase"):
         cls = case.get("classname", "").rsplit(".", 1)[-1]
         status, message = "pass", ""
@@ -149,6 +170,20 @@ def read_junit(xml):
             if child.tag == "skipped":
                 status, message = "skip", child.get("message", "")
         results[(cls, case.get("name"))] = (status, message)
+    return results
+
+
+def read_log(path):
+    """read_junit's answer from a --suite-log (a run cut short writes no XML)."""
+    results = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                entry = json.loads(line)
+                _, cls, name = entry["id"].split("::")[:3]
+                status = {"passed": "pass", "failed": "fail", "skipped": "skip"}[entry["outcome"]]
+                if results.get((cls, name), ("pass",))[0] != "fail":  # a failed teardown after a pass is a failure
+                    results[(cls, name)] = (status, entry["message"])
     return results
 
 
