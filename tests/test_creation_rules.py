@@ -177,3 +177,17 @@ def test_copy_of_complex_into_real_warns_once_as_on_cpu():
             x = torch.zeros(2, device="tpu").copy_(torch.tensor([1 + 2j, 3j], device="tpu"))
     assert sum("discards the imaginary part" in str(w.message) for w in caught) == 1
     assert x.cpu().tolist() == [1.0, 0.0]
+
+
+# ---- linspace in double: the CPU's fused multiply-add, bit for bit --------------------
+
+@pytest.mark.parametrize("start, end, steps, dtype", [
+    (-100, 100, 15, torch.float64),
+    (0.123, 999.77, 5000, torch.float64),
+    (-2**63, (2**63 - 1) & ~0xfff, 15, torch.int64),
+    (-2**31, (2**31 - 1) & ~0xfff, 15, torch.int32),
+])
+def test_linspace_in_double_matches_cpu_bit_for_bit(start, end, steps, dtype):
+    cpu = torch.linspace(start, end, steps, dtype=dtype)
+    assert torch.equal(torch.linspace(start, end, steps, dtype=dtype, device="tpu").cpu(), cpu)
+

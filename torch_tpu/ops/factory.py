@@ -141,11 +141,32 @@ def _ramp(start, end, denom, n, step_dtype):
     if n == 1:  # a single step is start, not end
         return start.reshape(1)
     step = (end - start) / denom.astype(step_dtype)  # denom is traced: XLA would use a reciprocal
-    wide = np.float64 if step_dtype == np.float32 else step_dtype
     idx = jnp.arange(n)
+    if step_dtype == np.float64:  # (integer results step in double too)
+        up = _fma64(step, idx.astype(np.float64), start)
+        down = _fma64(-step, (n - idx - 1).astype(np.float64), end)
+        return jnp.where(idx < n // 2, up, down)
+    wide = np.float64 if step_dtype == np.float32 else step_dtype
     up = start.astype(wide) + step.astype(wide) * idx.astype(wide)
     down = end.astype(wide) - step.astype(wide) * (n - idx - 1).astype(wide)
     return jnp.where(idx < n // 2, up, down).astype(step_dtype)
+
+
+def _fma64(a, b, c):
+    """a * b + c in float64 rounded once, as the CPU's fused multiply-add: the
+    product's exact error (Veltkamp split) and the sum's (two-sum) are added
+    back before the last rounding."""
+    def split(x):
+        t = 134217729.0 * x  # 2**27 + 1
+        hi = t - (t - x)
+        return hi, x - hi
+    p = a * b
+    (ah, al), (bh, bl) = split(a), split(b)
+    product_error = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    s = p + c
+    back = s - p
+    sum_error = (p - (s - back)) + (c - back)
+    return s + (sum_error + product_error)
 
 
 def _ends(start, end, out):
