@@ -59,7 +59,10 @@ def pytest_configure(config):
 def pytest_runtest_logreport(report):
     if not (_LOG and _LOG[0]) or (report.when != "call" and report.passed):
         return
-    message = str(report.longrepr).strip().splitlines()[-1] if report.failed and report.longrepr else ""
+    message = ""
+    if report.failed and report.longrepr:
+        crash = getattr(report.longrepr, "reprcrash", None)  # "TypeError: ...", as the XML's message
+        message = crash.message if crash else str(report.longrepr).strip().splitlines()[-1]
     if report.skipped and isinstance(report.longrepr, tuple):
         message = report.longrepr[2].removeprefix("Skipped: ")
     with open(_LOG[0], "a") as f:
