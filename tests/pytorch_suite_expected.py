@@ -19,6 +19,9 @@ QUANTIZED_EMPTY = "quantized tensors are not supported on tpu (_empty_affine_qua
 COMPLEX32 = ("complex32 (chalf) is not supported on tpu: JAX/XLA has no complex type of two float16, "
              "so the dtype is refused with a TypeError at allocation")
 SPARSE_COO = "sparse COO tensors are not supported on tpu (sparse_coo_tensor of tpu indices/values)"
+RANDOM_INPUTS_BOTH = (
+    "random start/end compared with NumPy at complex64's default tolerance: fails for most draws on the CPU too "
+    "(measured over 40 draws: CPU 30 failures, tpu 19), so it passes or fails by chance on either device")
 DEFERRED_INDEX_CHECK = (
     "an index out of range on a device tensor raises at the next host read or torch.tpu.synchronize() "
     "(as CUDA's device-side asserts, which PyTorch's tests skip on CUDA), not inside assertRaises")
@@ -53,5 +56,6 @@ EXPECTED_FAILURES = {
         "TestRandomTensorCreationTPU::test_randn_tpu_complex32": COMPLEX32,
         "TestRandomTensorCreationTPU::test_rand_tpu_complex32": COMPLEX32,
         "TestTensorCreationPRIVATEUSE1::test_tensor_ctor_device_inference_tpu": SPARSE_COO,
+        "TestTensorCreationPRIVATEUSE1::test_logspace_vs_numpy_complex_tpu_complex64": RANDOM_INPUTS_BOTH,
     },
 }
