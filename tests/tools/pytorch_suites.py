@@ -12,7 +12,7 @@ cause (exception type and the first line of its message).
         test_shape_ops.py test_indexing.py
 
 Each run is one pytest subprocess per file and device, under ``nice``, with a
-per-test timeout (SIGALRM: a test stuck past it fails with TimeoutError) and an
+per-test timeout (SIGALRM: a test stuck past it fails with SuiteTestTimeout) and an
 overall limit per run; results come from pytest's ``--junitxml``.
 ``tests/pytorch_suite_expected.py`` lists the tpu-only failures known and why:
 ``--check`` reports the ones not listed there (and listed ones that pass).
@@ -69,8 +69,13 @@ def pytest_runtest_logreport(report):
         f.write(json.dumps({"id": report.nodeid, "outcome": report.outcome, "message": message}) + "\n")
 
 
+class SuiteTestTimeout(BaseException):
+    """A test past --suite-test-timeout: a BaseException, so no ``except
+    Exception`` on the way (an op launch wraps errors as RuntimeError) hides it."""
+
+
 def _on_alarm(signum, frame):
-    raise TimeoutError("test ran past --suite-test-timeout")
+    raise SuiteTestTimeout("test ran past --suite-test-timeout")
 
 
 def pytest_runtest_call(item):
