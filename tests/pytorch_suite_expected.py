@@ -45,6 +45,9 @@ EXPECTED_FAILURES = {
         "TestViewOpsPRIVATEUSE1::test_view_as_real_tpu_complex32": COMPLEX32,
         "TestOldViewOpsTPU::test_ravel_tpu": QUANTIZED_EMPTY,
         "TestOldViewOpsTPU::test_flatten_tpu": QUANTIZED_EMPTY,
+        # 0.16 s on the CPU, 87 s alone on tpu (random shapes x 3 functions x 10 inputs, each a new compile)
+        "TestOldViewOpsTPU::test_atleast_tpu_complex64": FIRST_CALL_COMPILE,
+        "TestOldViewOpsTPU::test_atleast_tpu_complex128": FIRST_CALL_COMPILE,
     },
     "test_tensor_creation_ops.py": {
         "TestTensorCreationPRIVATEUSE1::test_cat_all_dtypes_and_devices_tpu": COMPLEX32,
