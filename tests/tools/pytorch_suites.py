@@ -12,7 +12,7 @@ cause (exception type and the first line of its message).
         test_shape_ops.py test_indexing.py
 
 Each run is one pytest subprocess per file and device, under ``nice``, with a
-per-test timeout (SIGALRM: a test stuck past it fails with TimeoutError) and an
+per-test timeout (SIGALRM: a test stuck past it fails with SuiteTestTimeout) and an
 overall limit per run; results come from pytest's ``--junitxml``.
 ``tests/pytorch_suite_expected.py`` lists the tpu-only failures known and why:
 ``--check`` reports the ones not listed there (and listed ones that pass).
@@ -46,10 +46,37 @@ TPU_CLASS_SUFFIXES = ("PRIVATEUSE1", "TPU")
 def pytest_addoption(parser):
     parser.addoption("--suite-test-timeout", type=float, default=0.0,
                      help="seconds a single test may run (0: no limit)")
+    parser.addoption("--suite-log", default="",
+                     help="append each test's outcome to this file as it ends (kept when a run is cut short)")
+
+
+_LOG = []  # the --suite-log path, once pytest is configured
+
+
+def pytest_configure(config):
+    _LOG[:] = [config.getoption("--suite-log")]
+
+
+def pytest_runtest_logreport(report):
+    if not (_LOG and _LOG[0]) or (report.when != "call" and report.passed):
+        return
+    message = ""
+    if report.failed and report.longrepr:
+        crash = getattr(report.longrepr, "reprcrash", None)  # "TypeError: ...", as the XML's message
+        message = crash.message if crash else str(report.longrepr).strip().splitlines()[-1]
+    if report.skipped and isinstance(report.longrepr, tuple):
+        message = report.longrepr[2].removeprefix("Skipped: ")
+    with open(_LOG[0], "a") as f:
+        f.write(json.dumps({"id": report.nodeid, "outcome": report.outcome, "message": message}) + "\n")
+
+
+class SuiteTestTimeout(BaseException):
+    """A test past --suite-test-timeout: a BaseException, so no ``except
+    Exception`` on the way (an op launch wraps errors as RuntimeError) hides it."""
 
 
 def _on_alarm(signum, frame):
-    raise TimeoutError("test ran past --suite-test-timeout")
+    raise SuiteTestTimeout("test ran past --suite-test-timeout")
 
 
 def pytest_runtest_call(item):
@@ -122,11 +149,12 @@ def run_classes(path, classes, xml, test_timeout, limit, extra):
     """pytest on ``path::C`` for each class; (wall seconds, CPU seconds, timed
     out).  CPU seconds (user + system of the pytest process) are the fairer
     measure on a shared machine, where wall time depends on the load."""
-    if os.path.exists(xml):
-        os.remove(xml)
+    for stale in (xml, xml + ".log"):
+        if os.path.exists(stale):
+            os.remove(stale)
     name = os.path.basename(path)
     cmd = (["nice", "-n", "10", _python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytorch_suites",
-            f"--suite-test-timeout={test_timeout}", f"--junitxml={xml}"]
+            f"--suite-test-timeout={test_timeout}", f"--junitxml={xml}", f"--suite-log={xml}.log"]
            + [f"{name}::{c}" for c in classes] + list(extra))
     start, used = time.monotonic(), _children_cpu()
     try:
@@ -147,7 +175,7 @@ def read_junit(xml):
     """{(class, test name): (status, message)}; status: pass, fail, skip."""
     results = {}
     if not os.path.exists(xml):
-        return results
+        return read_log(xml + ".log")
     for case in ET.parse(xml).getroot().iter("testcase"):
         cls = case.get("classname", "").rsplit(".", 1)[-1]
         status, message = "pass", ""
@@ -158,6 +186,20 @@ def read_junit(xml):
             if child.tag == "skipped":
                 status, message = "skip", child.get("message", "")
         results[(cls, case.get("name"))] = (status, message)
+    return results
+
+
+def read_log(path):
+    """read_junit's answer from a --suite-log (a run cut short writes no XML)."""
+    results = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                entry = json.loads(line)
+                _, cls, name = entry["id"].split("::")[:3]
+                status = {"passed": "pass", "failed": "fail", "skipped": "skip"}[entry["outcome"]]
+                if results.get((cls, name), ("pass",))[0] != "fail":  # a failed teardown after a pass is a failure
+                    results[(cls, name)] = (status, entry["message"])
     return results
 
 

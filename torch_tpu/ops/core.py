@@ -1,4 +1,6 @@
 """Tensor plumbing: views, allocation, copies between devices, scalars."""
+import functools
+
 import jax
 import numpy as np
 import torch
@@ -49,20 +51,40 @@ def _check_dtype(dtype, op_name=None):
         raise errors.unsupported_dtype(op_name, dtype)
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def _check_nonnegative(size):
+    negative = [s for s in size if s < 0]
+    if negative:
+        raise RuntimeError(f"Trying to create tensor with negative dimension {negative[0]}: {list(size)}")
+
+
+def _check_storage_size(size, strides, dtype, strided=False):
+    """The CPU's overflow errors for a storage past int64 bytes (XLA would
+    abort the process building a buffer of that many elements).  The CPU sums
+    strides as unsigned numbers: a negative one overflows too."""
+    if any(st > _INT64_MAX for st in strides):
+        raise RuntimeError("Stride calculation overflowed")
+    nbytes = buffers.storage_numel(size, strides) * dtype.itemsize
+    if nbytes > _INT64_MAX or (nbytes and any(s > 1 and st < 0 for s, st in zip(size, strides))):
+        shown = f"sizes={list(size)}" + (f" and strides={list(strides)}" if strided else "")
+        raise RuntimeError(f"Storage size calculation overflowed with {shown}")
+
+
 @register_raw("empty.memory_format")
 def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     runtime.check_device(device)
     dtype = dtype or torch.get_default_dtype()
     _check_dtype(dtype)
     size = tuple(int(s) for s in size)
-    negative = [s for s in size if s < 0]
-    if negative:
-        raise RuntimeError(f"Trying to create tensor with negative dimension {negative[0]}: {list(size)}")
+    _check_nonnegative(size)
     strides = buffers.contiguous_strides(size)
     if memory_format is torch.channels_last and len(size) == 4:
         strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
     elif memory_format is torch.channels_last_3d and len(size) == 5:
         strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
+    _check_storage_size(size, strides, dtype)
     return buffers.allocate_like(size, strides, dtype)
 
 
@@ -79,7 +101,12 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
     runtime.check_device(device)
     dtype = dtype or torch.get_default_dtype()
     _check_dtype(dtype)
-    return buffers.allocate_like(tuple(size), tuple(stride), dtype)
+    size, stride = tuple(size), tuple(stride)
+    if len(size) != len(stride):
+        raise RuntimeError(f"dimensionality of sizes ({len(size)}) must match dimensionality of strides ({len(stride)})")
+    _check_nonnegative(size)
+    _check_storage_size(size, stride, dtype, strided=True)
+    return buffers.allocate_like(size, stride, dtype)
 
 
 @register_raw("resize_.default")
@@ -93,6 +120,7 @@ def resize_(self, size, memory_format=None):
         strides = torch.empty(0, device="meta").resize_(size, memory_format=memory_format).stride()
         if tuple(self.shape) == size and self.stride() == strides:
             return self
+    _check_storage_size(size, strides, self.dtype)
     itemsize = self.element_size()
     needed = (self.storage_offset() + buffers.storage_numel(size, strides)) * itemsize
     st = self.untyped_storage()
@@ -159,9 +187,17 @@ def copy_into(dst, src) -> None:
     _copy_kernel(dst, src)
 
 
+@functools.cache
+def _warn_complex_to_real():
+    # the CPU's copy_ warns once per process (TORCH_WARN_ONCE)
+    errors.warn_at_caller("Casting complex values to real discards the imaginary part")
+
+
 @register_raw("copy_.default")
 def copy_(self, src, non_blocking=False):
     if self.device.type == "tpu":
+        if src.is_complex() and not self.is_complex():
+            _warn_complex_to_real()
         host_mirror.write_known(self, src, lambda: _copy_kernel(self, src))
         return self
     # tpu -> CPU (or another device): bring the value to the host, then PyTorch copies.

@@ -935,3 +935,17 @@ def complex_(real, imag):
 def polar(abs, angle):
     dt = out_dtype()
     return lax.complex(*jnp.broadcast_arrays(abs * jnp.cos(angle), abs * jnp.sin(angle))).astype(dt)
+
+
+def _parts_checked_on_cpu(op, first, second):
+    """The CPU's dtype rules for the two parts (Half/Float/Double, the same)
+    and the out= dtype: the op on empty CPU tensors of the same dtypes."""
+    def prepare(bound):
+        out = bound.get("out")
+        extra = {} if out is None else {"out": torch.empty(0, dtype=out.dtype)}
+        op(torch.empty(0, dtype=bound[first].dtype), torch.empty(0, dtype=bound[second].dtype), **extra)
+    return prepare
+
+
+guard("complex.default", prepare=_parts_checked_on_cpu(torch.complex, "real", "imag"))
+guard("polar.default", prepare=_parts_checked_on_cpu(torch.polar, "abs", "angle"))

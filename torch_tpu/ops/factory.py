@@ -1,4 +1,4 @@
-"""Factories that reach the backend as their own ops: arange, linspace,
+"""Factories that reach the backend as their own ops: arange, range, linspace,
 logspace, eye (all as ``out=`` overloads; PyTorch allocates with empty first).
 
 zeros/ones/full/scalar_tensor/*_like arrive as empty + fill_/zero_ (shape.py);
@@ -9,6 +9,7 @@ Shapes and errors come from PyTorch's meta kernels; values follow PyTorch's CPU
 formulas (which precision each step is computed in), so results match.
 """
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +19,7 @@ import torch
 from .. import dtypes
 from ..eager import access
 from ..eager.launch import launch
-from . import out_checks
+from . import errors, out_checks
 from .registry import register_raw
 
 _aten = torch.ops.aten
@@ -75,12 +76,54 @@ def _arange_fn(n, acc, npdtype):
     return jax.jit(run)
 
 
+def _shown(x):
+    """A range end as the CPU's message prints it (an integer, or a double as %g)."""
+    return str(x) if isinstance(x, int) else f"{float(x):g}"
+
+
+def _check_range(start, end, step):
+    """The CPU's checks of arange/range's ends, in its order (the meta kernel's
+    messages differ for a non-finite end)."""
+    xstart, xend, xstep = float(start), float(end), float(step)
+    if xstep == 0:
+        raise RuntimeError("step must be nonzero")
+    if not (math.isfinite(xstart) and math.isfinite(xend)):
+        raise RuntimeError(f"unsupported range: {_shown(start)} -> {_shown(end)}")
+    if not ((xstep > 0 and xend >= xstart) or (xstep < 0 and xend <= xstart)):
+        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
+
+
 @register_raw("arange.start_out")
 def arange_start_out(start, end, step=1, *, out):
     start, end, step = _number(start), _number(end), _number(step)
+    _check_range(start, end, step)
+    if math.ceil((float(end) - float(start)) / float(step)) >= 2**63:
+        raise RuntimeError("invalid size, possible overflow?")
     (n,) = _meta_shape(_aten.arange.start_out, start, end, step, out=out)
+    if out.numel() not in (0, n):
+        errors.warn_at_caller(
+            f"The number of elements in the out tensor of shape {list(out.shape)} is {out.numel()} which does not "
+            f"match the computed number of elements {n}. Note that this may occur as a result of rounding error. "
+            f"The out tensor will be resized to a tensor of shape ({n},).")
     acc = _acc_dtype(out.dtype)
     return _write_out("aten::arange", out, _arange_fn(n, acc, dtypes.to_np(out.dtype)),
+                      np.asarray(start).astype(acc), np.asarray(step).astype(acc))
+
+
+@functools.lru_cache(maxsize=None)
+def _range_fn(n, acc, npdtype):
+    return jax.jit(lambda start, step: (start + step * jnp.arange(n, dtype=np.int64).astype(acc)).astype(npdtype))
+
+
+@register_raw("range.out")
+def range_out(start, end, step=1, *, out):
+    """torch.range (deprecated): ``end`` included; each value start + step * i
+    in the accumulate type, as the CPU loop."""
+    start, end, step = _number(start), _number(end), _number(step)
+    _check_range(start, end, step)
+    n = int((float(end) - float(start)) / float(step) + 1)
+    acc = _acc_dtype(out.dtype)
+    return _write_out("aten::range", out, _range_fn(n, acc, dtypes.to_np(out.dtype)),
                       np.asarray(start).astype(acc), np.asarray(step).astype(acc))
 
 
@@ -98,11 +141,32 @@ def _ramp(start, end, denom, n, step_dtype):
     if n == 1:  # a single step is start, not end
         return start.reshape(1)
     step = (end - start) / denom.astype(step_dtype)  # denom is traced: XLA would use a reciprocal
-    wide = np.float64 if step_dtype == np.float32 else step_dtype
     idx = jnp.arange(n)
+    if step_dtype == np.float64:  # (integer results step in double too)
+        up = _fma64(step, idx.astype(np.float64), start)
+        down = _fma64(-step, (n - idx - 1).astype(np.float64), end)
+        return jnp.where(idx < n // 2, up, down)
+    wide = np.float64 if step_dtype == np.float32 else step_dtype
     up = start.astype(wide) + step.astype(wide) * idx.astype(wide)
     down = end.astype(wide) - step.astype(wide) * (n - idx - 1).astype(wide)
     return jnp.where(idx < n // 2, up, down).astype(step_dtype)
+
+
+def _fma64(a, b, c):
+    """a * b + c in float64 rounded once, as the CPU's fused multiply-add: the
+    product's exact error (Veltkamp split) and the sum's (two-sum) are added
+    back before the last rounding."""
+    def split(x):
+        t = 134217729.0 * x  # 2**27 + 1
+        hi = t - (t - x)
+        return hi, x - hi
+    p = a * b
+    (ah, al), (bh, bl) = split(a), split(b)
+    product_error = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    s = p + c
+    back = s - p
+    sum_error = (p - (s - back)) + (c - back)
+    return s + (sum_error + product_error)
 
 
 def _ends(start, end, out):

@@ -238,10 +238,34 @@ def rrelu_with_noise_(self, noise, lower=0.125, upper=1.0 / 3.0, training=False,
     return self.copy_(_rrelu(self, noise, lower, upper, training, generator))
 
 
-def _check_random_range(bound):
-    low, high = bound.get("from", 0), bound.get("to")
-    if high is not None and low >= high:
-        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+# The CPU kernels check their parameters (bounds that fit the dtype, from < to,
+# a dtype the distribution has) and warn before drawing anything: running one
+# on an empty CPU tensor of the same dtype raises (and warns) exactly as the CPU.
+def _checked_on_cpu(draw):
+    def prepare(bound):
+        draw(torch.empty(0, dtype=bound["self"].dtype), bound)
+    return prepare
 
 
-guard("random.from", prepare=_check_random_range)
+guard("random.from", prepare=_checked_on_cpu(lambda t, b: t.random_(b.get("from", 0), b.get("to"))))
+guard("random.to", prepare=_checked_on_cpu(lambda t, b: t.random_(b["to"])))
+guard("uniform.default", prepare=_checked_on_cpu(lambda t, b: t.uniform_(b.get("from", 0.0), b.get("to", 1.0))))
+guard("exponential.default", prepare=_checked_on_cpu(lambda t, b: t.exponential_(b.get("lambd", 1.0))))
+guard("geometric.default", prepare=_checked_on_cpu(lambda t, b: t.geometric_(b["p"])))
+guard("log_normal.default", prepare=_checked_on_cpu(lambda t, b: t.log_normal_(b.get("mean", 1.0), b.get("std", 2.0))))
+guard("cauchy.default", prepare=_checked_on_cpu(lambda t, b: t.cauchy_(b.get("median", 0.0), b.get("sigma", 1.0))))
+
+# randperm's largest n per result dtype (every value exact); past it the CPU raises
+_RANDPERM_MAX = {torch.float16: 2**11 + 1, torch.float32: 2**24 + 1, torch.float64: 2**53 + 1}
+
+
+def _check_randperm(bound):
+    n, dtype = bound["n"], bound["out"].dtype
+    limit = _RANDPERM_MAX.get(dtype)
+    if limit is None and not dtype.is_floating_point and dtype != torch.bool:
+        limit = torch.iinfo(dtype).max + 1
+    if dtype == torch.bool or (limit is not None and n > limit):
+        torch.randperm(n, out=torch.empty(0, dtype=dtype))  # raises the CPU's error
+
+
+guard("randperm.generator_out", "randperm.out", prepare=_check_randperm)

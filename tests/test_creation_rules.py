@@ -1,0 +1,193 @@
+"""Factories (empty, empty_strided, resize_, ...) follow the CPU's rules beyond
+their values: the errors for sizes whose bytes do not fit in int64 (raised as
+RuntimeError before any buffer is built; XLA would abort the process)."""
+import warnings
+
+import pytest
+import torch
+from helpers import strict  # noqa: F401  (no CPU fallback)
+
+import torch_tpu  # noqa: F401
+
+
+def error_on(device, fn):
+    with pytest.raises(RuntimeError) as info:
+        fn(device)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.empty([2, 4, 2**29, 2**29], dtype=torch.float64, device=d),
+    lambda d: torch.empty([0, 4, 2**61], dtype=torch.float32, device=d),
+    lambda d: torch.empty_strided([8, 8], [2**61, 1], dtype=torch.float64, device=d),
+    lambda d: torch.empty((), dtype=torch.float64, device=d).resize_([2, 4, 2**29, 2**29]),
+    lambda d: torch.empty((), device=d).resize_([0, 4, 2**61]),
+], ids=["empty", "empty-stride", "empty_strided", "resize_", "resize_-stride"])
+def test_storage_size_overflow_raises_the_cpu_error(make):
+    assert error_on("tpu", make) == error_on("cpu", make)
+
+
+def test_large_but_valid_empty_still_allocates():
+    t = torch.empty_strided((3, 2), (1, 3), device="tpu")
+    assert t.stride() == (1, 3) and t.shape == (3, 2)
+
+
+# ---- random fills: the CPU's parameter checks, before anything is drawn ------------
+
+def outcome(fn, device):
+    """The error (type, message) and warnings ``fn(device)`` gives, or None for both."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fn(device)
+            error = None
+        except RuntimeError as e:  # NotImplementedError too
+            error = (type(e), str(e))
+    return error, [str(w.message) for w in caught if "no tpu kernel" not in str(w.message)]
+
+
+@pytest.mark.parametrize("fill", [
+    lambda d: torch.empty(5, dtype=torch.bool, device=d).random_(-42, 1),   # from below bool
+    lambda d: torch.empty(5, dtype=torch.bool, device=d).random_(0, 42),    # to - 1 above bool
+    lambda d: torch.empty(5, dtype=torch.int8, device=d).random_(-129, 0),
+    lambda d: torch.empty(5, dtype=torch.int8, device=d).random_(300),
+    lambda d: torch.empty(5, dtype=torch.int64, device=d).random_(3, 2),     # from >= to
+    lambda d: torch.empty(5, dtype=torch.float32, device=d).random_(-2**25, 0),  # warns: inexact
+    lambda d: torch.randint(6, (2,), dtype=torch.complex64, device=d),
+    lambda d: torch.empty(5, device=d).uniform_(42, 0),
+    lambda d: torch.empty(5, device=d).uniform_(-3e38, 3e38),                # to - from overflows
+    lambda d: torch.rand(3, dtype=torch.int32, device=d),
+    lambda d: torch.empty(3, device=d).exponential_(-1),
+    lambda d: torch.empty(3, device=d).geometric_(2),
+    lambda d: torch.empty(3, device=d).log_normal_(0, -1),
+    lambda d: torch.empty(3, dtype=torch.int32, device=d).cauchy_(),
+], ids=["bool-from", "bool-to", "int8-from", "int8-to", "from>=to", "float-warns", "randint-complex",
+        "uniform-from>to", "uniform-overflow", "rand-int", "exponential", "geometric", "log_normal", "cauchy-int"])
+def test_random_fill_parameters_checked_as_on_cpu(fill):
+    cpu = outcome(fill, "cpu")
+    assert cpu[0] is not None or cpu[1], "the case must raise or warn on the CPU"
+    assert outcome(fill, "tpu") == cpu
+
+
+@pytest.mark.parametrize("dtype, n", [(torch.float16, 2**11 + 2), (torch.uint8, 2**8 + 1), (torch.int8, 200)])
+def test_randperm_past_the_dtype_raises_as_on_cpu(dtype, n):
+    def run(d):
+        torch.randperm(n, out=torch.empty(0, dtype=dtype, device=d))
+    assert outcome(run, "tpu") == outcome(run, "cpu") != (None, [])
+
+
+def test_randperm_at_the_dtype_limit_is_a_permutation():
+    out = torch.randperm(2**8, out=torch.empty(0, dtype=torch.uint8, device="tpu"))
+    assert torch.equal(out.cpu().sort().values.long(), torch.arange(256))
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.empty_strided((2,), (), device=d),
+    lambda d: torch.ones(1, device=d).new_empty_strided((2,), ()),
+    lambda d: torch.empty_strided((-1, 2), (1, 1), device=d),
+    lambda d: torch.empty_strided((2, 2), (1, -1), device=d),
+], ids=["rank-mismatch", "new_empty_strided", "negative-size", "negative-stride"])
+def test_empty_strided_geometry_errors_as_on_cpu(make):
+    assert error_on("tpu", make) == error_on("cpu", make)
+
+
+def test_empty_strided_negative_stride_of_a_size_one_dim_is_allowed():
+    cpu = torch.empty_strided((1, 2), (-1, 1))
+    assert torch.empty_strided((1, 2), (-1, 1), device="tpu").stride() == cpu.stride()
+
+
+# ---- arange / range -----------------------------------------------------------------
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.arange(-5, float("nan"), device=d),
+    lambda d: torch.arange(0, float("-inf"), -1, device=d),
+    lambda d: torch.arange(0.5, float("inf"), device=d),
+    lambda d: torch.arange(1.175494351e-38, 3.402823466e+38, device=d),
+    lambda d: torch.arange(0, 5, 0, device=d),
+    lambda d: torch.arange(0, float("nan"), 0, device=d),
+    lambda d: torch.arange(0, 5, -1, device=d),
+    lambda d: torch.range(1, 2, -1, device=d),
+], ids=["nan-end", "-inf-end", "inf-end", "size-overflow", "zero-step", "zero-step-first", "sign", "range-sign"])
+@pytest.mark.filterwarnings("ignore:torch.range is deprecated")
+def test_range_errors_as_on_cpu(make):
+    assert error_on("tpu", make) == error_on("cpu", make)
+
+
+def test_arange_out_of_another_size_warns_then_resizes():
+    def run(d):
+        out = torch.zeros(1, 49, device=d)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.arange(-1, 1, 2. / 49, dtype=torch.float32, out=out)
+        return out.cpu(), [str(w.message) for w in caught]
+    (cpu, cpu_warned), (tpu, tpu_warned) = run("cpu"), run("tpu")
+    assert torch.equal(cpu, tpu) and tpu.shape == (50,)
+    assert len(tpu_warned) == len(cpu_warned) == 1 and cpu_warned[0].startswith(tpu_warned[0])
+
+
+def test_arange_into_an_empty_out_does_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.arange(5, out=torch.zeros(0, device="tpu", dtype=torch.int64)).shape == (5,)
+
+
+@pytest.mark.parametrize("args, dtype", [((0.1, 0.9, 0.2), torch.float32), ((3, 0, -1), torch.int64),
+                                         ((0, 1, 0.1), torch.float64), ((0, 1, 0.1), torch.float16),
+                                         ((1, 1, -1), torch.float32)])
+def test_range_values_match_cpu_bit_for_bit(args, dtype):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.range is deprecated
+        cpu = torch.range(*args, dtype=dtype)
+        tpu = torch.range(*args, dtype=dtype, device="tpu")
+    assert torch.equal(cpu, tpu.cpu())
+
+
+def test_range_out_into_a_strided_view():
+    def run(d):
+        x = torch.zeros(2, 3, device=d)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.range(0, 3, out=x.narrow(1, 1, 2))
+        return x.cpu()
+    assert torch.equal(run("cpu"), run("tpu"))
+
+
+# ---- complex / polar: the dtypes of the parts and of out= ----------------------------
+
+@pytest.mark.parametrize("op", [torch.complex, torch.polar], ids=["complex", "polar"])
+@pytest.mark.parametrize("dtypes, out_dtype", [
+    ((torch.int64, torch.int64), None),            # parts must be Half/Float/Double
+    ((torch.bool, torch.bool), None),
+    ((torch.float32, torch.float64), None),        # parts of one dtype
+    ((torch.float32, torch.float32), torch.float32),  # out= must be the complex dtype
+], ids=["long", "bool", "mixed", "real-out"])
+def test_complex_parts_dtype_errors_as_on_cpu(op, dtypes, out_dtype):
+    def make(d):
+        a, b = (torch.tensor([1, 2], dtype=dt, device=d) for dt in dtypes)
+        return op(a, b) if out_dtype is None else op(a, b, out=torch.zeros(2, dtype=out_dtype, device=d))
+    assert error_on("tpu", make) == error_on("cpu", make)
+
+
+def test_copy_of_complex_into_real_warns_once_as_on_cpu():
+    from torch_tpu.ops import core
+    core._warn_complex_to_real.cache_clear()  # the CPU warns once per process (TORCH_WARN_ONCE)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            x = torch.zeros(2, device="tpu").copy_(torch.tensor([1 + 2j, 3j], device="tpu"))
+    assert sum("discards the imaginary part" in str(w.message) for w in caught) == 1
+    assert x.cpu().tolist() == [1.0, 0.0]
+
+
+# ---- linspace in double: the CPU's fused multiply-add, bit for bit --------------------
+
+@pytest.mark.parametrize("start, end, steps, dtype", [
+    (-100, 100, 15, torch.float64),
+    (0.123, 999.77, 5000, torch.float64),
+    (-2**63, (2**63 - 1) & ~0xfff, 15, torch.int64),
+    (-2**31, (2**31 - 1) & ~0xfff, 15, torch.int32),
+])
+def test_linspace_in_double_matches_cpu_bit_for_bit(start, end, steps, dtype):
+    cpu = torch.linspace(start, end, steps, dtype=dtype)
+    assert torch.equal(torch.linspace(start, end, steps, dtype=dtype, device="tpu").cpu(), cpu)
+
