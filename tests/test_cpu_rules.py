@@ -283,3 +283,16 @@ def test_index_written_on_the_device_is_checked_at_the_next_sync():
 
 def test_index_into_an_empty_dimension_message():
     same_on_both(lambda d: torch.empty(10, 0, device=d)[:, [0, 1]])
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_bool_times_non_finite_is_nan_as_on_cpu(mode):
+    # XLA rewrites convert(bool) * y as a select, which gives 0 for False * inf
+    mask = torch.tensor([False, True, False])
+    y = torch.tensor([float("inf"), float("nan"), -2.5])
+    with torch.tpu.set_eager_mode(mode):
+        for other in (y, float("inf"), float("nan"), -2.5):
+            expected = mask * other
+            got = (mask.to("tpu") * (other.to("tpu") if isinstance(other, torch.Tensor) else other)).cpu()
+            torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+            assert torch.equal(got.signbit(), expected.signbit())

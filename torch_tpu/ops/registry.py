@@ -677,6 +677,10 @@ def _decode(t, it):
 
 def _cast_operand(x, dtype, is_scalar_arg):
     if isinstance(x, (jax.Array, np.ndarray)):
+        if x.dtype == np.bool_ and dtype != np.bool_:
+            # XLA rewrites convert(bool) * y as select(bool, y, 0), losing
+            # PyTorch's False * inf == nan: the barrier keeps it a product
+            return jax.lax.optimization_barrier(x.astype(dtype))
         return x.astype(dtype)
     if is_scalar_arg and type(x) in _SCALAR_TYPES:  # via int64/float64: out-of-range ints wrap (uint8 - 3), as in PyTorch
         return jnp.asarray(x).astype(dtype)
