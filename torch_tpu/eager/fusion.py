@@ -192,12 +192,14 @@ def _replay(inputs, refs):
     places), interning them as ``_refs`` would; else None, nothing changed."""
     if len(inputs) != len(refs):
         return None
-    externals, floats, ints = len(_external), len(_numbers[FLOATS]), len(_numbers[INTS])
+    start = n = len(_external)
+    done = 0
     for x, r in zip(inputs, refs):
         t = type(x)
         if t is LazyBuffer:
             if x.value is None:
                 if type(r) is Produced and r[0] == x.node and r[1] == x.slot:
+                    done += 1
                     continue
                 break
             x = x.value
@@ -205,28 +207,34 @@ def _replay(inputs, refs):
             pack = _numbers[INTS if t is int else FLOATS]
             if type(r) is Number and r[0] == (INTS if t is int else FLOATS) and r[1] == len(pack):
                 pack.append(x)
+                done += 1
                 continue
             break
         if type(r) is not External:
             break
         i = r[0]
-        if i < len(_external):
-            if _external[i] is x:
-                continue
-            break
-        j = _external_index.get(id(x))
-        if i > len(_external) or (j is not None and _external[j] is x):  # not where _refs would put it
-            break
-        if t is _ArrayImpl or isinstance(x, jax.Array):
-            _external_index[id(x)] = i
-        _external.append(x)
+        if i < n:
+            if _external[i] is not x:
+                break
+        else:
+            j = _external_index.get(id(x))
+            if i > n or (j is not None and _external[j] is x):  # not where _refs would put it
+                break
+            if t is _ArrayImpl or isinstance(x, jax.Array):
+                _external_index[id(x)] = i
+            _external.append(x)
+            n += 1
+        done += 1
     else:
         return refs
     # a mismatch: undo what this call interned (the general path starts over)
-    for k in range(externals, len(_external)):
+    for k in range(start, n):
         if _external_index.get(id(_external[k])) == k:
             del _external_index[id(_external[k])]
-    del _external[externals:], _numbers[FLOATS][floats:], _numbers[INTS][ints:]
+    del _external[start:]
+    for r in refs[:done]:
+        if type(r) is Number:
+            _numbers[r[0]].pop()
     return None
 
 
