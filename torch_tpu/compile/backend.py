@@ -249,8 +249,10 @@ class CompiledGraph:
             uses[id(a)] = uses.get(id(a), 0) + 1
         for i in self.mutated:
             k = position.get(i)
-            if (k is not None and type(signature[i]) is TpuInput and views.covers_buffer(signature[i].spec)
-                    and uses[id(arrays[k])] == 1):
+            spec = signature[i].spec if type(signature[i]) is TpuInput else None
+            # (a buffer of another shape could not hold the new value: XLA would warn)
+            if (k is not None and spec is not None and views.covers_buffer(spec)
+                    and spec.buf_shape == spec.size and uses[id(arrays[k])] == 1):
                 positions.append(1 + k)  # after the rng material
         return tuple(positions)
 
