@@ -31,6 +31,14 @@ def note(results) -> None:
             _prune()
 
 
+def holds(x) -> bool:
+    """Whether ``x`` is one of the noted results (newest are searched first)."""
+    for p in reversed(_pending):
+        if p is x:
+            return True
+    return False
+
+
 def _first(results):
     """The first array of a (nested) tuple or list of results, or None."""
     for r in results:
