@@ -67,6 +67,7 @@ _NUMBER_KEYS = {t: (NUMBER, t) for t in _SCALAR_TYPES}  # a traced number's sign
 _STATIC_TYPES = (int, float, bool, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
 _TORCH_TO_NP = dtypes.TORCH_TO_NP
 Tensor = torch.Tensor
+_FUSED = modes.EagerMode.FUSED
 _new = tuple.__new__  # builds a ViewSpec without NamedTuple's keyword-handling __new__ (every op input)
 
 
@@ -401,7 +402,7 @@ class Kernel:
         traced numbers or static values, built with no call per argument; or
         None for anything else (then the general path starts over)."""
         pos = []
-        fused = modes.is_fused()
+        fused = modes._mode is _FUSED  # (modes.is_fused, without the call: every op)
         for x, traced in zip(args, self.traced_positions):
             if isinstance(x, Tensor):
                 buf = getattr(x.untyped_storage(), "_tpu_buf", None)  # None: a C++-made alias (storage_of)
