@@ -67,6 +67,7 @@ _NUMBER_KEYS = {t: (NUMBER, t) for t in _SCALAR_TYPES}  # a traced number's sign
 _STATIC_TYPES = (int, float, bool, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
 _TORCH_TO_NP = dtypes.TORCH_TO_NP
 Tensor = torch.Tensor
+_FUSED = modes.EagerMode.FUSED
 _new = tuple.__new__  # builds a ViewSpec without NamedTuple's keyword-handling __new__ (every op input)
 
 
@@ -359,9 +360,9 @@ class Kernel:
         self.dynamic = set() if opts.static_scalars else self.scalar_args | tensor_args
         self.out_names = [a.name for a in schema.arguments
                           if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
-        # The common call (positional tpu tensors and traced numbers, no out=,
-        # no tensor list written) is encoded inline by __call__ (see _fast_key).
-        self.fast = mode in ("functional", "inplace") and not self.writes_list and not self.out_names
+        # The common call (positional tpu tensors, traced numbers and lists of
+        # them, no out=) is encoded inline by __call__ (see _fast_key).
+        self.fast = mode in ("functional", "inplace") and not self.out_names
         self.traced_positions = tuple(n in self.dynamic for n in self.arg_names)
         self.cache = {}
         self.lock = threading.Lock()
@@ -401,7 +402,7 @@ class Kernel:
         traced numbers or static values, built with no call per argument; or
         None for anything else (then the general path starts over)."""
         pos = []
-        fused = modes.is_fused()
+        fused = modes._mode is _FUSED  # (modes.is_fused, without the call: every op)
         for x, traced in zip(args, self.traced_positions):
             if isinstance(x, Tensor):
                 buf = getattr(x.untyped_storage(), "_tpu_buf", None)  # None: a C++-made alias (storage_of)
@@ -416,9 +417,15 @@ class Kernel:
                 pos.append(_NUMBER_KEYS[type(x)])
             elif x is None or isinstance(x, _STATIC_TYPES):
                 pos.append(x)
-            else:  # lists, CPU tensors, generators, ...
+            elif type(x) is list or type(x) is tuple:  # a _foreach_* op's tensors or numbers
+                entry = _fast_list(x, traced, inputs, fused)
+                if entry is None:
+                    return None
+                pos.append(entry)
+            else:  # CPU tensors, generators, ...
                 return None
-        return (tuple(pos), (), None, torch.get_default_dtype(), precision.current)
+        groups = _storage_groups(args[0]) if self.writes_list else None
+        return (tuple(pos), (), groups, torch.get_default_dtype(), precision.current)
 
     def __call__(self, *args, **kwargs):
         if self.check_overlap:
@@ -633,6 +640,30 @@ class MaskedOutputs:
         wanted = [d for d, m in zip(out_dtypes or [None] * len(mask), mask) if m]
         outs = iter(self.inner.apply(args, kwargs, None, wanted, key))
         return [next(outs) if m else None for m in mask]
+
+
+def _fast_list(xs, traced, inputs, fused):
+    """``Kernel._fast_key`` for a list argument: the tuple ``_encode`` gives a
+    list of plain tpu tensors, traced numbers or static values (a _foreach_*
+    op's tensors, a dim list), or None for anything else."""
+    out = []
+    for x in xs:
+        if isinstance(x, Tensor):
+            buf = getattr(x.untyped_storage(), "_tpu_buf", None)
+            if buf is None or x.is_conj() or x.is_neg():
+                return None
+            aval = getattr(buf, "aval", buf)
+            out.append((TENSOR, _new(ViewSpec, (aval.shape, aval.dtype, tuple(x.shape), x.stride(),
+                                                x.storage_offset(), _TORCH_TO_NP[x.dtype]))))
+            inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
+        elif traced and type(x) in _SCALAR_TYPES:
+            inputs.append(x)  # a list's numbers (bias corrections) change every step
+            out.append(_NUMBER_KEYS[type(x)])
+        elif x is None or isinstance(x, _STATIC_TYPES):  # dims, a normalized shape, an output mask
+            out.append(x)
+        else:
+            return None
+    return tuple(out)
 
 
 def _storage_groups(tensors):
