@@ -2,6 +2,9 @@
 update the buffer in place when nothing else holds it (its buffer is donated
 to the executable), and keep it when something does.  Counted, not timed:
 ``access.donations`` counts the writes that donated."""
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -131,3 +134,10 @@ def test_other_dtypes(dtype):
         t[20:40:2].add_(torch.ones(10, dtype=dtype, device=t.device))
     torch.testing.assert_close(tpu.cpu(), cpu, rtol=0, atol=0)
     assert buffers.get_buffer(tpu.untyped_storage()).shape == (access.DONATE_BYTES // 2,)
+
+
+def test_importing_torch_tpu_leaves_the_jax_runtime_unstarted():
+    # jax.distributed.initialize (tpu_dist's init_process_group) must be able to run first
+    code = ("import torch_tpu\nfrom jax._src import xla_bridge\n"
+            "assert not xla_bridge.backends_are_initialized()\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

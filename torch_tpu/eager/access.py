@@ -37,8 +37,15 @@ def _jit_writer(spec, value_shape, value_dtype, bits=(), donate=False):
 # is handed to the executable ("donated") and XLA updates it in place: O(view).
 # Below this size the copy costs less than compiling the donating executable.
 DONATE_BYTES = 1 << 18
-_ARRAY = type(jax.numpy.zeros(()))  # jax's concrete array type (a LazyBuffer or NumPy buffer is never donated)
 donations = 0  # writes that donated their buffer (tests count them)
+
+
+@functools.cache
+def _array_type():
+    # jax's concrete array type (a LazyBuffer or NumPy buffer is never
+    # donated), asked once the runtime is up: not at import, which must leave
+    # jax.distributed.initialize free to run first
+    return type(jnp.zeros(()))
 
 
 def worth_donating(specs, positions) -> tuple:
@@ -61,7 +68,7 @@ def can_donate(inputs, positions, held=0) -> bool:
     global donations
     for p in positions:
         buf = inputs[p]
-        if type(buf) is not _ARRAY or buf.is_deleted():
+        if type(buf) is not _array_type() or buf.is_deleted():
             return False
         uses = sum(map(operator.is_, inputs, [buf] * len(inputs)))
         queued = sum(map(operator.is_, list(pending._pending), [buf] * len(pending._pending)))
