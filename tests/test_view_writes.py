@@ -123,6 +123,9 @@ def test_fused_mode_records_without_donating():
         assert _donations(lambda: _writes(tpu)) == 0
         _writes(cpu)
         torch.testing.assert_close(tpu.cpu(), cpu, rtol=0, atol=0)
+    _writes(tpu)  # after: the storage may still hold the recorded (now computed) buffer
+    _writes(cpu)
+    torch.testing.assert_close(tpu.cpu(), cpu, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int64, torch.complex64])

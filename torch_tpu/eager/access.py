@@ -56,9 +56,10 @@ def worth_donating(specs, positions) -> tuple:
                          and math.prod(spec[0]) * np.dtype(spec[1]).itemsize >= DONATE_BYTES}))
 
 
-def can_donate(inputs, positions, held=0) -> bool:
+def can_donate(inputs, positions, owners, held=0) -> bool:
     """Whether the buffers at ``positions`` of ``inputs`` may be donated: each a
-    device array, passed once, held by no one but its storage, the queue of
+    device array, the buffer of the storage of the tensor of ``owners`` at the
+    same index, passed once, held by no one but that storage, the queue of
     launched work (``pending``: a donated array counts there as done) and the
     caller (``held`` references besides ``inputs``).  Shared buffers (one
     zero-filled array backs many fresh storages; ``read`` hands out a
@@ -66,9 +67,10 @@ def can_donate(inputs, positions, held=0) -> bool:
     if modes.is_fused():
         return False
     global donations
-    for p in positions:
+    for p, owner in zip(positions, owners, strict=True):
         buf = inputs[p]
-        if type(buf) is not _array_type() or buf.is_deleted():
+        if (type(buf) is not _array_type() or buf.is_deleted()
+                or buffers.get_buffer(owner.untyped_storage()) is not buf):  # e.g. a LazyBuffer holds it
             return False
         uses = sum(map(operator.is_, inputs, [buf] * len(inputs)))
         queued = sum(map(operator.is_, list(pending._pending), [buf] * len(pending._pending)))
@@ -135,6 +137,6 @@ def write(t, value) -> None:
         buf = fusion.resolve(buf)
         inputs = [buf, value]
         del buf
-        donate = bool(worth_donating([spec], [0])) and can_donate(inputs, (0,), held=0)
+        donate = bool(worth_donating([spec], [0])) and can_donate(inputs, (0,), (t,))
         new = _jit_writer(spec, tuple(value.shape), value.dtype, bits, donate)(*inputs)
     buffers.set_buffer(t.untyped_storage(), new)

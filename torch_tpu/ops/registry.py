@@ -445,7 +445,7 @@ class Kernel:
         if self.opts.rng:
             inputs.append(_rng_material(args, kwargs))
         fn = entry.fn
-        if entry.donor is not None and access.can_donate(inputs, entry.donor[1]):  # a write into part of a large buffer
+        if entry.donor is not None and access.can_donate(inputs, entry.donor[1], args[:1]):  # a write into part of a large buffer
             fn = entry.donor[0]
         return self._finish(entry, launch(self.name, fn, inputs, entry.out_buffers), args, kwargs)
 
@@ -561,7 +561,7 @@ class Kernel:
                            for spec in in_place_specs]
         else:
             out_buffers = [(views.buffer_shape(s), s.dtype) for s in out_specs]
-        donate = access.worth_donating(in_place_specs, groups) if mode == "inplace" else ()
+        donate = access.worth_donating(in_place_specs, groups) if mode == "inplace" and not self.writes_list else ()
         donor = (jax.jit(traced, donate_argnums=donate), donate) if donate else None
         return _Entry(fn, out_specs, single, out_buffers, donor)
 
