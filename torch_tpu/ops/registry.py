@@ -32,7 +32,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 from .. import dtypes, precision
 from ..casting import convert
-from ..eager import fusion, modes
+from ..eager import access, fusion, modes
 from ..eager.fusion import LazyBuffer
 from ..eager.launch import launch
 from ..storage import buffers, numbers, views
@@ -310,10 +310,11 @@ def _install(op, kernel, graph=None, dispatch_key="PrivateUse1") -> None:
 # ---- the kernel wrapper -----------------------------------------------------
 
 class _Entry:
-    __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors")
+    __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors", "donor")
 
-    def __init__(self, fn, out_specs, single, out_buffers):
+    def __init__(self, fn, out_specs, single, out_buffers, donor=None):
         self.fn = fn
+        self.donor = donor  # (fn donating its destination buffers, their input positions), or None
         self.out_specs = out_specs
         self.single = single
         self.out_buffers = out_buffers  # (shape, dtype) of each buffer fn returns
@@ -450,7 +451,10 @@ class Kernel:
                 self.cache[key] = entry
         if self.opts.rng:
             inputs.append(_rng_material(args, kwargs))
-        return self._finish(entry, launch(self.name, entry.fn, inputs, entry.out_buffers), args, kwargs)
+        fn = entry.fn
+        if entry.donor is not None and access.can_donate(inputs, entry.donor[1], args[:1]):  # a write into part of a large buffer
+            fn = entry.donor[0]
+        return self._finish(entry, launch(self.name, fn, inputs, entry.out_buffers), args, kwargs)
 
     # -- output handling ------------------------------------------------------
     def _finish(self, entry, results, args, kwargs):
@@ -564,7 +568,9 @@ class Kernel:
                            for spec in in_place_specs]
         else:
             out_buffers = [(views.buffer_shape(s), s.dtype) for s in out_specs]
-        return _Entry(fn, out_specs, single, out_buffers)
+        donate = access.worth_donating(in_place_specs, groups) if mode == "inplace" and not self.writes_list else ()
+        donor = (jax.jit(traced, donate_argnums=donate), donate) if donate else None
+        return _Entry(fn, out_specs, single, out_buffers, donor)
 
     def promote_dtype(self, args, kwargs):
         """PyTorch's computation dtype for the operands (``torch._refs`` rules), or None."""
