@@ -44,20 +44,18 @@ def _cpu_stand_in(x, out):
     return x
 
 
-def check_out_dtype_like_cpu(kernel, args, kwargs):
-    """When an ``out=`` tensor's dtype differs from the input's, ask PyTorch's
-    CPU kernel (on zero-filled CPU stand-ins of the same shapes and dtypes)
-    whether it accepts it: most ops refuse ("Found dtype Double but expected
-    Float"), elementwise ones with casting rules accept; meta kernels check
-    only some.  Raises the CPU's dtype error; first call of a signature only."""
+def _cpu_verdict(kernel, args, kwargs, always=False):
+    """PyTorch's CPU kernel on zero-filled CPU stand-ins of the same shapes and
+    dtypes: "same" (out= dtypes equal the input's: nothing to ask), "skip"
+    (too large to probe), "ok", or the CPU's dtype error."""
     from .registry import _flat
     outs = [o for n in kernel.out_names for o in _flat([kwargs.get(n)]) if isinstance(o, torch.Tensor)]
     inputs = [a for a in _flat(list(args) + [v for k, v in kwargs.items() if k not in kernel.out_names])
               if isinstance(a, torch.Tensor)]
-    if not inputs or not outs or all(o.dtype == inputs[0].dtype for o in outs):
-        return
+    if not inputs or not outs or (not always and all(o.dtype == inputs[0].dtype for o in outs)):
+        return "same"
     if sum(t.numel() for t in inputs + outs) > _PROBE_NUMEL:
-        return
+        return "skip"
     cpu_args = [_cpu_stand_in(a, False) for a in args]
     cpu_kwargs = {k: _cpu_stand_in(v, k in kernel.out_names) for k, v in kwargs.items()}
     try:
@@ -66,7 +64,38 @@ def check_out_dtype_like_cpu(kernel, args, kwargs):
             kernel.op(*cpu_args, **cpu_kwargs)
     except (RuntimeError, TypeError) as e:
         if _DTYPE_ERROR.search(str(e)):
-            raise type(e)(str(e)) from None
+            return type(e)(str(e))
+    return "ok"
+
+
+def check_out_dtype_like_cpu(kernel, args, kwargs):
+    """When an ``out=`` tensor's dtype differs from the input's, ask PyTorch's
+    CPU kernel whether it accepts it: most ops refuse ("Found dtype Double but
+    expected Float"), elementwise ones with casting rules accept; meta kernels
+    check only some.  Raises the CPU's dtype error; first call of a signature only."""
+    verdict = _cpu_verdict(kernel, args, kwargs)
+    if isinstance(verdict, Exception):
+        raise verdict from None
+
+
+def meta_out_accepted_by_cpu(kernel, args, kwargs, error):
+    """A meta kernel stricter than the CPU's about out='s dtype (abs of a
+    complex tensor into a complex out: the CPU computes the float result and
+    casts it): kwargs with each out= replaced by an empty meta tensor of the
+    op's own result dtype, for the meta kernel to describe the result (the
+    copy into the real out casts); None when the CPU refuses too."""
+    if not _DTYPE_ERROR.search(str(error)) or kernel.opts.promote is None or len(kernel.out_names) != 1:
+        return None
+    if _cpu_verdict(kernel, args, kwargs, always=True) != "ok":
+        return None
+    from .registry import _SCALAR_TYPES, _flat, to_meta
+    name = kernel.out_names[0]
+    out = kwargs.get(name)
+    operands = [to_meta(a) for a in _flat(list(args) + [v for k, v in kwargs.items() if k != name])
+                if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
+    _, result = elementwise_dtypes(*operands, type_promotion_kind=kernel.opts.promote)
+    return {**{k: to_meta(v) for k, v in kwargs.items()},
+            name: torch.empty(out.shape, dtype=result, device="meta")}
 
 
 # ---- overlapping destinations ------------------------------------------------------
