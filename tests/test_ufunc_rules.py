@@ -35,3 +35,51 @@ def test_complex_to_real_op_into_an_out_of_another_dtype(fn, out_dtype):
     else:
         assert actual.dtype == expected.dtype
         torch.testing.assert_close(actual, expected)
+
+
+# ---- destinations that share memory with an input ---------------------------------
+
+def error_or_values(device, fn):
+    """fn(device)'s RuntimeError message, or the tensor it returns, on the CPU."""
+    try:
+        return fn(device).cpu()
+    except RuntimeError as e:
+        return str(e)
+
+
+def same_outcome(fn):
+    expected, actual = error_or_values("cpu", fn), error_or_values("tpu", fn)
+    if isinstance(expected, str):
+        assert actual == expected
+    else:
+        torch.testing.assert_close(actual, expected)
+
+
+def data(device, dtype=torch.float64):
+    return torch.arange(1.0, 7.0, dtype=dtype, device=device) / 7
+
+
+@pytest.mark.parametrize("write", [
+    lambda d: (lambda x: torch.sin(x[1:4], out=x[0:3]))(data(d)),            # partial: refused
+    lambda d: (lambda x: torch.atan2(x[1:4], x[3:], out=x[0:3]))(data(d)),   # partial: refused
+    lambda d: (lambda x: torch.pow(2, x[1:4], out=x[0:3]))(data(d)),         # partial: refused
+    lambda d: (lambda x: x[0:3].mul_(x[1:4]))(data(d)),                      # in-place, partial: refused
+    lambda d: (lambda x: torch.logical_and(x[1:4], x[3:], out=x[0:3]))(data(d)),
+    lambda d: (lambda x: torch.sin(x[0:3], out=x[0:3]))(data(d)),            # the same memory: fine
+    lambda d: (lambda x: torch.add(x[0:3], x[3:], out=x[3:]))(data(d)),      # the same memory: fine
+    lambda d: (lambda x: torch.exp(x[0:3], out=x[3:]))(data(d)),             # apart: fine
+    lambda d: (lambda x: torch.neg(x.view(2, 3).t(), out=x.view(3, 2)))(data(d)),  # same bytes, other strides
+    lambda d: (lambda x: torch.cos(x[::2], out=x[1::2]))(data(d)),           # interleaved: too hard, allowed
+], ids=["sin", "atan2", "pow-scalar-base", "mul_", "logical_and", "sin-same", "add-same", "exp-apart",
+        "neg-transposed", "cos-interleaved"])
+def test_out_sharing_memory_with_an_input(write):
+    same_outcome(write)
+
+
+@pytest.mark.parametrize("write", [
+    lambda d: torch.rand(1, dtype=torch.float64, device=d).expand(3, 3).pow_(42),
+    lambda d: torch.rand(1, dtype=torch.float64, device=d).expand(3, 3).logit_(),
+    lambda d: torch.rand(1, device=d).expand(3, 3).logical_and_(torch.rand(3, 3, device=d)),
+], ids=["pow_", "logit_", "logical_and_"])
+def test_in_place_into_an_expanded_tensor_is_refused(write):
+    same_outcome(write)

@@ -107,15 +107,41 @@ _OVERLAP = ("unsupported operation: more than one element of the written-to tens
 _OVERLAP_ALLOWED = {"fill_", "zero_", "index_put_", "_index_put_impl_", "masked_fill_"}
 
 
+# Elementwise ops registered with no promotion rule: TensorIterator kernels on
+# the CPU all the same (their destinations are checked as the others').
+_TENSOR_ITERATOR = {"pow", "logit", "logical_and", "logical_or", "logical_xor", "logical_not"}
+_PARTIAL = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+            "single memory location. Please clone() the tensor before performing the operation.")
+
+
 def checks_overlap(kernel) -> bool:
-    """Whether ``kernel`` refuses a destination with internal overlap, as
-    PyTorch's TensorIterator kernels (elementwise, random, copy) do."""
+    """Whether ``kernel`` refuses a destination with internal overlap, or one
+    that partly overlaps an input, as PyTorch's TensorIterator kernels
+    (elementwise, random, copy) do."""
     if kernel.mode not in ("inplace", "out") or kernel.writes_list:
         return False
     base = kernel.op._schema.name.split("::")[1]
     if base in _OVERLAP_ALLOWED:
         return False
-    return kernel.opts.promote is not None or kernel.opts.rng or base == "copy_"
+    return (kernel.opts.promote is not None or kernel.opts.rng or base == "copy_"
+            or base.rstrip("_") in _TENSOR_ITERATOR)
+
+
+def check_overlap(kernel, args, kwargs) -> None:
+    """The destination (self of an in-place op, or out=) must not have two
+    elements at one address (an ``expand``-ed tensor), nor share only part of
+    its memory with an input (``torch.sin(x[1:4], out=x[0:3])``): the CPU
+    refuses both.  The same memory exactly (``torch.sin(x, out=x)``) is fine."""
+    dst = args[0] if kernel.mode == "inplace" else kwargs.get(kernel.out_names[0])
+    if not isinstance(dst, torch.Tensor):
+        return
+    check_no_internal_overlap(dst)
+    storage = None
+    for x in args:
+        if isinstance(x, torch.Tensor) and x is not dst:
+            storage = storage or dst.untyped_storage()._cdata
+            if x.untyped_storage()._cdata == storage and _partly_overlap(dst, x):
+                raise RuntimeError(_PARTIAL)
 
 
 def check_no_internal_overlap(t) -> None:
@@ -123,3 +149,29 @@ def check_no_internal_overlap(t) -> None:
     (an ``expand``-ed tensor): the CPU refuses such writes."""
     if isinstance(t, torch.Tensor) and torch._debug_has_internal_overlap(t) == 1:
         raise RuntimeError(_OVERLAP)
+
+
+def _partly_overlap(a, b) -> bool:
+    """ATen's get_overlap_status(a, b) == Partial, for two tensors of one storage."""
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    if not (_dense(a) and _dense(b)):
+        return False  # "too hard": the CPU does not refuse
+    a_begin, b_begin = a.storage_offset() * a.element_size(), b.storage_offset() * b.element_size()
+    a_end, b_end = a_begin + a.numel() * a.element_size(), b_begin + b.numel() * b.element_size()
+    if a_begin == b_begin and a_end == b_end:
+        return a.stride() != b.stride()
+    return a_begin < b_end and b_begin < a_end
+
+
+def _dense(t) -> bool:
+    """Non-overlapping and dense: its elements fill a block of memory, in some order."""
+    if t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last):
+        return True
+    dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st != expected:
+            return False
+        expected *= sz
+    return True

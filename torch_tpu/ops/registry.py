@@ -422,7 +422,7 @@ class Kernel:
 
     def __call__(self, *args, **kwargs):
         if self.check_overlap:
-            out_checks.check_no_internal_overlap(args[0] if self.mode == "inplace" else kwargs.get(self.out_names[0]))
+            out_checks.check_overlap(self, args, kwargs)
         inputs = []
         key = self._fast_key(args, inputs) if self.fast and not kwargs else None
         if key is None:
