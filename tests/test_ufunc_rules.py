@@ -83,3 +83,49 @@ def test_out_sharing_memory_with_an_input(write):
 ], ids=["pow_", "logit_", "logical_and_"])
 def test_in_place_into_an_expanded_tensor_is_refused(write):
     same_outcome(write)
+
+
+# ---- the CPU's dtype rules and messages --------------------------------------------
+
+def outcome(fn, device):
+    """(error type, message) or the result on the CPU (value and dtype)."""
+    try:
+        r = fn(device)
+    except (RuntimeError, TypeError, ValueError) as e:
+        return type(e), str(e)
+    return r.cpu().tolist(), r.dtype
+
+
+def ones(d, dtype=torch.float32, n=3):
+    return torch.ones(n, dtype=dtype, device=d)
+
+
+@pytest.mark.parametrize("fn", [
+    # computed in the operands' dtype (uint8 here: 2**17 wraps to 0), then cast into out=
+    lambda d: torch.pow(2, torch.tensor([17, 3], dtype=torch.uint8, device=d),
+                        out=torch.zeros(2, dtype=torch.int64, device=d)),
+    lambda d: torch.pow(torch.tensor([200, 3], dtype=torch.uint8, device=d), 2,
+                        out=torch.zeros(2, dtype=torch.int64, device=d)),
+    lambda d: torch.heaviside(ones(d), ones(d, torch.float64)),
+    lambda d: torch.heaviside(ones(d, torch.complex64), ones(d, torch.complex64)),
+    lambda d: torch.maximum(ones(d, torch.complex64), ones(d)),
+    lambda d: torch.minimum(ones(d), ones(d, torch.complex128)),
+    lambda d: torch.fmax(ones(d, torch.complex64), ones(d, torch.complex64)),
+    lambda d: torch.fmin(ones(d, torch.complex64), ones(d)),
+    lambda d: 1 - ones(d, torch.bool),
+    lambda d: torch.rsub(ones(d, torch.bool), ones(d, torch.bool)),
+    lambda d: torch.add(ones(d), ones(d), alpha=0.5 + 1j),
+    lambda d: torch.pow(torch.tensor([2, 3], dtype=torch.int32, device=d), -2),
+    lambda d: torch.pow(torch.tensor([True], device=d), -1),
+    lambda d: torch.pow(torch.tensor([2, 3], dtype=torch.int32, device=d), -2.0),
+    lambda d: torch.isposinf(ones(d), out=torch.empty(3, device=d)),
+    lambda d: ones(d, torch.complex64).abs_(),
+    lambda d: torch.tensor([1, 2], device=d).xlogy_(torch.tensor([1, 2], device=d)),
+    lambda d: torch.tensor([5], device=d).floor_divide_(torch.tensor([2.5], device=d)),
+    lambda d: torch.tensor([5], device=d).__itruediv__(2),
+], ids=["pow-scalar-base-out", "pow-scalar-out", "heaviside-dtypes", "heaviside-complex", "maximum-complex",
+        "minimum-complex", "fmax-complex", "fmin-complex", "1-bool", "rsub-bool", "add-complex-alpha",
+        "int-pow-negative", "bool-pow-negative", "int-pow-negative-float", "isposinf-float-out",
+        "abs_-complex", "xlogy_-int", "floor_divide_-int-by-float", "itruediv-int"])
+def test_dtype_rule_like_cpu(fn):
+    assert outcome(fn, "tpu") == outcome(fn, "cpu")

@@ -100,6 +100,31 @@ def _check_alpha(args, kwargs):
         raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
 
 
+def _dtype_rules_on_cpu(op):
+    """A first-call check: PyTorch's CPU kernel on empty stand-ins of the same
+    dtypes (0-d tensors stay 0-d: they promote differently), for the dtype
+    rules its meta kernel lacks (``heaviside`` of two dtypes, ``maximum`` of a
+    complex tensor, ``1 - bool_tensor``).  Raises the CPU's error."""
+    def stand_in(x):
+        if isinstance(x, torch.Tensor):
+            return torch.empty(() if x.dim() == 0 else (0,), dtype=x.dtype)
+        return x
+
+    def check(args, kwargs):
+        try:
+            op(*[stand_in(a) for a in args], **{k: stand_in(v) for k, v in kwargs.items() if k != "out"})
+        except RuntimeError as e:
+            raise RuntimeError(str(e)) from None
+    return check
+
+
+def _both(*checks):
+    def check(args, kwargs):
+        for c in checks:
+            c(args, kwargs)
+    return check
+
+
 @register("add.Tensor", "add.Scalar", promote=DEFAULT, first_call_check=_check_alpha)
 def add(self, other, alpha=1):
     return self + other * alpha
@@ -110,7 +135,10 @@ def sub(self, other, alpha=1):
     return self - other * alpha
 
 
-@register("rsub.Tensor", "rsub.Scalar", promote=DEFAULT, first_call_check=_check_alpha)
+@register("rsub.Tensor", promote=DEFAULT,
+          first_call_check=_both(_check_alpha, _dtype_rules_on_cpu(torch.ops.aten.rsub.Tensor)))
+@register("rsub.Scalar", promote=DEFAULT,
+          first_call_check=_both(_check_alpha, _dtype_rules_on_cpu(torch.ops.aten.rsub.Scalar)))
 def rsub(self, other, alpha=1):
     return other - self * alpha
 
@@ -243,7 +271,17 @@ def pow_scalar_base(a, b):
     return _pow(jnp.broadcast_to(a, b.shape), b)
 
 
-@register("pow.Tensor_Scalar", static_scalars=True)
+def _check_int_pow(args, kwargs):
+    """An integer tensor to a negative integer power: the CPU's error, raised
+    before tracing (the exponent is part of the key: a first-call check)."""
+    self, exponent = args[0], args[1] if len(args) > 1 else kwargs["exponent"]
+    if isinstance(exponent, numbers.Integral) and not isinstance(exponent, bool) and exponent < 0:
+        result = torch.result_type(self, exponent)
+        if not (result.is_floating_point or result.is_complex):
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
+
+
+@register("pow.Tensor_Scalar", static_scalars=True, first_call_check=_check_int_pow)
 def pow_scalar(self, exponent):
     # The exponent's value is known at trace time, to follow PyTorch's CPU
     # kernel: exact shortcuts for common exponents (x*x for 2, sqrt for 0.5...).
@@ -428,16 +466,17 @@ def _minimum(a, b):
     return (a & b) if a.dtype == jnp.bool_ else jnp.minimum(a, b)
 
 
-register("maximum.default", promote=DEFAULT)(_maximum)
-register("minimum.default", promote=DEFAULT)(_minimum)
+# complex operands: the CPU's "maximum not implemented for complex tensors."
+register("maximum.default", promote=DEFAULT, first_call_check=_dtype_rules_on_cpu(torch.maximum))(_maximum)
+register("minimum.default", promote=DEFAULT, first_call_check=_dtype_rules_on_cpu(torch.minimum))(_minimum)
 
 
-@register("fmax.default", promote=DEFAULT)
+@register("fmax.default", promote=DEFAULT, first_call_check=_dtype_rules_on_cpu(torch.fmax))
 def fmax(self, other):
     return jnp.fmax(self, other) if _is_float(self) else _maximum(self, other)
 
 
-@register("fmin.default", promote=DEFAULT)
+@register("fmin.default", promote=DEFAULT, first_call_check=_dtype_rules_on_cpu(torch.fmin))
 def fmin(self, other):
     return jnp.fmin(self, other) if _is_float(self) else _minimum(self, other)
 
@@ -521,7 +560,7 @@ def xlog1py(self, other):
     return jnp.where(jnp.isnan(other), other, out)
 
 
-@register("heaviside.default", promote=DEFAULT)
+@register("heaviside.default", promote=DEFAULT, first_call_check=_dtype_rules_on_cpu(torch.heaviside))
 def heaviside(self, values):
     # NaN input gives 0 (NaN > 0 is false), as PyTorch's kernel
     return jnp.where(self == 0, values, (self > 0).astype(self.dtype))

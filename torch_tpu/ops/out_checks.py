@@ -5,9 +5,15 @@ import re
 import warnings
 
 import torch
-from torch._prims_common import elementwise_dtypes
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .. import dtypes
+
+
+def computes_before_out(kernel) -> bool:
+    """Elementwise ops (a promotion rule, opmath, pow) compute in their own
+    result dtype, whatever out='s dtype is."""
+    return kernel.opts.promote is not None or kernel.opts.opmath or kernel.op._schema.name == "aten::pow"
 
 
 def result_before_out_cast(kernel, args, kwargs, out_specs):
@@ -22,7 +28,9 @@ def result_before_out_cast(kernel, args, kwargs, out_specs):
                 if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
     if not operands:
         return out_specs
-    _, result = elementwise_dtypes(*operands, type_promotion_kind=kernel.opts.promote)
+    kind = kernel.opts.promote or (ELEMENTWISE_TYPE_PROMOTION_KIND.BOOL_TO_LONG if kernel.op._schema.name == "aten::pow"
+                                   else ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)  # opmath ops: pow, gelu, ...
+    _, result = elementwise_dtypes(*operands, type_promotion_kind=kind)
     return [out_specs[0]._replace(dtype=dtypes.to_np(result))]
 
 
@@ -44,7 +52,7 @@ def _cpu_stand_in(x, out):
     return x
 
 
-def _cpu_verdict(kernel, args, kwargs, always=False):
+def _cpu_verdict(kernel, args, kwargs):
     """PyTorch's CPU kernel on zero-filled CPU stand-ins of the same shapes and
     dtypes: "same" (out= dtypes equal the input's: nothing to ask), "skip"
     (too large to probe), "ok", or the CPU's dtype error."""
@@ -52,7 +60,7 @@ def _cpu_verdict(kernel, args, kwargs, always=False):
     outs = [o for n in kernel.out_names for o in _flat([kwargs.get(n)]) if isinstance(o, torch.Tensor)]
     inputs = [a for a in _flat(list(args) + [v for k, v in kwargs.items() if k not in kernel.out_names])
               if isinstance(a, torch.Tensor)]
-    if not inputs or not outs or (not always and all(o.dtype == inputs[0].dtype for o in outs)):
+    if not inputs or not outs or all(o.dtype == inputs[0].dtype for o in outs):
         return "same"
     if sum(t.numel() for t in inputs + outs) > _PROBE_NUMEL:
         return "skip"
@@ -78,24 +86,36 @@ def check_out_dtype_like_cpu(kernel, args, kwargs):
         raise verdict from None
 
 
-def meta_out_accepted_by_cpu(kernel, args, kwargs, error):
-    """A meta kernel stricter than the CPU's about out='s dtype (abs of a
-    complex tensor into a complex out: the CPU computes the float result and
-    casts it): kwargs with each out= replaced by an empty meta tensor of the
-    op's own result dtype, for the meta kernel to describe the result (the
-    copy into the real out casts); None when the CPU refuses too."""
-    if not _DTYPE_ERROR.search(str(error)) or kernel.opts.promote is None or len(kernel.out_names) != 1:
+def instead_of_meta_error(kernel, args, kwargs, error):
+    """A meta kernel's dtype complaint about an out= or in-place destination,
+    where PyTorch's CPU kernel (on stand-ins) says otherwise: raises the CPU's
+    own error (``isposinf does not support non-boolean outputs``, ``In-place
+    abs is not supported for complex tensors``); or, where the CPU accepts the
+    out= (abs of a complex tensor into a complex out: the CPU computes the real
+    result and casts it), kwargs with out= replaced by an empty meta tensor of
+    the op's own result dtype, for the meta kernel to describe the result (the
+    copy into the real out casts).  None: keep the meta kernel's error."""
+    if kernel.mode not in ("out", "inplace") or not _DTYPE_ERROR.search(str(error)):
         return None
-    if _cpu_verdict(kernel, args, kwargs, always=True) != "ok":
+    if sum(t.numel() for t in args if isinstance(t, torch.Tensor)) > _PROBE_NUMEL:
+        return None
+    cpu_args = [_cpu_stand_in(a, False) for a in args]
+    cpu_kwargs = {k: _cpu_stand_in(v, k in kernel.out_names) for k, v in kwargs.items()}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kernel.op(*cpu_args, **cpu_kwargs)
+    except (RuntimeError, TypeError) as e:
+        raise type(e)(str(e)) from None
+    if kernel.mode != "out" or kernel.opts.promote is None or len(kernel.out_names) != 1:
         return None
     from .registry import _SCALAR_TYPES, _flat, to_meta
     name = kernel.out_names[0]
-    out = kwargs.get(name)
     operands = [to_meta(a) for a in _flat(list(args) + [v for k, v in kwargs.items() if k != name])
                 if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
     _, result = elementwise_dtypes(*operands, type_promotion_kind=kernel.opts.promote)
     return {**{k: to_meta(v) for k, v in kwargs.items()},
-            name: torch.empty(out.shape, dtype=result, device="meta")}
+            name: torch.empty(kwargs[name].shape, dtype=result, device="meta")}
 
 
 # ---- overlapping destinations ------------------------------------------------------
