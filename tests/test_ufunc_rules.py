@@ -129,3 +129,15 @@ def ones(d, dtype=torch.float32, n=3):
         "abs_-complex", "xlogy_-int", "floor_divide_-int-by-float", "itruediv-int"])
 def test_dtype_rule_like_cpu(fn):
     assert outcome(fn, "tpu") == outcome(fn, "cpu")
+
+
+# ---- special values ------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+def test_complex_exp_of_infinite_and_nan_parts(dtype):
+    inf, nan = float("inf"), float("nan")
+    values = torch.tensor([complex(inf, 0), complex(0, inf), complex(inf, inf), complex(inf, nan),
+                           complex(nan, inf), complex(-inf, inf), complex(-inf, nan), complex(inf, -inf),
+                           complex(-inf, 2.0), complex(1.5, -0.5)], dtype=dtype)
+    expected, actual = torch.exp(values), torch.exp(values.to("tpu")).cpu()
+    assert [str(v) for v in actual.tolist()] == [str(v) for v in expected.tolist()]

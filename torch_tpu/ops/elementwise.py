@@ -357,6 +357,17 @@ def _angle(x):
     return jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.asarray(math.pi, x.dtype), 0).astype(x.dtype))
 
 
+def _exp(x):
+    """exp, with C99's (and the CPU's) values where the imaginary part is not
+    finite: exp(-inf + i*y) = 0 and exp(+inf + i*y) = inf + i*NaN (XLA: NaN)."""
+    out = jnp.exp(x)
+    if not jnp.iscomplexobj(x):
+        return out
+    re, odd = jnp.real(x), ~jnp.isfinite(jnp.imag(x))
+    out = jnp.where((re == -jnp.inf) & odd, jnp.zeros_like(out), out)
+    return jnp.where((re == jnp.inf) & odd, lax.complex(re, jnp.full_like(re, jnp.nan)), out)
+
+
 # ops whose integer inputs compute in the default float dtype
 def _sigmoid(x):
     return 1 / (1 + jnp.exp(-x))
@@ -364,7 +375,7 @@ def _sigmoid(x):
 
 _INT_TO_FLOAT_UNARY = {
     "sqrt": jnp.sqrt, "rsqrt": lambda x: 1 / jnp.sqrt(x),
-    "exp": jnp.exp, "exp2": _exp2, "expm1": jnp.expm1,
+    "exp": _exp, "exp2": _exp2, "expm1": jnp.expm1,
     "log": jnp.log, "log2": jnp.log2, "log10": jnp.log10, "log1p": jnp.log1p,
     "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan,
     "asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan,
