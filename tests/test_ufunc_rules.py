@@ -141,3 +141,22 @@ def test_complex_exp_of_infinite_and_nan_parts(dtype):
                            complex(-inf, 2.0), complex(1.5, -0.5)], dtype=dtype)
     expected, actual = torch.exp(values), torch.exp(values.to("tpu")).cpu()
     assert [str(v) for v in actual.tolist()] == [str(v) for v in expected.tolist()]
+
+
+def special_complex_values(dtype):
+    import itertools
+    parts = [0.0, -0.25, 3.0, -1e20, 1e-30, float("inf"), -float("inf"), float("nan")]
+    return torch.tensor([complex(a, b) for a, b in itertools.product(parts, parts)], dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+@pytest.mark.parametrize("fn", [torch.abs, torch.sqrt, torch.rsqrt, torch.reciprocal, torch.sigmoid, torch.exp2,
+                                torch.nan_to_num, lambda z: torch.flip(z, [0]) / z],
+                         ids=["abs", "sqrt", "rsqrt", "reciprocal", "sigmoid", "exp2", "nan_to_num", "div"])
+def test_complex_functions_at_infinities_and_nans(fn, dtype):
+    # XLA's complex division, abs and sqrt differ from the CPU's (C99/Smith) where a part is
+    # infinite or NaN; nan_to_num replaces each part.
+    z = special_complex_values(dtype)
+    expected, actual = fn(z), fn(z.to("tpu")).cpu()
+    rtol = 1e-6 if dtype == torch.complex64 else 1e-14
+    assert torch.isclose(actual, expected, rtol=rtol, atol=0, equal_nan=True).all()

@@ -57,10 +57,32 @@ def _true_div(a, b):
     broadcast value into a multiplication by its reciprocal (off by an ulp);
     a select that XLA cannot see through keeps it a real division."""
     a, b = jnp.asarray(a), jnp.asarray(b)
+    if jnp.iscomplexobj(a) or jnp.iscomplexobj(b):
+        return _complex_div(a, b)
     shape = jnp.broadcast_shapes(a.shape, b.shape)
     if b.shape != shape and _is_float(b):
         b = jnp.where(jnp.broadcast_to(a, shape) == 0, b, b)
     return a / b
+
+
+def _complex_div(a, b):
+    """Complex a / b by Smith's scaled formula, as c10::complex (and NumPy)
+    divide: their results for infinite and huge parts (XLA divides otherwise)."""
+    dt = jnp.result_type(a, b)
+    if not jnp.issubdtype(dt, jnp.complexfloating):
+        dt = jnp.result_type(dt, jnp.complex64)
+    a, b = jnp.broadcast_arrays(a.astype(dt), b.astype(dt))
+    x, y, c, d = jnp.real(a), jnp.imag(a), jnp.real(b), jnp.imag(b)
+    c_big = jnp.abs(c) >= jnp.abs(d)
+    both_zero = (c == 0) & (d == 0)
+    one = jnp.ones_like(c)
+    # |c| >= |d|: r = d/c; otherwise r = c/d (the selects keep each branch's NaNs apart)
+    r = jnp.where(c_big, d / jnp.where(both_zero, one, c), c / jnp.where(c_big, one, d))
+    scl = 1 / jnp.where(c_big, c + d * r, d + c * r)
+    re = jnp.where(c_big, (x + y * r) * scl, (x * r + y) * scl)
+    im = jnp.where(c_big, (y - x * r) * scl, (y * r - x) * scl)
+    zero_re, zero_im = x / jnp.abs(c), y / jnp.abs(d)  # a / 0: the CPU's inf or NaN parts
+    return lax.complex(jnp.where(both_zero, zero_re, re), jnp.where(both_zero, zero_im, im))
 
 
 def _round_to(x, dtype):
@@ -229,9 +251,14 @@ register("conj_physical.out", mode="out")(conj_physical)
 register("conj_physical_.default", mode="inplace")(conj_physical)
 
 
+def _reciprocal(z):
+    """1/z; complex by the CPU's division formula (its values at infinities)."""
+    return _complex_div(jnp.ones_like(z), z) if jnp.iscomplexobj(z) else 1 / z
+
+
 @register("reciprocal.default", promote=INT_TO_FLOAT)
 def reciprocal(self):
-    return 1 / self
+    return _reciprocal(self)
 
 
 def _int_pow(a, b):
@@ -332,8 +359,9 @@ def _digamma(x):
 
 
 def _exp2(x):
-    if jnp.iscomplexobj(x):  # 2**z = exp(z ln 2)
-        return jnp.exp(x * jnp.asarray(math.log(2), jnp.real(x).dtype))
+    if jnp.iscomplexobj(x):  # 2**z = exp(z ln 2), ln 2 scaling each part (a complex product makes inf*0 NaN)
+        ln2 = jnp.asarray(math.log(2), jnp.real(x).dtype)
+        return _exp(lax.complex(jnp.real(x) * ln2, jnp.imag(x) * ln2))
     # split off the integer part so that 2**n is exact (XLA's exp2 is exp(x ln 2))
     n = jnp.round(x)
     n_int = jnp.clip(jnp.where(jnp.isfinite(n), n, 0), -2000, 2000).astype(jnp.int32)
@@ -368,13 +396,23 @@ def _exp(x):
     return jnp.where((re == jnp.inf) & odd, lax.complex(re, jnp.full_like(re, jnp.nan)), out)
 
 
+def _sqrt(z):
+    """sqrt, with C99's (and the CPU's) sqrt(x + i*inf) = inf + i*inf, even for x NaN."""
+    out = jnp.sqrt(z)
+    if not jnp.iscomplexobj(z):
+        return out
+    re, im = jnp.real(z), jnp.imag(z)
+    return jnp.where(jnp.isinf(im), lax.complex(jnp.full_like(re, jnp.inf), im), out)
+
+
+
 # ops whose integer inputs compute in the default float dtype
 def _sigmoid(x):
-    return 1 / (1 + jnp.exp(-x))
+    return _reciprocal(1 + _exp(-x))
 
 
 _INT_TO_FLOAT_UNARY = {
-    "sqrt": jnp.sqrt, "rsqrt": lambda x: 1 / jnp.sqrt(x),
+    "sqrt": _sqrt, "rsqrt": lambda x: _reciprocal(_sqrt(x)),
     "exp": _exp, "exp2": _exp2, "expm1": jnp.expm1,
     "log": jnp.log, "log2": jnp.log2, "log10": jnp.log10, "log1p": jnp.log1p,
     "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan,
@@ -396,6 +434,9 @@ for _name, _f in _INT_TO_FLOAT_UNARY.items():
 
 @register("abs.default", promote=COMPLEX_TO_FLOAT)
 def abs_(self):
+    if jnp.iscomplexobj(self):  # |inf + i*NaN| = inf, as hypot (XLA: NaN)
+        re, im = jnp.real(self), jnp.imag(self)
+        return jnp.where(jnp.isinf(re) | jnp.isinf(im), jnp.asarray(jnp.inf, re.dtype), jnp.abs(self))
     return self if self.dtype == jnp.bool_ else jnp.abs(self)
 
 
@@ -458,6 +499,9 @@ def logit(self, eps=None):
 def nan_to_num(self, nan=None, posinf=None, neginf=None):
     if _is_exact(self):
         return self
+    if jnp.iscomplexobj(self):  # each part on its own, as the CPU
+        return lax.complex(nan_to_num(jnp.real(self), nan, posinf, neginf),
+                           nan_to_num(jnp.imag(self), nan, posinf, neginf))
     info = jnp.finfo(self.dtype)
     nan = 0.0 if nan is None else nan
     posinf = info.max if posinf is None else posinf
