@@ -160,3 +160,15 @@ def test_complex_functions_at_infinities_and_nans(fn, dtype):
     expected, actual = fn(z), fn(z.to("tpu")).cpu()
     rtol = 1e-6 if dtype == torch.complex64 else 1e-14
     assert torch.isclose(actual, expected, rtol=rtol, atol=0, equal_nan=True).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.int32, torch.bool], ids=str)
+def test_frexp_of_a_non_floating_tensor_is_refused(dtype):
+    fn = lambda d: torch.frexp(torch.ones(3, dtype=dtype, device=d))[0]  # noqa: E731
+    assert outcome(fn, "tpu") == outcome(fn, "cpu")
+
+
+def test_frexp_exponent_out_of_the_input_dtype_is_refused():
+    fn = lambda d: torch.frexp(torch.ones(3, device=d),  # noqa: E731
+                               out=(torch.empty(3, device=d), torch.empty(3, device=d)))[1]
+    assert outcome(fn, "tpu") == outcome(fn, "cpu")

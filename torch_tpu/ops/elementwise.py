@@ -983,10 +983,14 @@ guard("gcd.default", prepare=_integers_only("gcd"))
 guard("lcm.default", prepare=_integers_only("lcm"))
 
 
-@register("frexp.Tensor")
-def frexp(self):
-    if not _is_float(self):
+def _check_frexp(args, kwargs):
+    """Complex and integer inputs: the CPU's error, before tracing."""
+    if not args[0].is_floating_point():
         raise RuntimeError("torch.frexp() only supports floating-point dtypes")
+
+
+@register("frexp.Tensor", first_call_check=_check_frexp)
+def frexp(self):
     x = self.astype(dtypes.opmath(self.dtype))
     mantissa, exponent = _frexp_bits(x)
     return mantissa.astype(self.dtype), exponent

@@ -60,7 +60,9 @@ def _cpu_verdict(kernel, args, kwargs):
     outs = [o for n in kernel.out_names for o in _flat([kwargs.get(n)]) if isinstance(o, torch.Tensor)]
     inputs = [a for a in _flat(list(args) + [v for k, v in kwargs.items() if k not in kernel.out_names])
               if isinstance(a, torch.Tensor)]
-    if not inputs or not outs or all(o.dtype == inputs[0].dtype for o in outs):
+    # (one out= of the input's dtype: nothing to ask; several (frexp's mantissa
+    # and exponent) may each need their own dtype)
+    if not inputs or not outs or (len(outs) == 1 and outs[0].dtype == inputs[0].dtype):
         return "same"
     if sum(t.numel() for t in inputs + outs) > _PROBE_NUMEL:
         return "skip"
