@@ -172,3 +172,17 @@ def test_frexp_exponent_out_of_the_input_dtype_is_refused():
     fn = lambda d: torch.frexp(torch.ones(3, device=d),  # noqa: E731
                                out=(torch.empty(3, device=d), torch.empty(3, device=d)))[1]
     assert outcome(fn, "tpu") == outcome(fn, "cpu")
+
+
+def test_heaviside_into_a_complex_out_is_refused():
+    fn = lambda d: torch.heaviside(ones(d), ones(d), out=torch.empty(3, dtype=torch.complex64, device=d))  # noqa: E731
+    assert outcome(fn, "tpu") == outcome(fn, "cpu")
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+def test_complex_division_near_the_largest_finite_values(dtype):
+    # Smith's 1/den is subnormal here, which XLA flushes to zero
+    big = torch.finfo(dtype).max / 2
+    a = torch.tensor([complex(big, big), complex(-big, -big), complex(big, 0.0)], dtype=dtype)
+    expected, actual = a / a.flip(0).flip(0), (a.to("tpu") / a.to("tpu")).cpu()
+    torch.testing.assert_close(actual, expected)

@@ -78,9 +78,15 @@ def _complex_div(a, b):
     one = jnp.ones_like(c)
     # |c| >= |d|: r = d/c; otherwise r = c/d (the selects keep each branch's NaNs apart)
     r = jnp.where(c_big, d / jnp.where(both_zero, one, c), c / jnp.where(c_big, one, d))
-    scl = 1 / jnp.where(c_big, c + d * r, d + c * r)
-    re = jnp.where(c_big, (x + y * r) * scl, (x * r + y) * scl)
-    im = jnp.where(c_big, (y - x * r) * scl, (y * r - x) * scl)
+    den = jnp.where(c_big, c + d * r, d + c * r)
+    re_num = jnp.where(c_big, x + y * r, x * r + y)
+    im_num = jnp.where(c_big, y - x * r, y * r - x)
+    # c10 multiplies by scl = 1/den; past 1/tiny that is subnormal, which XLA flushes
+    # to zero: divide there instead
+    huge = jnp.abs(den) > 1 / jnp.finfo(den.dtype).tiny
+    scl = 1 / jnp.where(huge, one, den)
+    re = jnp.where(huge, re_num / den, re_num * scl)
+    im = jnp.where(huge, im_num / den, im_num * scl)
     zero_re, zero_im = x / jnp.abs(c), y / jnp.abs(d)  # a / 0: the CPU's inf or NaN parts
     return lax.complex(jnp.where(both_zero, zero_re, re), jnp.where(both_zero, zero_im, im))
 
@@ -133,8 +139,15 @@ def _dtype_rules_on_cpu(op):
         return x
 
     def check(args, kwargs):
+        cpu_args = [stand_in(a) for a in args]
+        cpu_kwargs = {k: stand_in(v) for k, v in kwargs.items() if k != "out"}
         try:
-            op(*[stand_in(a) for a in args], **{k: stand_in(v) for k, v in kwargs.items() if k != "out"})
+            op(*cpu_args, **cpu_kwargs)
+            if isinstance(kwargs.get("out"), torch.Tensor):  # out='s dtype too (a complex out)
+                try:
+                    op(*cpu_args, **cpu_kwargs, out=stand_in(kwargs["out"]))
+                except TypeError:  # an op with no out= overload in Python
+                    pass
         except RuntimeError as e:
             raise RuntimeError(str(e)) from None
     return check
