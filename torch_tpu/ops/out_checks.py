@@ -66,6 +66,13 @@ def _cpu_verdict(kernel, args, kwargs):
         return "same"
     if sum(t.numel() for t in inputs + outs) > _PROBE_NUMEL:
         return "skip"
+    error = _cpu_error(kernel, args, kwargs)
+    return error if error is not None and _DTYPE_ERROR.search(str(error)) else "ok"
+
+
+def _cpu_error(kernel, args, kwargs):
+    """The error PyTorch's CPU kernel raises on zero-filled CPU stand-ins of
+    the arguments (same shapes and dtypes), or None."""
     cpu_args = [_cpu_stand_in(a, False) for a in args]
     cpu_kwargs = {k: _cpu_stand_in(v, k in kernel.out_names) for k, v in kwargs.items()}
     try:
@@ -73,9 +80,8 @@ def _cpu_verdict(kernel, args, kwargs):
             warnings.simplefilter("ignore")
             kernel.op(*cpu_args, **cpu_kwargs)
     except (RuntimeError, TypeError) as e:
-        if _DTYPE_ERROR.search(str(e)):
-            return type(e)(str(e))
-    return "ok"
+        return type(e)(str(e))
+    return None
 
 
 def check_out_dtype_like_cpu(kernel, args, kwargs):
@@ -101,14 +107,9 @@ def instead_of_meta_error(kernel, args, kwargs, error):
         return None
     if sum(t.numel() for t in args if isinstance(t, torch.Tensor)) > _PROBE_NUMEL:
         return None
-    cpu_args = [_cpu_stand_in(a, False) for a in args]
-    cpu_kwargs = {k: _cpu_stand_in(v, k in kernel.out_names) for k, v in kwargs.items()}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            kernel.op(*cpu_args, **cpu_kwargs)
-    except (RuntimeError, TypeError) as e:
-        raise type(e)(str(e)) from None
+    error = _cpu_error(kernel, args, kwargs)
+    if error is not None:
+        raise error from None
     if kernel.mode != "out" or kernel.opts.promote is None or len(kernel.out_names) != 1:
         return None
     from .registry import _SCALAR_TYPES, _flat, to_meta
