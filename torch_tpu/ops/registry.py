@@ -430,7 +430,7 @@ class Kernel:
 
     def __call__(self, *args, **kwargs):
         if self.check_overlap:
-            out_checks.check_no_internal_overlap(args[0] if self.mode == "inplace" else kwargs.get(self.out_names[0]))
+            out_checks.check_overlap(self, args, kwargs)
         inputs = []
         key = self._fast_key(args, inputs) if self.fast and not kwargs else None
         if key is None:
@@ -520,7 +520,7 @@ class Kernel:
             if mode == "out":
                 metas = metas[:len(self.out_names)] if len(metas) >= len(self.out_names) else metas
             out_specs = [OutSpec(tuple(m.shape), m.stride(), dtypes.to_np(m.dtype)) for m in metas]
-            if mode == "out" and self.opts.promote is not None:
+            if mode == "out" and out_checks.computes_before_out(self):
                 out_specs = out_checks.result_before_out_cast(self, args, kwargs, out_specs)
             if self.opts.out_dtypes is not None and mode == "functional":
                 out_specs = [spec if d is None else spec._replace(dtype=dtypes.to_np(d))
@@ -615,6 +615,8 @@ class Kernel:
         except (RuntimeError, ValueError, IndexError, TypeError, AssertionError) as e:
             if "meta" in str(e).lower() and "tensor" in str(e).lower() and "implement" in str(e).lower():
                 return None
+            if (accepted := out_checks.instead_of_meta_error(self, args, kwargs, e)) is not None:
+                return self.op(*margs, **accepted)
             raise errors.rewrite_meta_error(e, self.name, args) from None
 
 
