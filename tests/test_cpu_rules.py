@@ -296,3 +296,23 @@ def test_bool_times_non_finite_is_nan_as_on_cpu(mode):
             got = (mask.to("tpu") * (other.to("tpu") if isinstance(other, torch.Tensor) else other)).cpu()
             torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
             assert torch.equal(got.signbit(), expected.signbit())
+
+
+_HALF_AND_NUMBER = {
+    "add": lambda a: a + 0.1, "rsub": lambda a: 0.1 - a, "add_": lambda a: a.clone().add_(0.1),
+    "fmod": lambda a: torch.fmod(a, 0.1), "remainder": lambda a: a % 0.1, "eq": lambda a: a == 0.1,
+    "where": lambda a: torch.where(a > 0, a, 0.1),
+    # these read the number unrounded on the CPU
+    "mul": lambda a: a * 0.1, "div": lambda a: a / 0.1, "floor_divide": lambda a: a // 0.1,
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op", sorted(_HALF_AND_NUMBER))
+def test_reduced_float_with_a_python_number_as_on_cpu(op, dtype):
+    """A float16/bfloat16 op with a Python number computes in float32 on the
+    CPU, with the number first rounded to the tensor's dtype (mul/div: not)."""
+    a = (torch.linspace(-3, 3, 601) + 0.0123).to(dtype)
+    a[a == 0.1] = 0.1  # an element equal to the rounded number (eq)
+    fn = _HALF_AND_NUMBER[op]
+    assert torch.equal(fn(a.to("tpu")).cpu(), fn(a))

@@ -21,7 +21,7 @@ import functools
 import logging
 import math
 import threading
-from typing import Protocol
+from typing import NamedTuple, Protocol
 from collections.abc import Callable
 
 import jax
@@ -580,11 +580,16 @@ class Kernel:
         operands = [to_meta(a) for a in _flat(args) + _flat(list(kwargs.values()))
                     if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
         compute, _ = elementwise_dtypes(*operands, type_promotion_kind=self.opts.promote)
-        return dtypes.to_np(compute)
+        compute = dtypes.to_np(compute)
+        if compute != np.float32:
+            return compute
+        return _narrowing(self, args, kwargs, operands, compute) or compute
 
     def apply(self, args, kwargs, promote_dtype, out_dtypes, key=None):
         """The op on traced values (jax arrays for tensors): a list of result arrays
         in PyTorch's result dtypes.  Eager kernels and torch.compile graphs share it."""
+        if type(promote_dtype) is _Narrowing:  # numbers first rounded to float16/bfloat16
+            promote_dtype, args, kwargs = promote_dtype.apply(args, kwargs)
         if promote_dtype is not None:  # tensors, and numbers in Scalar positions
             names = self.arg_names
             args = [_cast_operand(x, promote_dtype, names[i] in self.scalar_args)
@@ -712,6 +717,56 @@ def _decode(t, it):
             return next(it)
         return tuple(_decode(e, it) for e in t)
     return t
+
+
+class _Narrowing(NamedTuple):
+    """A float16/bfloat16 op computed in float32 with Python-number operands:
+    PyTorch's CPU kernels round such a number to the tensors' dtype before
+    computing (TensorIterator casts a wrapped number to the common dtype), so
+    ``half + 0.1`` adds 0.0999755859375.  ``mul`` and true ``div`` read the
+    number unrounded (their reduced-float scalar paths), as do Scalar
+    arguments that are not operands (``alpha``, ``pow``'s exponent)."""
+    compute: np.dtype
+    common: np.dtype
+    positions: tuple  # of the numbers in args
+    names: tuple  # of the numbers in kwargs
+
+    def apply(self, args, kwargs):
+        args = list(args)
+        for i in self.positions:
+            args[i] = jnp.asarray(args[i]).astype(self.common)
+        kwargs = {n: jnp.asarray(v).astype(self.common) if n in self.names else v for n, v in kwargs.items()}
+        return self.compute, args, kwargs
+
+
+_UNROUNDED_SCALAR_OPS = frozenset(("mul", "mul_", "div", "div_", "true_divide", "true_divide_",
+                                   "floor_divide", "floor_divide_"))
+
+
+def _narrowing(kernel, args, kwargs, operands, compute):
+    """The ``_Narrowing`` of a float32 computation whose common dtype is
+    float16/bfloat16 and that has Python-number operands, or None."""
+    if not any(type(a) in _SCALAR_TYPES for a in operands):
+        return None
+    _, common = elementwise_dtypes(*operands, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+    if common not in (torch.float16, torch.bfloat16):
+        return None
+    _, base, overload = (str(kernel.op).split(".") + [""])[:3]  # aten.mul.Tensor
+    unrounded = base in _UNROUNDED_SCALAR_OPS and overload in ("Tensor", "Scalar", "out", "default")
+
+    def rounds(name, value):
+        if type(value) not in _SCALAR_TYPES:
+            return False
+        if name == "other":
+            return not unrounded
+        return name not in kernel.scalar_args  # a wrapped number in a Tensor position
+
+    names = kernel.arg_names
+    positions = tuple(i for i, a in enumerate(args) if i < len(names) and rounds(names[i], a))
+    kw = tuple(n for n, v in kwargs.items() if n not in kernel.out_names and rounds(n, v))
+    if not positions and not kw:
+        return None
+    return _Narrowing(compute, dtypes.to_np(common), positions, kw)
 
 
 def _cast_operand(x, dtype, is_scalar_arg):
