@@ -191,3 +191,28 @@ def test_linspace_in_double_matches_cpu_bit_for_bit(start, end, steps, dtype):
     cpu = torch.linspace(start, end, steps, dtype=dtype)
     assert torch.equal(torch.linspace(start, end, steps, dtype=dtype, device="tpu").cpu(), cpu)
 
+
+
+# ---- layouts tpu does not support: a clear NotImplementedError -------------------
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.quint8).to(d),
+    lambda d: torch.quantize_per_channel(torch.randn(2, 3), torch.tensor([0.1, 0.2]), torch.tensor([0, 1]), 0,
+                                         torch.qint8).to(d),
+    lambda d: torch._empty_affine_quantized([2], scale=1.0, zero_point=0, dtype=torch.quint8, device=d),
+    lambda d: torch.empty([2], dtype=torch.qint8, device=d),
+], ids=["per_tensor-to", "per_channel-to", "_empty_affine_quantized", "empty-qint8"])
+def test_quantized_tensors_are_refused_by_name(make):
+    assert make("cpu").is_quantized
+    with pytest.raises(NotImplementedError, match="quantized tensors are not supported on tpu"):
+        make("tpu")
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.tensor([1.0, 2.0]), (3,), device=d),
+    lambda d: torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.tensor([1.0, 2.0]), (3,)).to(d),
+], ids=["sparse_coo_tensor", "to"])
+def test_sparse_coo_tensors_are_refused_by_name(make):
+    assert make("cpu").is_sparse
+    with pytest.raises(NotImplementedError, match="sparse COO tensors are not supported on tpu"):
+        make("tpu")
