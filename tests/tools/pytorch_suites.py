@@ -12,7 +12,7 @@ cause (exception type and the first line of its message).
         test_shape_ops.py test_indexing.py
 
 Each run is one pytest subprocess per file and device, under ``nice``, with a
-per-test timeout (SIGALRM: a test stuck past it fails with SuiteTestTimeout) and an
+per-test timeout (in CPU seconds by default, SIGPROF; a test past it fails with SuiteTestTimeout) and an
 overall limit per run; results come from pytest's ``--junitxml``.
 ``tests/pytorch_suite_expected.py`` lists the tpu-only failures known and why:
 ``--check`` reports the ones not listed there (and listed ones that pass).
@@ -46,6 +46,9 @@ TPU_CLASS_SUFFIXES = ("PRIVATEUSE1", "TPU")
 def pytest_addoption(parser):
     parser.addoption("--suite-test-timeout", type=float, default=0.0,
                      help="seconds a single test may run (0: no limit)")
+    parser.addoption("--suite-timeout-clock", choices=("cpu", "wall"), default="cpu",
+                     help="what the per-test timeout counts: the process's CPU seconds (the default: on a "
+                          "shared machine the load does not fail a test) or wall seconds")
     parser.addoption("--suite-log", default="",
                      help="append each test's outcome to this file as it ends (kept when a run is cut short)")
 
@@ -79,16 +82,20 @@ def _on_alarm(signum, frame):
     raise SuiteTestTimeout("test ran past --suite-test-timeout")
 
 
+_TIMERS = {"cpu": (signal.ITIMER_PROF, signal.SIGPROF), "wall": (signal.ITIMER_REAL, signal.SIGALRM)}
+
+
 def pytest_runtest_call(item):
     limit = item.config.getoption("--suite-test-timeout")
     if limit:
-        signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, limit)
+        timer, signum = _TIMERS[item.config.getoption("--suite-timeout-clock")]
+        signal.signal(signum, _on_alarm)
+        signal.setitimer(timer, limit)
 
 
 def pytest_runtest_teardown(item):
     if item.config.getoption("--suite-test-timeout"):
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.setitimer(_TIMERS[item.config.getoption("--suite-timeout-clock")][0], 0)
 
 
 def pytest_runtest_setup(item):
@@ -145,7 +152,7 @@ def collect_classes(path):
     return found
 
 
-def run_classes(path, classes, xml, test_timeout, limit, extra):
+def run_classes(path, classes, xml, test_timeout, limit, extra, clock="cpu"):
     """pytest on ``path::C`` for each class; (wall seconds, CPU seconds, timed
     out).  CPU seconds (user + system of the pytest process) are the fairer
     measure on a shared machine, where wall time depends on the load."""
@@ -154,7 +161,8 @@ def run_classes(path, classes, xml, test_timeout, limit, extra):
             os.remove(stale)
     name = os.path.basename(path)
     cmd = (["nice", "-n", "10", _python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytorch_suites",
-            f"--suite-test-timeout={test_timeout}", f"--junitxml={xml}", f"--suite-log={xml}.log"]
+            f"--suite-test-timeout={test_timeout}", f"--suite-timeout-clock={clock}", f"--junitxml={xml}",
+            f"--suite-log={xml}.log"]
            + [f"{name}::{c}" for c in classes] + list(extra))
     start, used = time.monotonic(), _children_cpu()
     try:
@@ -261,6 +269,8 @@ def main(argv=None):
     ap.add_argument("files", nargs="*", help="test files in --tests-dir (default: every test_*.py there)")
     ap.add_argument("--tests-dir", required=True)
     ap.add_argument("--test-timeout", type=float, default=120.0, help="seconds per test")
+    ap.add_argument("--timeout-clock", choices=("cpu", "wall"), default="cpu",
+                    help="--test-timeout in CPU seconds of the test process (default) or wall seconds")
     ap.add_argument("--limit", type=float, default=3600.0, help="seconds per file and device")
     ap.add_argument("--xml-dir", default="/tmp/pytorch_suites")
     ap.add_argument("--tpu-only", action="store_true", help="reuse the CPU results in --xml-dir")
@@ -291,7 +301,7 @@ def main(argv=None):
                         walls[dev], cpus[dev] = json.load(fh)
             elif classes[dev]:
                 walls[dev], cpus[dev], timed_out = run_classes(path, classes[dev], xml, args.test_timeout, args.limit,
-                                                               extra)
+                                                               extra, args.timeout_clock)
                 with open(times, "w") as fh:
                     json.dump([walls[dev], cpus[dev]], fh)
                 if timed_out:
