@@ -26,13 +26,15 @@ Keys: file name -> {"Class::test": reason}.
 # Not supported on tpu (the decision for each): the test fails with PyTorch's
 # own NotImplementedError/TypeError, never a wrong answer; these are the tests
 # pytorch/xla keeps in its disabled list for the same missing features.
-QUANTIZED = ("quantized tensors are not supported on tpu (quantize_per_tensor of a tpu tensor: no Quantizedtpu "
-             "kernels); only the quantized part of the test fails, its float32 flips pass")
-SPARSE = ("sparse COO tensors are not supported on tpu (to_sparse / sparse_coo_tensor of a tpu tensor: "
-          "no Sparsetpu kernels)")
+QUANTIZED = ("quantized tensors are not supported on tpu (quantize_per_tensor of a tpu tensor raises "
+             "NotImplementedError 'quantized tensors are not supported on tpu'); only the quantized part of the "
+             "test fails, its float32 flips pass")
+SPARSE = ("sparse COO tensors are not supported on tpu (to_sparse / sparse_coo_tensor of a tpu tensor raises "
+          "NotImplementedError 'sparse COO tensors are not supported on tpu')")
 COMPLEX32 = ("complex32 (chalf) is not a tpu dtype (XLA has no complex32); float16 tensor + Python complex "
              "promotes to it, so that sum fails too (Tensor.__add__ turns the TypeError into 'unsupported operand')")
-QUANTIZED_EMPTY = "quantized tensors are not supported on tpu (_empty_affine_quantized with device=tpu)"
+QUANTIZED_EMPTY = ("quantized tensors are not supported on tpu (_empty_affine_quantized with device=tpu raises "
+                   "NotImplementedError 'quantized tensors are not supported on tpu')")
 HOST_LOOP_OVER_DEVICE_TENSOR = (
     "all(cond) iterates a 999,999-element tpu tensor in Python: one indexing op and one host read per element, "
     "past the 180 s per-test timeout (0.3 s on the CPU)")
@@ -73,11 +75,6 @@ EXPECTED_FAILURES = {
         "TestViewOpsPRIVATEUSE1::test_view_as_real_tpu_complex32": COMPLEX32,
         "TestOldViewOpsTPU::test_ravel_tpu": QUANTIZED_EMPTY,
         "TestOldViewOpsTPU::test_flatten_tpu": QUANTIZED_EMPTY,
-        # 0.16 s on the CPU, 87 s alone on tpu (random shapes x 3 functions x 10 inputs, each a new compile)
-        "TestOldViewOpsTPU::test_atleast_tpu_complex64": FIRST_CALL_COMPILE,
-        "TestOldViewOpsTPU::test_atleast_tpu_complex128": FIRST_CALL_COMPILE,
-        "TestOldViewOpsTPU::test_atleast_tpu_float16": FIRST_CALL_COMPILE,
-        "TestOldViewOpsTPU::test_atleast_tpu_float32": FIRST_CALL_COMPILE,
     },
     "test_tensor_creation_ops.py": {
         "TestTensorCreationPRIVATEUSE1::test_cat_all_dtypes_and_devices_tpu": COMPLEX32,
