@@ -84,5 +84,10 @@ EXPECTED_FAILURES = {
         "TestRandomTensorCreationTPU::test_rand_tpu_complex32": COMPLEX32,
         "TestTensorCreationPRIVATEUSE1::test_tensor_ctor_device_inference_tpu": SPARSE,
         "TestTensorCreationPRIVATEUSE1::test_logspace_vs_numpy_complex_tpu_complex64": RANDOM_INPUTS_BOTH,
+        # torch.normal(mean, std_tensor) with a negative std: the std check is a deferred device check (raised at
+        # the next host wait, as designed); the CPU and CUDA raise at the op (CUDA reads std.min() there)
+        "TestRandomTensorCreationTPU::test_normal_std_error_tpu": (
+            "normal's 'all elements of std >= 0.0' check is deferred to the next host wait (eager/checks), "
+            "the test expects it at the op"),
     },
 }
