@@ -51,8 +51,6 @@ EXPECTED_FAILURES = {
     },
     "test_indexing.py": {
         "TestIndexingPRIVATEUSE1::test_index_put_accumulate_duplicate_indices_tpu": FIRST_CALL_COMPILE,
-        # its body passed in an earlier run of the same session (a 590 s file run); timing-dependent
-        "TestIndexingPRIVATEUSE1::test_advancedindex_tpu_float64": FIRST_CALL_COMPILE,
     },
     "test_type_promotion.py": {
         **{f"TestTypePromotionPRIVATEUSE1::{t}": SPARSE for t in (
@@ -62,10 +60,6 @@ EXPECTED_FAILURES = {
             "test_complex_half_tpu", "test_complex_promotion_tpu", "test_complex_assertraises_tpu",
             "test_result_type_tpu_complex128_float16", "test_result_type_tpu_complex64_float16",
             "test_result_type_tpu_float16_complex128", "test_result_type_tpu_float16_complex64")},
-        "TestTypePromotionPRIVATEUSE1::test_many_promotions_tpu": FIRST_CALL_COMPILE,
-        "TestTypePromotionPRIVATEUSE1::test_comparison_ops_with_type_promotion_tpu": FIRST_CALL_COMPILE,
-        # 13 x 13 dtype pairs: passed in one full run, past the per-test timeout in the next (load 14-20)
-        "TestTypePromotionPRIVATEUSE1::test_cat_different_dtypes_tpu": FIRST_CALL_COMPILE,
     },
     # suitesa's files
     "test_view_ops.py": {
