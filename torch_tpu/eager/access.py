@@ -81,7 +81,7 @@ def _host_copy_on_second_read(buf, nbytes):
         _LAST_READ.update(buf=_weak(buf), host=None)
         return None
     if _LAST_READ["host"] is None and nbytes <= _HOST_COPY_BYTES:
-        host = _LAST_READ["host"] = np.asarray(buf).view()
+        host = _LAST_READ["host"] = np.array(buf)  # a copy: never aliases a buffer a later write donates
         host.flags.writeable = False
     return _LAST_READ["host"]
 
