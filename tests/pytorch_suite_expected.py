@@ -13,6 +13,13 @@ PyTorch's (never copied into this repository); the versions measured:
     test/test_view_ops.py   pytorch/pytorch@9c491bc34c6ab131b18cf51db02636d65ffd3472
     test/test_tensor_creation_ops.py  pytorch/pytorch@20f43ac258d25405127c49b89ffeb32a696cdb30
         (its bare ``@skipIfTorchDynamo`` at line 4024 needs ``()`` to import under torch 2.13)
+    test/test_autograd.py   pytorch/pytorch@5c322af10e52e4d236104ceefd542f34e6dcf20a (read_file id 7726625,
+        576866 characters; imports under torch 2.13): only its device-type class TestAutogradDeviceType,
+        kept with the file's imports (the other classes are not device-generic)
+    test/test_unary_ufuncs.py   the stored copy the read_file tool calls id 107413372 (65544 characters)
+    test/test_binary_ufuncs.py  the stored copy id 10488157 (183228 characters; imports under torch 2.13
+        with ``binary_ufuncs_and_refs`` dropped from its import list and defined as ``binary_ufuncs``,
+        which holds the _refs too in torch 2.13)
 
 An index out of range is an IndexError at the op when the index's values are
 known on the host (built from a list or a CPU tensor, or filled/written with
@@ -44,6 +51,26 @@ UNSUPPORTED_FEATURES = (QUANTIZED, SPARSE, COMPLEX32, QUANTIZED_EMPTY)
 FIRST_CALL_COMPILE = (
     "runs ops on hundreds of new shapes; each new shape compiles an XLA executable (~0.04-0.1 s each on "
     "this machine), so the test can run past the 180 s per-test timeout (CPU seconds since suitesc; wall before)")
+
+ONE_COMPILE_PER_OFFSET = (
+    "test_batch_vs_slicing: the op on each of 32..1024 row views of one tensor; a view's storage offset is "
+    "part of the kernel key (static in the XLA executable), so every row compiles anew (~40 ms CPU each): "
+    "past the 180 s per-test timeout on the shared machine (not run in the measured subset, -k)")
+MANY_TINY_OPS = (
+    "thousands of ops on 0-d / single-element tensors (a launch and a host read each): past the 180 s "
+    "per-test timeout on the shared machine (the CPU class takes ~1 s)")
+XLA_IGAMMA = (
+    "igamma/igammac of float32 at a ~ x ~ 50: XLA's algorithm is off by up to 1.5e-5 (absolute) from "
+    "SciPy where the CPU's Cephes port is within 1e-5; float64: the 500x500 XLA igamma runs past the "
+    "180 s per-test timeout")
+
+HALF_WITH_PYTHON_FLOAT = (
+    "float16 tensor with a Python float (fmod(x, 2.3)): the CPU rounds the number to float16 first, tpu "
+    "computes with it unrounded: a silent difference in ~70% of elements (add/sub/pow with a Python float "
+    "differ too); found at the session's end, not fixed")
+CUDA_DIVISION_BY_ZERO = (
+    "integer fmod/remainder by zero: the test expects the CPU's ZeroDivisionError only on the CPU and CUDA's "
+    "undefined bit patterns on every other device; tpu raises the CPU's error")
 
 EXPECTED_FAILURES = {
     "test_shape_ops.py": {
@@ -83,5 +110,35 @@ EXPECTED_FAILURES = {
         "TestRandomTensorCreationTPU::test_normal_std_error_tpu": (
             "normal's 'all elements of std >= 0.0' check is deferred to the next host wait (eager/checks), "
             "the test expects it at the op"),
+    },
+    # suitesd's file: TestAutogradDeviceType only
+    "test_autograd.py": {
+        **{f"TestAutogradDeviceTypePRIVATEUSE1::{t}": SPARSE for t in (
+            "test_sparse_backward_tpu_float64", "test_sparse_backward_tpu_complex128",
+            "test_sparse_ctor_getter_backward_tpu_float64", "test_sparse_ctor_getter_backward_tpu_complex128",
+            "test_sparse_mask_autograd_tpu")},
+    },
+    # suitesa (this session): a fixed subset of each file (tests/tools/pytorch_suites.py --select; see
+    # /work/notes/result-suitesa.md): every hand-written test function, every 30th float32 OpInfo test
+    "test_unary_ufuncs.py": {
+        **{f"TestUnaryUfuncsPRIVATEUSE1::test_batch_vs_slicing_{op}_tpu_float32": ONE_COMPILE_PER_OFFSET
+           for op in ("_refs__conversions_bfloat16", "_refs_exp2", "_refs_nn_functional_relu",
+                      "_refs_special_multigammaln_mvlgamma_p_5", "digamma", "long", "rad2deg",
+                      "special_modified_bessel_k1", "_refs_special_multigammaln_mvlgamma_p_1",
+                      "polygamma_polygamma_n_4")},
+        "TestUnaryUfuncsPRIVATEUSE1::test_igamma_common_tpu_float32": XLA_IGAMMA,
+        "TestUnaryUfuncsPRIVATEUSE1::test_igammac_common_tpu_float32": XLA_IGAMMA,
+        "TestUnaryUfuncsPRIVATEUSE1::test_igamma_common_tpu_float64": XLA_IGAMMA,
+    },
+    "test_binary_ufuncs.py": {
+        **{f"TestBinaryUfuncsPRIVATEUSE1::test_batch_vs_slicing_{op}_tpu_float32": ONE_COMPILE_PER_OFFSET
+           for op in ("__radd__", "_refs_logaddexp", "fmax", "special_chebyshev_polynomial_t")},
+        "TestBinaryUfuncsPRIVATEUSE1::test_add_tpu": MANY_TINY_OPS,
+        "TestBinaryUfuncsPRIVATEUSE1::test_binary_ops_with_scalars_tpu": MANY_TINY_OPS,
+        "TestBinaryUfuncsPRIVATEUSE1::test_comparison_ops_type_promotion_and_broadcasting_tpu_bfloat16_bfloat16":
+            FIRST_CALL_COMPILE,
+        "TestBinaryUfuncsPRIVATEUSE1::test_fmod_remainder_tpu_float16": HALF_WITH_PYTHON_FLOAT,
+        **{f"TestBinaryUfuncsPRIVATEUSE1::test_fmod_remainder_by_zero_integral_tpu_{dt}": CUDA_DIVISION_BY_ZERO
+           for dt in ("int16", "uint8", "int64")},
     },
 }

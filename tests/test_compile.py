@@ -95,9 +95,9 @@ def test_attention_reaches_the_graphs_as_one_fused_op(monkeypatch):
     seen = {}
     real_init = backend.CompiledGraph.__init__
 
-    def spy(self, gm, name):
+    def spy(self, gm, name, **kwargs):
         seen[name] = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
-        real_init(self, gm, name)
+        real_init(self, gm, name, **kwargs)
     monkeypatch.setattr(backend.CompiledGraph, "__init__", spy)
     losses, _ = _train("gpt", compiled=True, steps=1)
     assert "aten._scaled_dot_product_fused_attention_overrideable.default" in seen["forward"]
@@ -110,8 +110,8 @@ def test_outputs_that_are_views_alias_like_eager(monkeypatch):
     graphs = []
     real_init = backend.CompiledGraph.__init__
 
-    def spy(self, gm, name):
-        real_init(self, gm, name)
+    def spy(self, gm, name, **kwargs):
+        real_init(self, gm, name, **kwargs)
         graphs.append(self)
     monkeypatch.setattr(backend.CompiledGraph, "__init__", spy)
 
@@ -158,10 +158,12 @@ def test_input_mutations_reach_whole_tensors_views_and_cpu_tensors():
 
 
 def test_cpu_only_part_of_a_graph_runs_on_the_host(monkeypatch):
-    """AdamW keeps its step counts in CPU tensors: the graph's CPU-only part
-    (bumping them, the bias corrections) runs with PyTorch's CPU kernels on
-    the host, so a compiled optimizer step never waits to read a device value
-    back, and the counts are exactly eager's."""
+    """AdamW keeps its step counts in CPU tensors: the graph bumps them on the
+    host with PyTorch's CPU kernels (exactly eager's counts, updated in place)
+    and hands the new counts to the executable, which computes the bias
+    corrections from them; so a compiled optimizer step never waits to read a
+    device value back.  (XLA's f32 pow for the bias corrections: the results
+    match eager within the tolerances below.)"""
     from torch_tpu.compile import backend
     written_back = []
     write_inputs = backend._write_inputs
@@ -193,6 +195,51 @@ def test_cpu_only_part_of_a_graph_runs_on_the_host(monkeypatch):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
     assert [s.device.type for s in got[2]] == ["cpu"] * 4 and [s.item() for s in got[2]] == [4.0] * 4
     assert "tpu" in written_back and "cpu" not in written_back  # parameters went in place, counts on the host
+
+
+def test_compiled_optimizer_step_donates_buffers_nothing_else_holds():
+    """A compiled optimizer step hands the executable the buffers of the
+    parameters and state it rewrites (XLA writes the new values in place: half
+    the step's peak memory), except on a call where something else holds one
+    (here a ``to_jax`` caller): that call runs a non-donating executable."""
+    import numpy as np
+
+    from torch_tpu.compile import backend
+    from torch_tpu.pallas import to_jax
+    from torch_tpu.storage import buffers
+
+    def run(device, compiled, hold_at=None):
+        torch.manual_seed(0)
+        model = _mlp().to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        x = torch.randn(4, 8).to(device)
+        step = torch.compile(opt.step, backend="tpu") if compiled else opt.step
+        in_place, held = [], None
+
+        def address():
+            return buffers.get_buffer(model[0].weight.untyped_storage()).unsafe_buffer_pointer()
+        for i in range(4):
+            model(x).square().mean().backward()
+            if i == hold_at:
+                held, held_value = to_jax(model[0].weight), model[0].weight.detach().cpu()
+            before = address() if compiled else None
+            step()
+            opt.zero_grad()
+            in_place.append(compiled and address() == before)
+        if held is not None:  # the held array kept its value
+            torch.testing.assert_close(torch.tensor(np.asarray(held)), held_value, rtol=0, atol=0)
+        return [p.detach().cpu() for p in model.parameters()], in_place
+
+    want, _ = run("cpu", False)
+    for hold_at in (None, 2):
+        compiles = backend.stats.compiles
+        got, in_place = run("tpu", True, hold_at)
+        for p, q in zip(got, want):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+        # (the first call compiles: AdamW's first step creates its state)
+        assert in_place[1:] == [i != hold_at for i in range(1, 4)], in_place
+        # one executable, plus the non-donating one for the call that held a buffer
+        assert backend.stats.compiles - compiles <= (2 if hold_at is None else 3)
 
 
 def test_plain_torch_compile_picks_tpu_for_tpu_inputs():

@@ -187,6 +187,35 @@ def test_fused_chain_packs_python_numbers_and_keeps_their_weak_types():
     assert misses[-1] == misses[-3]  # (the second run launches ahead of its learned reads) new numbers, same chains
 
 
+def test_fused_recording_of_a_repeated_program_checks_each_op_against_last_time():
+    """An op recorded where the same program had an op before is checked
+    against that op input by input: a program that starts the same and then
+    is wired differently (another array, the same array twice, an int where a
+    float was, a pending result of another op) still computes its own values."""
+    gen = torch.Generator().manual_seed(0)
+    a0, b0 = torch.randn(6, generator=gen), torch.randn(6, generator=gen)
+
+    def learned(a, b):
+        z = a * 2 + b
+        return torch.clamp(z, -0.5, 2.0) + b, z * 3.0
+
+    variants = [
+        learned,
+        lambda a, b: (lambda z: (torch.clamp(z, -0.5, 2.0) + a, z * 3.0))(a * 2 + a),   # a twice
+        lambda a, b: (lambda z: (torch.clamp(z, -0.5, 2) + b, z * 3))(b * 2 + a),      # ints, swapped
+        lambda a, b: (lambda z: (torch.clamp(z, -1, 2.0) + z, a * 3.0))(a * 2 + b),    # other results
+        learned,
+    ]
+    for program in variants:
+        want = program(a0, b0)
+        with torch.tpu.set_eager_mode("fused"):
+            for _ in range(2):  # the second time as a repeated program
+                got = [t.cpu() for t in program(a0.to("tpu"), b0.to("tpu"))]
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
 def test_fused_flushes_on_synchronize_and_size_limit(monkeypatch):
     with torch.tpu.set_eager_mode("fused"):
         x = torch.ones(4, device="tpu") + 1

@@ -27,6 +27,10 @@ class Precision(enum.Enum):
     HIGH = "high"
     HIGHEST = "highest"
 
+    # members are singletons compared by identity: a C-level hash, not
+    # Enum's Python one (every op's cache key holds the setting)
+    __hash__ = object.__hash__
+
 
 _FROM_TORCH = {"medium": Precision.DEFAULT, "high": Precision.HIGH, "highest": Precision.HIGHEST}
 _TO_TORCH = {v: k for k, v in _FROM_TORCH.items()}

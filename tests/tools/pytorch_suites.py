@@ -51,6 +51,8 @@ def pytest_addoption(parser):
                           "shared machine the load does not fail a test) or wall seconds")
     parser.addoption("--suite-log", default="",
                      help="append each test's outcome to this file as it ends (kept when a run is cut short)")
+    parser.addoption("--suite-select", default="",
+                     help="run only the tests named in this file (one per line, the device in the name as DEV)")
 
 
 _LOG = []  # the --suite-log path, once pytest is configured
@@ -71,6 +73,23 @@ def pytest_runtest_logreport(report):
         message = report.longrepr[2].removeprefix("Skipped: ")
     with open(_LOG[0], "a") as f:
         f.write(json.dumps({"id": report.nodeid, "outcome": report.outcome, "message": message}) + "\n")
+
+
+def device_free(name):
+    """A test's name with its device written DEV: the CPU and tpu twins agree."""
+    return re.sub(r"_(cpu|tpu|privateuse1)(?=_|$|\[)", "_DEV", name, count=1)
+
+
+def pytest_collection_modifyitems(config, items):
+    """--suite-select: a fixed subset of a file too large to run whole."""
+    path = config.getoption("--suite-select")
+    if not path:
+        return
+    with open(path) as f:
+        wanted = {line.strip() for line in f if line.strip()}
+    keep = [item for item in items if device_free(item.name) in wanted]
+    config.hook.pytest_deselected(items=[item for item in items if device_free(item.name) not in wanted])
+    items[:] = keep
 
 
 class SuiteTestTimeout(BaseException):
@@ -279,10 +298,14 @@ def main(argv=None):
     ap.add_argument("--check", action="store_true",
                     help="compare the tpu-only failures with tests/pytorch_suite_expected.py")
     ap.add_argument("-k", default=None, help="passed to pytest")
+    ap.add_argument("--select", default=None,
+                    help="a file of test names (device written DEV) to run instead of the whole file")
     args = ap.parse_args(argv)
     os.makedirs(args.xml_dir, exist_ok=True)
     files = args.files or sorted(f for f in os.listdir(args.tests_dir) if f.startswith("test_") and f.endswith(".py"))
     extra = ["-k", args.k] if args.k else []
+    if args.select:
+        extra.append(f"--suite-select={os.path.abspath(args.select)}")
     table, failures = [], {}
     for f in files:
         path = os.path.abspath(os.path.join(args.tests_dir, f))

@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import sys
 import threading
 import time
 import warnings
@@ -22,7 +23,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 from .. import dtypes, logs, precision
 from ..device import rng
-from ..eager import access, fusion
+from ..eager import access, fusion, modes, pending
 from ..eager.launch import launch
 from ..ops import registry
 from ..storage import buffers, views
@@ -59,9 +60,12 @@ class CompiledGraph:
     storages.  So a call costs one executable launch plus tensor bookkeeping.
     """
 
-    def __init__(self, gm, name, donate_mutated=False):
+    def __init__(self, gm, name, donate_mutated=False, donate_when_safe=False):
         # donate_mutated: hand the buffers of the inputs the graph rewrites to
-        # the executable (a training step updating parameters in place)
+        # the executable (a training step updating parameters in place);
+        # donate_when_safe: the same, on the calls where nothing else holds
+        # those buffers (checked per call: an optimizer step's parameters and
+        # state), else through a second, non-donating executable
         self.donate_mutated = donate_mutated
         rewrites.inline_dense_hops(gm)
         rewrites.masked_sums(gm)
@@ -79,6 +83,9 @@ class CompiledGraph:
                                  host=self.host if self.host else None)
         self.mutated = self.fn.mutated_inputs
         self.executables = {}
+        self.donate_when_safe = donate_when_safe and bool(self.mutated) and not donate_mutated
+        self.donating = {}   # signature -> the executable that donates the rewritten inputs' buffers
+        self.donatable = {}  # signature -> the argument positions it donates
         self.lock = threading.Lock()
         self.xla_options = compiler_options.current()
         vals = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n for n in outputs]
@@ -106,6 +113,10 @@ class CompiledGraph:
         exe = self.executables.get(signature)
         if exe is _ON_EAGER_KERNELS:
             return self._run_eagerly(args)
+        donate = None  # the argument positions this call donates (None: the default executable)
+        if self.donate_when_safe and self._may_donate(signature, arrays):
+            donate = self.donatable[signature]
+            exe = self.donating.get(signature)
         # the host inputs as they were, in case the graph must run eagerly after all
         before = [args[i].clone() for i in self.host.input_positions] if exe is None and self.host else None
         host_values = None
@@ -115,7 +126,8 @@ class CompiledGraph:
         if exe is None:
             with self.lock:
                 try:
-                    exe = self.executables.get(signature) or self._compile(signature, arrays)
+                    exe = (self.executables.get(signature) or self._compile(signature, arrays) if donate is None
+                           else self.donating.get(signature) or self._compile(signature, arrays, donate))
                 except Exception as e:  # a lowering bug must not take the program down
                     return self._fall_back(signature, args, before, e)
         material = rng.next_key_material() if self.uses_rng else _NO_RNG
@@ -179,25 +191,50 @@ class CompiledGraph:
             return outputs, new_values
         return with_statics, scalars
 
-    def _compile(self, key, arrays):
+    def _may_donate(self, signature, arrays):
+        """Whether this call may donate the buffers of the rewritten inputs:
+        each is its storage's whole buffer, and nothing but the storage (and
+        the launch queue, which does not read it) holds it: no other input,
+        storage, fused chain or ``to_jax`` caller."""
+        positions = self.donatable.get(signature)
+        if positions is None:
+            positions = self.donatable[signature] = self._donated(signature[:-1], arrays)
+        if not positions or modes._mode is modes.EagerMode.FUSED:  # recorded ops may read them later
+            return False
+        at = [k - 1 for k in positions]  # (after the rng material)
+        refs = list(map(_refcount, map(arrays.__getitem__, at)))
+        if max(refs) <= _OWNED:
+            return True
+        for k, n in zip(at, refs):
+            if n > _OWNED and not (n == _OWNED + 1 and pending.holds(arrays[k])):
+                return False
+        return True
+
+    def _compile(self, key, arrays, donate=None):
+        """The executable for ``key``; ``donate``: the argument positions it
+        donates (None: the inputs' buffers are donated with donate_mutated,
+        else kept)."""
         with_statics, scalars = self.program(key)
         signature = key[:-1]
         start = time.perf_counter()
-        donate = self._donated(signature, arrays) if self.donate_mutated else ()
+        executables = self.executables if donate is None else self.donating
+        if donate is None:
+            donate = self._donated(signature, arrays) if self.donate_mutated else ()
         lowered = jax.jit(with_statics, donate_argnums=donate).lower(_NO_RNG, *arrays)
         exe = lowered.compile(compiler_options={**self.xla_options, **compiler_options.current()} or None)
         seconds = time.perf_counter() - start
         stats.compiles += 1
         stats.compile_seconds += seconds
         shapes = [e.spec.size if type(e) is TpuInput else e.shape for e in signature if _is_tensor_entry(e)]
-        logs.graph_compile(self.name, shapes, seconds, first=not self.executables)  # TORCH_TPU_LOGS
-        if self.executables:
+        first = not self.executables and not self.donating
+        logs.graph_compile(self.name, shapes, seconds, first=first)  # TORCH_TPU_LOGS
+        if not first:
             log.info("torch_tpu: recompiling %s for new input shapes %s (%.2fs)", self.name, shapes, seconds)
         else:
             log.debug("compiled %s in %.2fs", self.name, seconds)
         if self.scalar_outputs is not None:
             self.scalar_outputs[key] = scalars
-        self.executables[key] = exe
+        executables[key] = exe
         return exe
 
     def _donated(self, signature, arrays):
@@ -212,12 +249,18 @@ class CompiledGraph:
             uses[id(a)] = uses.get(id(a), 0) + 1
         for i in self.mutated:
             k = position.get(i)
-            if (k is not None and type(signature[i]) is TpuInput and views.covers_buffer(signature[i].spec)
-                    and uses[id(arrays[k])] == 1):
+            spec = signature[i].spec if type(signature[i]) is TpuInput else None
+            # (a buffer of another shape could not hold the new value: XLA would warn)
+            if (k is not None and spec is not None and views.covers_buffer(spec)
+                    and spec.buf_shape == spec.size and uses[id(arrays[k])] == 1):
                 positions.append(1 + k)  # after the rng material
         return tuple(positions)
 
 
+_refcount = sys.getrefcount
+# References to a donatable input's array as _may_donate counts them: its
+# storage's, the call's list of arrays, and the one map passes on.
+_OWNED = 3
 _NO_RNG = np.zeros(3, np.uint32)
 _ON_EAGER_KERNELS = "run on the eager kernels"  # executables entry of a signature that failed to build
 _ON_HOST = "read on the host"  # signature entry of a CPU input only host nodes read
@@ -343,24 +386,33 @@ class _OutputPlan:
     def __init__(self, val):
         self.val = val
         self.layout = None  # the OutSpec of a permuted-stride output
+        self.static = False  # a tpu tensor of static geometry: every result has the first one's
+        self.meta = None  # then wrap_as's arguments, taken from the first result's tensor
         if not isinstance(val, torch.Tensor) or val.device.type != "tpu":
             return
         if not all(isinstance(d, int) for d in (*val.shape, *val.stride())):
             return  # symbolic shape (dynamic=True): row-major
+        self.static = True
         spec = views.OutSpec(tuple(val.shape), tuple(val.stride()), dtypes.to_np(val.dtype))
         if views.permuted_order(spec) is not None:
             self.layout = spec
 
     def __call__(self, result):
+        if self.meta is not None:
+            return _wrap_as(result, *self.meta)
         val = self.val
         if not isinstance(val, torch.Tensor):
             return result
         if val.device.type == "cpu":
             from ..ops.core import to_cpu_tensor
             return to_cpu_tensor(buffers.wrap(result))
-        if self.layout is None:
-            return buffers.wrap(result)
-        return buffers.wrap(result, *self.layout[:2])
+        t = buffers.wrap(result) if self.layout is None else buffers.wrap(result, *self.layout[:2])
+        if self.static:
+            self.meta = (t.dtype, t.untyped_storage().nbytes(), tuple(t.shape), t.stride())
+        return t
+
+
+_wrap_as = buffers.wrap_as
 
 
 def _write_inputs(tensors, values):
@@ -395,7 +447,7 @@ def _compiler(name):
         if collectives.present(gm):  # cut at its collectives: compile/collectives.py
             return collectives.compile_split(gm, name, CompiledGraph)
         try:
-            compiled = CompiledGraph(gm, name)
+            compiled = CompiledGraph(gm, name, donate_when_safe=True)
         except lowering.LoweringError as e:
             stats.eager_fallbacks += 1
             warnings.warn(f"torch_tpu: torch.compile: {e}; this {name} graph runs through the "

@@ -5,9 +5,12 @@ An optimizer compiled with capturable=False keeps its step counts in CPU
 tensors: the graph bumps them and computes the bias corrections from them.
 Lowered into the XLA executable, those counts had to cross to the device and
 their new values back, so every optimizer step waited for the whole graph to
-finish.  On the host they are a few scalar ops, written in place as eager
-writes them, and the executable receives the values it needs packed into one
-array per dtype.
+finish.  On the host, the counts are bumped and written in place as eager
+writes them, and the executable receives the new counts packed into one array
+per dtype.  Only what those in-place updates (and CPU outputs) need runs on
+the host: every CPU op there is a PyTorch dispatch per tensor (the bias
+corrections alone were ~200 of them per AdamW step, most of the step's host
+time), while inside the executable the rest costs nothing.
 """
 import operator
 
@@ -29,15 +32,41 @@ def _on_cpu(node):
     return bool(vals) and all(isinstance(v, torch.Tensor) and v.device.type == "cpu" for v in vals)
 
 
+def _ancestors(roots, within):
+    """The nodes of ``within`` that ``roots`` are or depend on."""
+    found, stack = set(), [r for r in roots if r in within]
+    while stack:
+        node = stack.pop()
+        if node not in found:
+            found.add(node)
+            stack.extend(i for i in node.all_input_nodes if i in within)
+    return found
+
+
+def _batchable(copies, computed):
+    """Whether the copies can run as one ``_foreach_copy_`` after every
+    computed node: nothing reads their results, and they come after the
+    computed nodes (so no computed node reads an input after its update)."""
+    def computed_tensor(value):
+        return (isinstance(value, torch.fx.Node) and value.op == "call_function"
+                and isinstance(value.meta.get("val"), torch.Tensor))
+    if len(copies) < 2 or any(c.users or not computed_tensor(c.args[1]) for c in copies):
+        return False
+    order = {n: i for i, n in enumerate(copies[0].graph.nodes)}
+    return not computed or min(order[c] for c in copies) > max(order[n] for n in computed)
+
+
 class HostPart:
     """The host nodes of ``gm`` (``nodes``) and one generated function that
     computes them.
 
-    Host nodes: CPU inputs that only host nodes read; call_function nodes whose
-    inputs are host nodes or CPU inputs and whose values are CPU tensors; and
-    ``copy_`` of such a value into a host-only input (an in-place update, done
-    on the host as eager does it; an input the device also reads keeps the
-    old route, so it cannot see the update too early).
+    Host nodes: ``copy_`` of a CPU value computed from CPU inputs into a
+    host-only input (an in-place update, done on the host as eager does it;
+    an input the device also reads keeps the old route, so it cannot see the
+    update too early); the call_function nodes those copies and the graph's
+    CPU outputs need (the rest of the CPU-only nodes, AdamW's bias
+    corrections say, run in the executable from the exported values); and
+    the CPU inputs that only host nodes read.
     ``exports``: host values that device nodes read, in ``unpack`` order.
     """
 
@@ -45,20 +74,28 @@ class HostPart:
         graph_nodes = list(gm.graph.nodes)
         placeholders = [n for n in graph_nodes if n.op == "placeholder"]
         cpu_inputs = [n for n in placeholders if _on_cpu(n)]
-        computed = []
+        candidates = []  # every node the host could compute
         known = set(cpu_inputs)
         for node in graph_nodes:
             if node.op != "call_function" or node.target is aten.copy_.default:
                 continue
             if all(i in known for i in node.all_input_nodes) and _on_cpu(node):
-                computed.append(node)
+                candidates.append(node)
                 known.add(node)
-        host_only = {p for p in cpu_inputs
-                     if all(u in known or (u.target is aten.copy_.default and u.args[0] is p)
-                            for u in p.users)}
-        copies = [n for n in graph_nodes
-                  if n.op == "call_function" and n.target is aten.copy_.default
-                  and n.args[0] in host_only and n.args[1] in known]
+        outputs = {n for n in candidates if any(u.op == "output" for u in n.users)}
+        computed = candidates
+        while True:  # keep the candidates the host updates and outputs need; fewer copies may need fewer
+            known = set(cpu_inputs) | set(computed)
+            host_only = {p for p in cpu_inputs
+                         if all(u in known or (u.target is aten.copy_.default and u.args[0] is p)
+                                for u in p.users)}
+            copies = [n for n in graph_nodes
+                      if n.op == "call_function" and n.target is aten.copy_.default
+                      and n.args[0] in host_only and n.args[1] in known]
+            needed = _ancestors([c.args[1] for c in copies] + [n for n in computed if n in outputs], set(computed))
+            if len(needed) == len(computed):
+                break
+            computed = [n for n in computed if n in needed]
         self.nodes = set(computed) | host_only | set(copies)
         self.exports = [n for n in computed if any(u not in self.nodes and u.op != "output"
                                                    for u in n.users)]
@@ -81,8 +118,14 @@ class HostPart:
         env = {}
         for p in cpu_inputs:
             env[p] = graph.placeholder(p.name)
-        for node in computed + copies:
+        for node in computed:
             env[node] = graph.node_copy(node, lambda n: env[n])
+        if _batchable(copies, computed):  # one dispatch for all of them (AdamW: one per parameter)
+            graph.call_function(aten._foreach_copy_.default,
+                                ([env[c.args[0]] for c in copies], [env[c.args[1]] for c in copies]))
+        else:
+            for node in copies:
+                env[node] = graph.node_copy(node, lambda n: env[n])
         scalars = {d: [] for d in self._scalar_dtypes}
         others = []
         for node in self.exports:

@@ -2,6 +2,8 @@
 of an op's own computation (copies, the CPU fallback, ``to_jax``)."""
 import functools
 import math
+import operator
+import sys
 import weakref
 
 import jax
@@ -11,7 +13,7 @@ import numpy as np
 from .. import dtypes
 from ..casting import convert
 from ..storage import buffers, views
-from . import fusion
+from . import fusion, modes, pending
 
 
 @functools.lru_cache(maxsize=None)
@@ -21,11 +23,63 @@ def _jit_reader(spec, bits=()):
 
 
 @functools.lru_cache(maxsize=None)
-def _jit_writer(spec, value_shape, value_dtype, bits=()):
+def _jit_writer(spec, value_shape, value_dtype, bits=(), donate=False):
     write = views.writer(spec)
     _, _, size, _, _, dtype = spec
     return jax.jit(lambda buf, value: write(buf, views.apply_bits(
-        jnp.broadcast_to(convert(value, dtype), size), bits)))
+        jnp.broadcast_to(convert(value, dtype), size), bits)), donate_argnums=(0,) if donate else ())
+
+
+# ---- writes into part of a large buffer ----------------------------------------
+# A write through a view (x[i] = v, out= into a slice, DDP's copies of the
+# gradients into its buckets) gives the storage a new buffer.  XLA must keep
+# an executable's inputs intact, so it first copies the whole old buffer:
+# O(storage) per write.  When nothing but the storage holds the old buffer it
+# is handed to the executable ("donated") and XLA updates it in place: O(view).
+# Below this size the copy costs less than compiling the donating executable.
+DONATE_BYTES = 1 << 18
+donations = 0  # writes that donated their buffer (tests count them)
+
+
+@functools.cache
+def _array_type():
+    # jax's concrete array type (a LazyBuffer or NumPy buffer is never
+    # donated), asked once the runtime is up: not at import, which must leave
+    # jax.distributed.initialize free to run first
+    return type(jnp.zeros(()))
+
+
+def worth_donating(specs, positions) -> tuple:
+    """Of in-place destinations ``specs`` whose buffers are the inputs at
+    ``positions``, the positions whose write would copy a large buffer."""
+    return tuple(sorted({p for spec, p in zip(specs, positions)
+                         if not views.covers_buffer(spec)
+                         and math.prod(spec[0]) * np.dtype(spec[1]).itemsize >= DONATE_BYTES}))
+
+
+def can_donate(inputs, positions, owners, held=0) -> bool:
+    """Whether the buffers at ``positions`` of ``inputs`` may be donated: each a
+    device array, the buffer of the storage of the tensor of ``owners`` at the
+    same index, passed once, held by no one but that storage, the queue of
+    launched work (``pending``: a donated array counts there as done) and the
+    caller (``held`` references besides ``inputs``).  Shared buffers (one
+    zero-filled array backs many fresh storages; ``read`` hands out a
+    storage's array as it is) and fused mode's recorded buffers are kept."""
+    if modes.is_fused():
+        return False
+    global donations
+    for p, owner in zip(positions, owners, strict=True):
+        buf = inputs[p]
+        if (type(buf) is not _array_type() or buf.is_deleted()
+                or buffers.get_buffer(owner.untyped_storage()) is not buf):  # e.g. a LazyBuffer holds it
+            return False
+        uses = sum(map(operator.is_, inputs, [buf] * len(inputs)))
+        queued = sum(map(operator.is_, list(pending._pending), [buf] * len(pending._pending)))
+        # references: the storage, `inputs` (uses), the caller's, `buf` here, getrefcount's argument
+        if uses != 1 or sys.getrefcount(buf) != 1 + uses + held + 2 + queued:
+            return False
+    donations += 1
+    return True
 
 
 def read(t):
@@ -115,5 +169,9 @@ def write(t, value) -> None:
     if not bits and views.covers_buffer(spec) and tuple(value.shape) == size and value.dtype == dtype:
         new = value  # the old contents do not matter: no need to wait for them
     else:
-        new = _jit_writer(spec, tuple(value.shape), value.dtype, bits)(fusion.resolve(buf), value)
+        buf = fusion.resolve(buf)
+        inputs = [buf, value]
+        del buf
+        donate = bool(worth_donating([spec], [0])) and can_donate(inputs, (0,), (t,))
+        new = _jit_writer(spec, tuple(value.shape), value.dtype, bits, donate)(*inputs)
     buffers.set_buffer(t.untyped_storage(), new)

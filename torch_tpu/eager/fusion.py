@@ -125,28 +125,19 @@ def record(fn, inputs, out_buffers, urgent=False):
     """Record one op: ``fn(*inputs)`` producing buffers of ``out_buffers`` [(shape, dtype)].
     ``urgent``: its results are read with every host read (``checks``)."""
     with _lock:
-        refs = []
-        for x in inputs:
-            t = type(x)
-            if t is LazyBuffer:
-                if x.value is None:
-                    refs.append(_new(Produced, (x.node, x.slot)))
-                    continue
-                x = x.value
-            elif t is float or (t is int and x in _INT_RANGE):
-                kind = INTS if t is int else FLOATS
-                pack = _numbers[kind]
-                refs.append(_new(Number, (kind, len(pack), True)))
-                pack.append(x)
-                continue
-            # _intern, inline (every input of every op)
-            i = _external_index.get(id(x))
-            if i is None or _external[i] is not x:
-                i = len(_external)
-                if t is _ArrayImpl or isinstance(x, jax.Array):
-                    _external_index[id(x)] = i
-                _external.append(x)
-            refs.append(_new(External, (i,)))
+        last = _nodes[-1].prefix if _nodes else 0
+        guess = _next.get(last)
+        # A program that comes again (a loop's chain, a training step): the op
+        # that followed this point last time is checked against this one
+        # input by input, and its refs and prefix hash are reused.
+        if guess is None or guess[0] is not fn or (refs := _replay(inputs, guess[1])) is None:
+            refs = _refs(inputs)
+            prefix = hash((last, id(fn), refs))  # as _prefix_after
+            if len(_next) >= _MAX_NEXT:
+                _next.clear()
+            _next[last] = (fn, refs, prefix)
+        else:
+            prefix = guess[2]
         index = len(_nodes)
         if len(out_buffers) == 1:  # most ops
             shape, dtype = out_buffers[0]
@@ -155,8 +146,6 @@ def record(fn, inputs, out_buffers, urgent=False):
         else:
             outs = [LazyBuffer(shape, dtype, index, slot) for slot, (shape, dtype) in enumerate(out_buffers)]
             out_refs = [weakref.ref(o) for o in outs]
-        refs = tuple(refs)
-        prefix = hash((_nodes[-1].prefix if _nodes else 0, id(fn), refs))  # as _prefix_after
         _nodes.append(_Node(fn, refs, out_refs, prefix, urgent))
         full = index + 1 >= MAX_PENDING_OPS
         if prefix in _read_points and not full:
@@ -164,6 +153,89 @@ def record(fn, inputs, out_buffers, urgent=False):
     if full:
         flush("size limit")
     return outs
+
+
+_next: dict = {}   # prefix hash -> (fn, refs, prefix after it): the op that followed there last time
+_MAX_NEXT = 1 << 16
+
+
+def _refs(inputs):
+    """The refs of a recorded op's inputs, interning its arrays and numbers."""
+    refs = []
+    for x in inputs:
+        t = type(x)
+        if t is LazyBuffer:
+            if x.value is None:
+                refs.append(_new(Produced, (x.node, x.slot)))
+                continue
+            x = x.value
+        elif t is float or (t is int and x in _INT_RANGE):
+            kind = INTS if t is int else FLOATS
+            pack = _numbers[kind]
+            refs.append(_new(Number, (kind, len(pack), True)))
+            pack.append(x)
+            continue
+        # _intern, inline (every input of every op)
+        i = _external_index.get(id(x))
+        if i is None or _external[i] is not x:
+            i = len(_external)
+            if t is _ArrayImpl or isinstance(x, jax.Array):
+                _external_index[id(x)] = i
+            _external.append(x)
+        refs.append(_new(External, (i,)))
+    return tuple(refs)
+
+
+def _replay(inputs, refs):
+    """``refs`` if ``inputs`` are wired exactly as ``refs`` say (the same
+    pending results, the same arrays, numbers of the same kinds in the same
+    places), interning them as ``_refs`` would; else None, nothing changed."""
+    if len(inputs) != len(refs):
+        return None
+    start = n = len(_external)
+    done = 0
+    for x, r in zip(inputs, refs):
+        t = type(x)
+        if t is LazyBuffer:
+            if x.value is None:
+                if type(r) is Produced and r[0] == x.node and r[1] == x.slot:
+                    done += 1
+                    continue
+                break
+            x = x.value
+        elif t is float or (t is int and x in _INT_RANGE):
+            pack = _numbers[INTS if t is int else FLOATS]
+            if type(r) is Number and r[0] == (INTS if t is int else FLOATS) and r[1] == len(pack):
+                pack.append(x)
+                done += 1
+                continue
+            break
+        if type(r) is not External:
+            break
+        i = r[0]
+        if i < n:
+            if _external[i] is not x:
+                break
+        else:
+            j = _external_index.get(id(x))
+            if i > n or (j is not None and _external[j] is x):  # not where _refs would put it
+                break
+            if t is _ArrayImpl or isinstance(x, jax.Array):
+                _external_index[id(x)] = i
+            _external.append(x)
+            n += 1
+        done += 1
+    else:
+        return refs
+    # a mismatch: undo what this call interned (the general path starts over)
+    for k in range(start, n):
+        if _external_index.get(id(_external[k])) == k:
+            del _external_index[id(_external[k])]
+    del _external[start:]
+    for r in refs[:done]:
+        if type(r) is Number:
+            _numbers[r[0]].pop()
+    return None
 
 
 def _prefix_after(fn, refs):
@@ -462,4 +534,5 @@ def clear_cache() -> None:
     with _lock:
         _cache.clear()
         _plans.clear()
+        _next.clear()
         _read_points.clear()

@@ -31,6 +31,14 @@ def note(results) -> None:
             _prune()
 
 
+def holds(x) -> bool:
+    """Whether ``x`` is one of the noted results (newest are searched first)."""
+    for p in reversed(_pending):
+        if p is x:
+            return True
+    return False
+
+
 def _first(results):
     """The first array of a (nested) tuple or list of results, or None."""
     for r in results:
@@ -49,19 +57,18 @@ def _prune() -> None:
 
 
 def _ready(x) -> bool:
-    is_ready = getattr(x, "is_ready", None)  # anything but a jax.Array (a number) is done
-    return is_ready is None or _donated(x) or is_ready()
-
-
-def _donated(x) -> bool:
-    # a buffer donated to a later executable (a training step updating its
-    # parameters in place): that executable's results stand for it
-    return x.is_deleted()
+    # (every launch passes here once: two C calls, no more)
+    try:
+        # a buffer donated to a later executable (a training step updating its
+        # parameters in place) is done: that executable's results stand for it
+        return x.is_deleted() or x.is_ready()
+    except AttributeError:  # anything but a jax.Array (a number) is done
+        return True
 
 
 def take_all() -> list:
     """Every noted launch, leaving none (``sync.wait_all`` waits for them)."""
     with _lock:
-        items = [x for x in _pending if not (hasattr(x, "is_deleted") and _donated(x))]
+        items = [x for x in _pending if not (hasattr(x, "is_deleted") and x.is_deleted())]
         _pending.clear()
     return items

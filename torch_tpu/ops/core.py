@@ -19,9 +19,10 @@ _aten = torch.ops.aten
 
 
 # Views only edit metadata: PyTorch's CPU kernels do exactly that, on our storage.
+# (The handle's boxed redispatch, bound to the CPU key set, is called from C++
+# with no Python frame: these run for every view, t() and detach.)
 def _metadata_only(name):
-    op = resolve(name)
-    register_raw(name)(lambda *a, **k: op.redispatch(_CPU, *a, **k))
+    register_raw(name)(functools.partial(resolve(name)._handle.redispatch_boxed, _CPU))
 
 
 for _name in ("as_strided.default", "view.default", "_reshape_alias.default",

@@ -57,10 +57,38 @@ def _true_div(a, b):
     broadcast value into a multiplication by its reciprocal (off by an ulp);
     a select that XLA cannot see through keeps it a real division."""
     a, b = jnp.asarray(a), jnp.asarray(b)
+    if jnp.iscomplexobj(a) or jnp.iscomplexobj(b):
+        return _complex_div(a, b)
     shape = jnp.broadcast_shapes(a.shape, b.shape)
     if b.shape != shape and _is_float(b):
         b = jnp.where(jnp.broadcast_to(a, shape) == 0, b, b)
     return a / b
+
+
+def _complex_div(a, b):
+    """Complex a / b by Smith's scaled formula, as c10::complex (and NumPy)
+    divide: their results for infinite and huge parts (XLA divides otherwise)."""
+    dt = jnp.result_type(a, b)
+    if not jnp.issubdtype(dt, jnp.complexfloating):
+        dt = jnp.result_type(dt, jnp.complex64)
+    a, b = jnp.broadcast_arrays(a.astype(dt), b.astype(dt))
+    x, y, c, d = jnp.real(a), jnp.imag(a), jnp.real(b), jnp.imag(b)
+    c_big = jnp.abs(c) >= jnp.abs(d)
+    both_zero = (c == 0) & (d == 0)
+    one = jnp.ones_like(c)
+    # |c| >= |d|: r = d/c; otherwise r = c/d (the selects keep each branch's NaNs apart)
+    r = jnp.where(c_big, d / jnp.where(both_zero, one, c), c / jnp.where(c_big, one, d))
+    den = jnp.where(c_big, c + d * r, d + c * r)
+    re_num = jnp.where(c_big, x + y * r, x * r + y)
+    im_num = jnp.where(c_big, y - x * r, y * r - x)
+    # c10 multiplies by scl = 1/den; past 1/tiny that is subnormal, which XLA flushes
+    # to zero: divide there instead
+    huge = jnp.abs(den) > 1 / jnp.finfo(den.dtype).tiny
+    scl = 1 / jnp.where(huge, one, den)
+    re = jnp.where(huge, re_num / den, re_num * scl)
+    im = jnp.where(huge, im_num / den, im_num * scl)
+    zero_re, zero_im = x / jnp.abs(c), y / jnp.abs(d)  # a / 0: the CPU's inf or NaN parts
+    return lax.complex(jnp.where(both_zero, zero_re, re), jnp.where(both_zero, zero_im, im))
 
 
 def _round_to(x, dtype):
@@ -100,6 +128,38 @@ def _check_alpha(args, kwargs):
         raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
 
 
+def _dtype_rules_on_cpu(op):
+    """A first-call check: PyTorch's CPU kernel on empty stand-ins of the same
+    dtypes (0-d tensors stay 0-d: they promote differently), for the dtype
+    rules its meta kernel lacks (``heaviside`` of two dtypes, ``maximum`` of a
+    complex tensor, ``1 - bool_tensor``).  Raises the CPU's error."""
+    def stand_in(x):
+        if isinstance(x, torch.Tensor):
+            return torch.empty(() if x.dim() == 0 else (0,), dtype=x.dtype)
+        return x
+
+    def check(args, kwargs):
+        cpu_args = [stand_in(a) for a in args]
+        cpu_kwargs = {k: stand_in(v) for k, v in kwargs.items() if k != "out"}
+        try:
+            op(*cpu_args, **cpu_kwargs)
+            if isinstance(kwargs.get("out"), torch.Tensor):  # out='s dtype too (a complex out)
+                try:
+                    op(*cpu_args, **cpu_kwargs, out=stand_in(kwargs["out"]))
+                except TypeError:  # an op with no out= overload in Python
+                    pass
+        except RuntimeError as e:
+            raise RuntimeError(str(e)) from None
+    return check
+
+
+def _both(*checks):
+    def check(args, kwargs):
+        for c in checks:
+            c(args, kwargs)
+    return check
+
+
 @register("add.Tensor", "add.Scalar", promote=DEFAULT, first_call_check=_check_alpha)
 def add(self, other, alpha=1):
     return self + other * alpha
@@ -110,7 +170,10 @@ def sub(self, other, alpha=1):
     return self - other * alpha
 
 
-@register("rsub.Tensor", "rsub.Scalar", promote=DEFAULT, first_call_check=_check_alpha)
+@register("rsub.Tensor", promote=DEFAULT,
+          first_call_check=_both(_check_alpha, _dtype_rules_on_cpu(torch.ops.aten.rsub.Tensor)))
+@register("rsub.Scalar", promote=DEFAULT,
+          first_call_check=_both(_check_alpha, _dtype_rules_on_cpu(torch.ops.aten.rsub.Scalar)))
 def rsub(self, other, alpha=1):
     return other - self * alpha
 
@@ -201,9 +264,14 @@ register("conj_physical.out", mode="out")(conj_physical)
 register("conj_physical_.default", mode="inplace")(conj_physical)
 
 
+def _reciprocal(z):
+    """1/z; complex by the CPU's division formula (its values at infinities)."""
+    return _complex_div(jnp.ones_like(z), z) if jnp.iscomplexobj(z) else 1 / z
+
+
 @register("reciprocal.default", promote=INT_TO_FLOAT)
 def reciprocal(self):
-    return 1 / self
+    return _reciprocal(self)
 
 
 def _int_pow(a, b):
@@ -243,7 +311,17 @@ def pow_scalar_base(a, b):
     return _pow(jnp.broadcast_to(a, b.shape), b)
 
 
-@register("pow.Tensor_Scalar", static_scalars=True)
+def _check_int_pow(args, kwargs):
+    """An integer tensor to a negative integer power: the CPU's error, raised
+    before tracing (the exponent is part of the key: a first-call check)."""
+    self, exponent = args[0], args[1] if len(args) > 1 else kwargs["exponent"]
+    if isinstance(exponent, numbers.Integral) and not isinstance(exponent, bool) and exponent < 0:
+        result = torch.result_type(self, exponent)
+        if not (result.is_floating_point or result.is_complex):
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
+
+
+@register("pow.Tensor_Scalar", static_scalars=True, first_call_check=_check_int_pow)
 def pow_scalar(self, exponent):
     # The exponent's value is known at trace time, to follow PyTorch's CPU
     # kernel: exact shortcuts for common exponents (x*x for 2, sqrt for 0.5...).
@@ -294,8 +372,9 @@ def _digamma(x):
 
 
 def _exp2(x):
-    if jnp.iscomplexobj(x):  # 2**z = exp(z ln 2)
-        return jnp.exp(x * jnp.asarray(math.log(2), jnp.real(x).dtype))
+    if jnp.iscomplexobj(x):  # 2**z = exp(z ln 2), ln 2 scaling each part (a complex product makes inf*0 NaN)
+        ln2 = jnp.asarray(math.log(2), jnp.real(x).dtype)
+        return _exp(lax.complex(jnp.real(x) * ln2, jnp.imag(x) * ln2))
     # split off the integer part so that 2**n is exact (XLA's exp2 is exp(x ln 2))
     n = jnp.round(x)
     n_int = jnp.clip(jnp.where(jnp.isfinite(n), n, 0), -2000, 2000).astype(jnp.int32)
@@ -319,14 +398,35 @@ def _angle(x):
     return jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.asarray(math.pi, x.dtype), 0).astype(x.dtype))
 
 
+def _exp(x):
+    """exp, with C99's (and the CPU's) values where the imaginary part is not
+    finite: exp(-inf + i*y) = 0 and exp(+inf + i*y) = inf + i*NaN (XLA: NaN)."""
+    out = jnp.exp(x)
+    if not jnp.iscomplexobj(x):
+        return out
+    re, odd = jnp.real(x), ~jnp.isfinite(jnp.imag(x))
+    out = jnp.where((re == -jnp.inf) & odd, jnp.zeros_like(out), out)
+    return jnp.where((re == jnp.inf) & odd, lax.complex(re, jnp.full_like(re, jnp.nan)), out)
+
+
+def _sqrt(z):
+    """sqrt, with C99's (and the CPU's) sqrt(x + i*inf) = inf + i*inf, even for x NaN."""
+    out = jnp.sqrt(z)
+    if not jnp.iscomplexobj(z):
+        return out
+    re, im = jnp.real(z), jnp.imag(z)
+    return jnp.where(jnp.isinf(im), lax.complex(jnp.full_like(re, jnp.inf), im), out)
+
+
+
 # ops whose integer inputs compute in the default float dtype
 def _sigmoid(x):
-    return 1 / (1 + jnp.exp(-x))
+    return _reciprocal(1 + _exp(-x))
 
 
 _INT_TO_FLOAT_UNARY = {
-    "sqrt": jnp.sqrt, "rsqrt": lambda x: 1 / jnp.sqrt(x),
-    "exp": jnp.exp, "exp2": _exp2, "expm1": jnp.expm1,
+    "sqrt": _sqrt, "rsqrt": lambda x: _reciprocal(_sqrt(x)),
+    "exp": _exp, "exp2": _exp2, "expm1": jnp.expm1,
     "log": jnp.log, "log2": jnp.log2, "log10": jnp.log10, "log1p": jnp.log1p,
     "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan,
     "asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan,
@@ -347,6 +447,9 @@ for _name, _f in _INT_TO_FLOAT_UNARY.items():
 
 @register("abs.default", promote=COMPLEX_TO_FLOAT)
 def abs_(self):
+    if jnp.iscomplexobj(self):  # |inf + i*NaN| = inf, as hypot (XLA: NaN)
+        re, im = jnp.real(self), jnp.imag(self)
+        return jnp.where(jnp.isinf(re) | jnp.isinf(im), jnp.asarray(jnp.inf, re.dtype), jnp.abs(self))
     return self if self.dtype == jnp.bool_ else jnp.abs(self)
 
 
@@ -409,6 +512,9 @@ def logit(self, eps=None):
 def nan_to_num(self, nan=None, posinf=None, neginf=None):
     if _is_exact(self):
         return self
+    if jnp.iscomplexobj(self):  # each part on its own, as the CPU
+        return lax.complex(nan_to_num(jnp.real(self), nan, posinf, neginf),
+                           nan_to_num(jnp.imag(self), nan, posinf, neginf))
     info = jnp.finfo(self.dtype)
     nan = 0.0 if nan is None else nan
     posinf = info.max if posinf is None else posinf
@@ -428,16 +534,17 @@ def _minimum(a, b):
     return (a & b) if a.dtype == jnp.bool_ else jnp.minimum(a, b)
 
 
-register("maximum.default", promote=DEFAULT)(_maximum)
-register("minimum.default", promote=DEFAULT)(_minimum)
+# complex operands: the CPU's "maximum not implemented for complex tensors."
+register("maximum.default", promote=DEFAULT, first_call_check=_dtype_rules_on_cpu(torch.maximum))(_maximum)
+register("minimum.default", promote=DEFAULT, first_call_check=_dtype_rules_on_cpu(torch.minimum))(_minimum)
 
 
-@register("fmax.default", promote=DEFAULT)
+@register("fmax.default", promote=DEFAULT, first_call_check=_dtype_rules_on_cpu(torch.fmax))
 def fmax(self, other):
     return jnp.fmax(self, other) if _is_float(self) else _maximum(self, other)
 
 
-@register("fmin.default", promote=DEFAULT)
+@register("fmin.default", promote=DEFAULT, first_call_check=_dtype_rules_on_cpu(torch.fmin))
 def fmin(self, other):
     return jnp.fmin(self, other) if _is_float(self) else _minimum(self, other)
 
@@ -521,7 +628,7 @@ def xlog1py(self, other):
     return jnp.where(jnp.isnan(other), other, out)
 
 
-@register("heaviside.default", promote=DEFAULT)
+@register("heaviside.default", promote=DEFAULT, first_call_check=_dtype_rules_on_cpu(torch.heaviside))
 def heaviside(self, values):
     # NaN input gives 0 (NaN > 0 is false), as PyTorch's kernel
     return jnp.where(self == 0, values, (self > 0).astype(self.dtype))
@@ -889,10 +996,14 @@ guard("gcd.default", prepare=_integers_only("gcd"))
 guard("lcm.default", prepare=_integers_only("lcm"))
 
 
-@register("frexp.Tensor")
-def frexp(self):
-    if not _is_float(self):
+def _check_frexp(args, kwargs):
+    """Complex and integer inputs: the CPU's error, before tracing."""
+    if not args[0].is_floating_point():
         raise RuntimeError("torch.frexp() only supports floating-point dtypes")
+
+
+@register("frexp.Tensor", first_call_check=_check_frexp)
+def frexp(self):
     x = self.astype(dtypes.opmath(self.dtype))
     mantissa, exponent = _frexp_bits(x)
     return mantissa.astype(self.dtype), exponent

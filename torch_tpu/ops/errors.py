@@ -93,7 +93,14 @@ _CPU_ERRORS = [
      "torch.clamp: At least one of 'min' or 'max' must not be None"),
     (r"alpha argument of type <class 'float'> cannot be safely cast to type <class 'int'>", RuntimeError,
      "For integral input tensors, argument alpha must not be a floating point number."),
+    (r"alpha argument of type <class 'complex'> cannot be safely cast to type <class '(float|int|bool)'>",
+     RuntimeError, "For non-complex input tensors, argument alpha must not be a complex number."),
     (r"Attempting to broadcast a dimension of length", IndexError, _index_shapes),
+    # torch._prims_common's wording of the CPU's in-place/out= cast refusal
+    (r"result type torch\.(\w+) can't be cast to the desired output type torch\.(\w+)", RuntimeError,
+     lambda match, args: _cast_refusal(match.group(1), match.group(2))),
+    (r"Attempting to cast from torch\.(\w+) to out tensor with dtype torch\.(\w+), but this can't be cast",
+     RuntimeError, lambda match, args: _cast_refusal(match.group(1), match.group(2))),
     (r"Promotion of \w+\.add/sub_\(\w+\) in in-place ops are not possible", RuntimeError,
      lambda match, args: _cannot_cast_result(args)),
 ]
@@ -104,6 +111,11 @@ def _cannot_cast_result(args):
     self, other = args[0], args[1]
     result = torch.result_type(self, other)
     return f"result type {scalar_type_name(result)} can't be cast to the desired output type {scalar_type_name(self.dtype)}"
+
+
+def _cast_refusal(result: str, out: str) -> str:
+    name = lambda n: scalar_type_name(getattr(torch, n))  # noqa: E731
+    return f"result type {name(result)} can't be cast to the desired output type {name(out)}"
 
 
 def scalar_type_name(dtype: torch.dtype) -> str:

@@ -33,14 +33,24 @@ def _write_out(name, out, fn, *inputs):
     if out.numel() != value.size:
         out.resize_(value.shape)
     out_checks.check_no_internal_overlap(out)
-    access.write(out, value.reshape(tuple(out.shape)))
+    shape = tuple(out.shape)
+    access.write(out, value if value.shape == shape else value.reshape(shape))  # (a reshape is a dispatch)
     return out
 
 
 def _meta_shape(op, *args, out):
-    """Output shape (and PyTorch's errors) from the op's meta kernel."""
+    """Output shape (and PyTorch's errors) from the op's meta kernel; for
+    plain numbers (``torch.arange(t)`` in every forward) remembered by value."""
+    if all(type(a) in (int, float, bool) for a in args):
+        return _meta_shape_of(op, out.dtype, *((type(a), a) for a in args))
     meta_out = torch.empty(0, dtype=out.dtype, device="meta")
     return tuple(op(*args, out=meta_out).shape)
+
+
+@functools.lru_cache(maxsize=1024)
+def _meta_shape_of(op, dtype, *typed_args):  # (an error raised is not remembered)
+    meta_out = torch.empty(0, dtype=dtype, device="meta")
+    return tuple(op(*(a for _, a in typed_args), out=meta_out).shape)
 
 
 def _acc_dtype(dtype: torch.dtype):

@@ -47,7 +47,9 @@ def _exists(packet, overload):
     return p is not None and overload in p.overloads()
 
 
-for _name, _fn in {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": jnp.divide,
+# div: correctly rounded, as the single-tensor kernel (XLA turns a division by
+# one number into a multiplication by its reciprocal: 1 ulp off the CPU's)
+for _name, _fn in {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": elementwise._true_div,
                    "maximum": jnp.maximum, "minimum": jnp.minimum,
                    "clamp_min": jnp.maximum, "clamp_max": jnp.minimum,
                    "pow": jnp.power}.items():

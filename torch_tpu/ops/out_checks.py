@@ -5,9 +5,15 @@ import re
 import warnings
 
 import torch
-from torch._prims_common import elementwise_dtypes
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .. import dtypes
+
+
+def computes_before_out(kernel) -> bool:
+    """Elementwise ops (a promotion rule, opmath, pow) compute in their own
+    result dtype, whatever out='s dtype is."""
+    return kernel.opts.promote is not None or kernel.opts.opmath or kernel.op._schema.name == "aten::pow"
 
 
 def result_before_out_cast(kernel, args, kwargs, out_specs):
@@ -22,7 +28,9 @@ def result_before_out_cast(kernel, args, kwargs, out_specs):
                 if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
     if not operands:
         return out_specs
-    _, result = elementwise_dtypes(*operands, type_promotion_kind=kernel.opts.promote)
+    kind = kernel.opts.promote or (ELEMENTWISE_TYPE_PROMOTION_KIND.BOOL_TO_LONG if kernel.op._schema.name == "aten::pow"
+                                   else ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)  # opmath ops: pow, gelu, ...
+    _, result = elementwise_dtypes(*operands, type_promotion_kind=kind)
     return [out_specs[0]._replace(dtype=dtypes.to_np(result))]
 
 
@@ -44,20 +52,27 @@ def _cpu_stand_in(x, out):
     return x
 
 
-def check_out_dtype_like_cpu(kernel, args, kwargs):
-    """When an ``out=`` tensor's dtype differs from the input's, ask PyTorch's
-    CPU kernel (on zero-filled CPU stand-ins of the same shapes and dtypes)
-    whether it accepts it: most ops refuse ("Found dtype Double but expected
-    Float"), elementwise ones with casting rules accept; meta kernels check
-    only some.  Raises the CPU's dtype error; first call of a signature only."""
+def _cpu_verdict(kernel, args, kwargs):
+    """PyTorch's CPU kernel on zero-filled CPU stand-ins of the same shapes and
+    dtypes: "same" (out= dtypes equal the input's: nothing to ask), "skip"
+    (too large to probe), "ok", or the CPU's dtype error."""
     from .registry import _flat
     outs = [o for n in kernel.out_names for o in _flat([kwargs.get(n)]) if isinstance(o, torch.Tensor)]
     inputs = [a for a in _flat(list(args) + [v for k, v in kwargs.items() if k not in kernel.out_names])
               if isinstance(a, torch.Tensor)]
-    if not inputs or not outs or all(o.dtype == inputs[0].dtype for o in outs):
-        return
+    # (one out= of the input's dtype: nothing to ask; several (frexp's mantissa
+    # and exponent) may each need their own dtype)
+    if not inputs or not outs or (len(outs) == 1 and outs[0].dtype == inputs[0].dtype):
+        return "same"
     if sum(t.numel() for t in inputs + outs) > _PROBE_NUMEL:
-        return
+        return "skip"
+    error = _cpu_error(kernel, args, kwargs)
+    return error if error is not None and _DTYPE_ERROR.search(str(error)) else "ok"
+
+
+def _cpu_error(kernel, args, kwargs):
+    """The error PyTorch's CPU kernel raises on zero-filled CPU stand-ins of
+    the arguments (same shapes and dtypes), or None."""
     cpu_args = [_cpu_stand_in(a, False) for a in args]
     cpu_kwargs = {k: _cpu_stand_in(v, k in kernel.out_names) for k, v in kwargs.items()}
     try:
@@ -65,8 +80,45 @@ def check_out_dtype_like_cpu(kernel, args, kwargs):
             warnings.simplefilter("ignore")
             kernel.op(*cpu_args, **cpu_kwargs)
     except (RuntimeError, TypeError) as e:
-        if _DTYPE_ERROR.search(str(e)):
-            raise type(e)(str(e)) from None
+        return type(e)(str(e))
+    return None
+
+
+def check_out_dtype_like_cpu(kernel, args, kwargs):
+    """When an ``out=`` tensor's dtype differs from the input's, ask PyTorch's
+    CPU kernel whether it accepts it: most ops refuse ("Found dtype Double but
+    expected Float"), elementwise ones with casting rules accept; meta kernels
+    check only some.  Raises the CPU's dtype error; first call of a signature only."""
+    verdict = _cpu_verdict(kernel, args, kwargs)
+    if isinstance(verdict, Exception):
+        raise verdict from None
+
+
+def instead_of_meta_error(kernel, args, kwargs, error):
+    """A meta kernel's dtype complaint about an out= or in-place destination,
+    where PyTorch's CPU kernel (on stand-ins) says otherwise: raises the CPU's
+    own error (``isposinf does not support non-boolean outputs``, ``In-place
+    abs is not supported for complex tensors``); or, where the CPU accepts the
+    out= (abs of a complex tensor into a complex out: the CPU computes the real
+    result and casts it), kwargs with out= replaced by an empty meta tensor of
+    the op's own result dtype, for the meta kernel to describe the result (the
+    copy into the real out casts).  None: keep the meta kernel's error."""
+    if kernel.mode not in ("out", "inplace") or not _DTYPE_ERROR.search(str(error)):
+        return None
+    if sum(t.numel() for t in args if isinstance(t, torch.Tensor)) > _PROBE_NUMEL:
+        return None
+    error = _cpu_error(kernel, args, kwargs)
+    if error is not None:
+        raise error from None
+    if kernel.mode != "out" or kernel.opts.promote is None or len(kernel.out_names) != 1:
+        return None
+    from .registry import _SCALAR_TYPES, _flat, to_meta
+    name = kernel.out_names[0]
+    operands = [to_meta(a) for a in _flat(list(args) + [v for k, v in kwargs.items() if k != name])
+                if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
+    _, result = elementwise_dtypes(*operands, type_promotion_kind=kernel.opts.promote)
+    return {**{k: to_meta(v) for k, v in kwargs.items()},
+            name: torch.empty(kwargs[name].shape, dtype=result, device="meta")}
 
 
 # ---- overlapping destinations ------------------------------------------------------
@@ -78,15 +130,41 @@ _OVERLAP = ("unsupported operation: more than one element of the written-to tens
 _OVERLAP_ALLOWED = {"fill_", "zero_", "index_put_", "_index_put_impl_", "masked_fill_"}
 
 
+# Elementwise ops registered with no promotion rule: TensorIterator kernels on
+# the CPU all the same (their destinations are checked as the others').
+_TENSOR_ITERATOR = {"pow", "logit", "logical_and", "logical_or", "logical_xor", "logical_not"}
+_PARTIAL = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+            "single memory location. Please clone() the tensor before performing the operation.")
+
+
 def checks_overlap(kernel) -> bool:
-    """Whether ``kernel`` refuses a destination with internal overlap, as
-    PyTorch's TensorIterator kernels (elementwise, random, copy) do."""
+    """Whether ``kernel`` refuses a destination with internal overlap, or one
+    that partly overlaps an input, as PyTorch's TensorIterator kernels
+    (elementwise, random, copy) do."""
     if kernel.mode not in ("inplace", "out") or kernel.writes_list:
         return False
     base = kernel.op._schema.name.split("::")[1]
     if base in _OVERLAP_ALLOWED:
         return False
-    return kernel.opts.promote is not None or kernel.opts.rng or base == "copy_"
+    return (kernel.opts.promote is not None or kernel.opts.rng or base == "copy_"
+            or base.rstrip("_") in _TENSOR_ITERATOR)
+
+
+def check_overlap(kernel, args, kwargs) -> None:
+    """The destination (self of an in-place op, or out=) must not have two
+    elements at one address (an ``expand``-ed tensor), nor share only part of
+    its memory with an input (``torch.sin(x[1:4], out=x[0:3])``): the CPU
+    refuses both.  The same memory exactly (``torch.sin(x, out=x)``) is fine."""
+    dst = args[0] if kernel.mode == "inplace" else kwargs.get(kernel.out_names[0])
+    if not isinstance(dst, torch.Tensor):
+        return
+    check_no_internal_overlap(dst)
+    storage = None
+    for x in args:
+        if isinstance(x, torch.Tensor) and x is not dst:
+            storage = storage or dst.untyped_storage()._cdata
+            if x.untyped_storage()._cdata == storage and _partly_overlap(dst, x):
+                raise RuntimeError(_PARTIAL)
 
 
 def check_no_internal_overlap(t) -> None:
@@ -94,3 +172,29 @@ def check_no_internal_overlap(t) -> None:
     (an ``expand``-ed tensor): the CPU refuses such writes."""
     if isinstance(t, torch.Tensor) and torch._debug_has_internal_overlap(t) == 1:
         raise RuntimeError(_OVERLAP)
+
+
+def _partly_overlap(a, b) -> bool:
+    """ATen's get_overlap_status(a, b) == Partial, for two tensors of one storage."""
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    if not (_dense(a) and _dense(b)):
+        return False  # "too hard": the CPU does not refuse
+    a_begin, b_begin = a.storage_offset() * a.element_size(), b.storage_offset() * b.element_size()
+    a_end, b_end = a_begin + a.numel() * a.element_size(), b_begin + b.numel() * b.element_size()
+    if a_begin == b_begin and a_end == b_end:
+        return a.stride() != b.stride()
+    return a_begin < b_end and b_begin < a_end
+
+
+def _dense(t) -> bool:
+    """Non-overlapping and dense: its elements fill a block of memory, in some order."""
+    if t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last):
+        return True
+    dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st != expected:
+            return False
+        expected *= sz
+    return True

@@ -32,7 +32,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 from .. import dtypes, precision
 from ..casting import convert
-from ..eager import fusion, modes
+from ..eager import access, fusion, modes
 from ..eager.fusion import LazyBuffer
 from ..eager.launch import launch
 from ..storage import buffers, numbers, views
@@ -67,6 +67,7 @@ _NUMBER_KEYS = {t: (NUMBER, t) for t in _SCALAR_TYPES}  # a traced number's sign
 _STATIC_TYPES = (int, float, bool, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
 _TORCH_TO_NP = dtypes.TORCH_TO_NP
 Tensor = torch.Tensor
+_FUSED = modes.EagerMode.FUSED
 _new = tuple.__new__  # builds a ViewSpec without NamedTuple's keyword-handling __new__ (every op input)
 
 
@@ -309,10 +310,11 @@ def _install(op, kernel, graph=None, dispatch_key="PrivateUse1") -> None:
 # ---- the kernel wrapper -----------------------------------------------------
 
 class _Entry:
-    __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors")
+    __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors", "donor")
 
-    def __init__(self, fn, out_specs, single, out_buffers):
+    def __init__(self, fn, out_specs, single, out_buffers, donor=None):
         self.fn = fn
+        self.donor = donor  # (fn donating its destination buffers, their input positions), or None
         self.out_specs = out_specs
         self.single = single
         self.out_buffers = out_buffers  # (shape, dtype) of each buffer fn returns
@@ -359,9 +361,9 @@ class Kernel:
         self.dynamic = set() if opts.static_scalars else self.scalar_args | tensor_args
         self.out_names = [a.name for a in schema.arguments
                           if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
-        # The common call (positional tpu tensors and traced numbers, no out=,
-        # no tensor list written) is encoded inline by __call__ (see _fast_key).
-        self.fast = mode in ("functional", "inplace") and not self.writes_list and not self.out_names
+        # The common call (positional tpu tensors, traced numbers and lists of
+        # them, no out=) is encoded inline by __call__ (see _fast_key).
+        self.fast = mode in ("functional", "inplace") and not self.out_names
         self.traced_positions = tuple(n in self.dynamic for n in self.arg_names)
         self.cache = {}
         self.lock = threading.Lock()
@@ -401,7 +403,7 @@ class Kernel:
         traced numbers or static values, built with no call per argument; or
         None for anything else (then the general path starts over)."""
         pos = []
-        fused = modes.is_fused()
+        fused = modes._mode is _FUSED  # (modes.is_fused, without the call: every op)
         for x, traced in zip(args, self.traced_positions):
             if isinstance(x, Tensor):
                 buf = getattr(x.untyped_storage(), "_tpu_buf", None)  # None: a C++-made alias (storage_of)
@@ -416,13 +418,19 @@ class Kernel:
                 pos.append(_NUMBER_KEYS[type(x)])
             elif x is None or isinstance(x, _STATIC_TYPES):
                 pos.append(x)
-            else:  # lists, CPU tensors, generators, ...
+            elif type(x) is list or type(x) is tuple:  # a _foreach_* op's tensors or numbers
+                entry = _fast_list(x, traced, inputs, fused)
+                if entry is None:
+                    return None
+                pos.append(entry)
+            else:  # CPU tensors, generators, ...
                 return None
-        return (tuple(pos), (), None, torch.get_default_dtype(), precision.current)
+        groups = _storage_groups(args[0]) if self.writes_list else None
+        return (tuple(pos), (), groups, torch.get_default_dtype(), precision.current)
 
     def __call__(self, *args, **kwargs):
         if self.check_overlap:
-            out_checks.check_no_internal_overlap(args[0] if self.mode == "inplace" else kwargs.get(self.out_names[0]))
+            out_checks.check_overlap(self, args, kwargs)
         inputs = []
         key = self._fast_key(args, inputs) if self.fast and not kwargs else None
         if key is None:
@@ -443,7 +451,10 @@ class Kernel:
                 self.cache[key] = entry
         if self.opts.rng:
             inputs.append(_rng_material(args, kwargs))
-        return self._finish(entry, launch(self.name, entry.fn, inputs, entry.out_buffers), args, kwargs)
+        fn = entry.fn
+        if entry.donor is not None and access.can_donate(inputs, entry.donor[1], args[:1]):  # a write into part of a large buffer
+            fn = entry.donor[0]
+        return self._finish(entry, launch(self.name, fn, inputs, entry.out_buffers), args, kwargs)
 
     # -- output handling ------------------------------------------------------
     def _finish(self, entry, results, args, kwargs):
@@ -509,7 +520,7 @@ class Kernel:
             if mode == "out":
                 metas = metas[:len(self.out_names)] if len(metas) >= len(self.out_names) else metas
             out_specs = [OutSpec(tuple(m.shape), m.stride(), dtypes.to_np(m.dtype)) for m in metas]
-            if mode == "out" and self.opts.promote is not None:
+            if mode == "out" and out_checks.computes_before_out(self):
                 out_specs = out_checks.result_before_out_cast(self, args, kwargs, out_specs)
             if self.opts.out_dtypes is not None and mode == "functional":
                 out_specs = [spec if d is None else spec._replace(dtype=dtypes.to_np(d))
@@ -557,7 +568,9 @@ class Kernel:
                            for spec in in_place_specs]
         else:
             out_buffers = [(views.buffer_shape(s), s.dtype) for s in out_specs]
-        return _Entry(fn, out_specs, single, out_buffers)
+        donate = access.worth_donating(in_place_specs, groups) if mode == "inplace" and not self.writes_list else ()
+        donor = (jax.jit(traced, donate_argnums=donate), donate) if donate else None
+        return _Entry(fn, out_specs, single, out_buffers, donor)
 
     def promote_dtype(self, args, kwargs):
         """PyTorch's computation dtype for the operands (``torch._refs`` rules), or None."""
@@ -602,6 +615,8 @@ class Kernel:
         except (RuntimeError, ValueError, IndexError, TypeError, AssertionError) as e:
             if "meta" in str(e).lower() and "tensor" in str(e).lower() and "implement" in str(e).lower():
                 return None
+            if (accepted := out_checks.instead_of_meta_error(self, args, kwargs, e)) is not None:
+                return self.op(*margs, **accepted)
             raise errors.rewrite_meta_error(e, self.name, args) from None
 
 
@@ -633,6 +648,30 @@ class MaskedOutputs:
         wanted = [d for d, m in zip(out_dtypes or [None] * len(mask), mask) if m]
         outs = iter(self.inner.apply(args, kwargs, None, wanted, key))
         return [next(outs) if m else None for m in mask]
+
+
+def _fast_list(xs, traced, inputs, fused):
+    """``Kernel._fast_key`` for a list argument: the tuple ``_encode`` gives a
+    list of plain tpu tensors, traced numbers or static values (a _foreach_*
+    op's tensors, a dim list), or None for anything else."""
+    out = []
+    for x in xs:
+        if isinstance(x, Tensor):
+            buf = getattr(x.untyped_storage(), "_tpu_buf", None)
+            if buf is None or x.is_conj() or x.is_neg():
+                return None
+            aval = getattr(buf, "aval", buf)
+            out.append((TENSOR, _new(ViewSpec, (aval.shape, aval.dtype, tuple(x.shape), x.stride(),
+                                                x.storage_offset(), _TORCH_TO_NP[x.dtype]))))
+            inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
+        elif traced and type(x) in _SCALAR_TYPES:
+            inputs.append(x)  # a list's numbers (bias corrections) change every step
+            out.append(_NUMBER_KEYS[type(x)])
+        elif x is None or isinstance(x, _STATIC_TYPES):  # dims, a normalized shape, an output mask
+            out.append(x)
+        else:
+            return None
+    return tuple(out)
 
 
 def _storage_groups(tensors):

@@ -1,0 +1,66 @@
+"""_foreach_* ops on the cache-hit path: a list argument is encoded inline
+(Kernel._fast_key) with exactly the general path's signature, so both share
+one cache entry, and results match the CPU's."""
+import pytest
+import torch
+
+import torch_tpu  # noqa: F401
+from torch_tpu.ops import registry
+
+
+def _general_key(kernel, args):
+    inputs = []
+    pos = tuple(kernel._encode(a, kernel.arg_names[i], inputs) for i, a in enumerate(args))
+    groups = registry._storage_groups(args[0]) if kernel.writes_list else None
+    return (pos, (), groups, torch.get_default_dtype(), registry.precision.current), inputs
+
+
+def _lists():
+    gen = torch.Generator().manual_seed(0)
+    cpu = [torch.randn(4, 3, generator=gen), torch.randn(5, generator=gen), torch.randn(2, 2, generator=gen)]
+    return cpu, [t.to("tpu") for t in cpu]
+
+
+@pytest.mark.parametrize("name,extra", [
+    ("_foreach_add_.List", "tensors"), ("_foreach_mul_.Scalar", 0.5),
+    ("_foreach_div_.ScalarList", [1.5, 2.0, 3.0]), ("_foreach_sqrt.default", None),
+])
+def test_fast_key_is_the_general_key(name, extra):
+    kernel = registry.KERNELS[registry.resolve(name)]
+    _, tpu = _lists()
+    args = [tpu] if extra is None else [tpu, [t.clone() for t in tpu] if extra == "tensors" else extra]
+    inputs = []
+    fast = kernel._fast_key(args, inputs)
+    general, general_inputs = _general_key(kernel, args)
+    assert fast == general
+    assert len(inputs) == len(general_inputs)
+
+
+def test_fast_key_declines_what_it_cannot_encode():
+    kernel = registry.KERNELS[registry.resolve("_foreach_add_.List")]
+    cpu, tpu = _lists()
+    assert kernel._fast_key([tpu, cpu], []) is None  # CPU tensors: the general path's error
+    conj = [torch.randn(3, dtype=torch.complex64).to("tpu").conj()]
+    assert kernel._fast_key([conj, conj], []) is None  # lazy conjugate: its bits are encoded
+
+
+def test_foreach_results_match_cpu_with_shared_storages_and_views():
+    """Bit for bit, division by a list of numbers included (correctly rounded,
+    as the CPU's: XLA would multiply by the reciprocal)."""
+    cpu, tpu = _lists()
+    base_c, base_t = torch.arange(16.0), torch.arange(16.0).to("tpu")
+    # destinations that share one storage (views of one flat buffer), one strided
+    dst_c = [base_c[:4], base_c[4:8], base_c[9::2]]
+    dst_t = [base_t[:4], base_t[4:8], base_t[9::2]]
+    for _ in range(3):  # the cached path, more than once
+        torch._foreach_add_(dst_c, [torch.ones(4), torch.full((4,), 2.0), torch.full((4,), 3.0)])
+        torch._foreach_add_(dst_t, [torch.ones(4).to("tpu"), torch.full((4,), 2.0).to("tpu"),
+                                    torch.full((4,), 3.0).to("tpu")])
+        torch._foreach_div_(cpu, [1.5, 2.0, 3.0])
+        torch._foreach_div_(tpu, [1.5, 2.0, 3.0])
+    torch.testing.assert_close(base_t.cpu(), base_c, rtol=0, atol=0)
+    for c, t in zip(cpu, tpu):
+        torch.testing.assert_close(t.cpu(), c, rtol=0, atol=0)
+    # (XLA's sqrt, like the single-tensor kernel's, may be an ulp off the CPU's)
+    torch.testing.assert_close([t.cpu() for t in torch._foreach_sqrt([t.abs() for t in tpu])],
+                               torch._foreach_sqrt([c.abs() for c in cpu]))
