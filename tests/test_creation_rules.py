@@ -191,3 +191,49 @@ def test_linspace_in_double_matches_cpu_bit_for_bit(start, end, steps, dtype):
     cpu = torch.linspace(start, end, steps, dtype=dtype)
     assert torch.equal(torch.linspace(start, end, steps, dtype=dtype, device="tpu").cpu(), cpu)
 
+
+
+# ---- layouts tpu does not support: a clear NotImplementedError -------------------
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.quint8).to(d),
+    lambda d: torch.quantize_per_channel(torch.randn(2, 3), torch.tensor([0.1, 0.2]), torch.tensor([0, 1]), 0,
+                                         torch.qint8).to(d),
+    lambda d: torch._empty_affine_quantized([2], scale=1.0, zero_point=0, dtype=torch.quint8, device=d),
+    lambda d: torch.empty([2], dtype=torch.qint8, device=d),
+], ids=["per_tensor-to", "per_channel-to", "_empty_affine_quantized", "empty-qint8"])
+def test_quantized_tensors_are_refused_by_name(make):
+    assert make("cpu").is_quantized
+    with pytest.raises(NotImplementedError, match="quantized tensors are not supported on tpu"):
+        make("tpu")
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.tensor([1.0, 2.0]), (3,), device=d),
+    lambda d: torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.tensor([1.0, 2.0]), (3,)).to(d),
+], ids=["sparse_coo_tensor", "to"])
+def test_sparse_coo_tensors_are_refused_by_name(make):
+    assert make("cpu").is_sparse
+    with pytest.raises(NotImplementedError, match="sparse COO tensors are not supported on tpu"):
+        make("tpu")
+
+
+# ---- random_ of a float dtype: the CPU's ends, so rounding never reaches `to` --------
+
+@pytest.mark.parametrize("dtype,args,low,high", [
+    (torch.float16, (32752,), 0, 32736),  # 32751 rounds up to 32752: the CPU draws below 32736
+    (torch.float16, (-32745, 5), -32736, 4),  # -32744 rounds down past from: from moves up
+    (torch.bfloat16, (1000,), 0, 996),
+])
+def test_random_of_a_float_dtype_stays_inside_its_ends(dtype, args, low, high):
+    torch.manual_seed(0)
+    t = torch.empty(50000, dtype=dtype, device="tpu").random_(*args).double()
+    assert low <= t.min().item() and t.max().item() <= high
+    assert t.max().item() >= high - 64 and t.min().item() <= low + 64  # the whole range is drawn
+
+
+@pytest.mark.parametrize("shifts,dims", [((1,), (1, 2)), ((1, 2), (1,)), ((), 1), ((), ())])
+def test_roll_checks_its_counts_first(shifts, dims):
+    """The CPU's messages (the meta kernel wraps the dims first: 'Dimension out of range')."""
+    assert outcome(lambda d: torch.arange(8, device=d).view(2, 4).roll(shifts, dims), "tpu") == \
+        outcome(lambda d: torch.arange(8, device=d).view(2, 4).roll(shifts, dims), "cpu")

@@ -128,3 +128,19 @@ def test_reading_a_view_to_the_host_compiles_nothing(name):
     assert profiler.xla_compiles() == before
     assert torch.equal(host, view(x))
     assert items == [view(x)[p].item() for p in places]
+
+
+def test_reading_a_large_tensor_element_by_element_compiles_once():
+    """Past the host-cut size, the second small read of one buffer moves the
+    buffer once (``for v in t`` / ``all(t)`` compiled a reader per offset);
+    a write makes a new buffer, so no stale value is read."""
+    from torch_tpu.eager import access
+    n = access._HOST_VIEW_NUMEL * 2
+    t = torch.arange(n, dtype=torch.float32, device="tpu") * 2
+    t[0].item()  # the jitted reader, once
+    before = profiler.xla_compiles()
+    got = [t[k].item() for k in (1, 5, n - 1, 12345)] + [t[3:6].tolist()]
+    assert profiler.xla_compiles() == before
+    assert got == [2.0, 10.0, 2.0 * (n - 1), 24690.0, [6.0, 8.0, 10.0]]
+    t[5] = -1.0
+    assert t[5].item() == -1.0 and t[6].item() == 12.0

@@ -82,6 +82,36 @@ def test_setitem():
     assert_same(t, x, exact=True)
 
 
+@pytest.mark.parametrize("put", [
+    lambda x, m: x.__setitem__(m, float("nan")),  # CPU mask, tpu tensor: not PyTorch's masked_fill_ path
+    lambda x, m: x.__setitem__((slice(None), m[0]), -2.0),
+    lambda x, m: x.t().__setitem__(m.t(), 3.0),  # written through a transposed view
+    lambda x, m: x.index_put_((m,), torch.tensor([[5.0]], device=x.device)),
+    lambda x, m: x.__setitem__(torch.tensor(True), 1.0),  # a 0-d mask: all or nothing
+    lambda x, m: x.__setitem__((m[:, 0], 1), 8.0),  # a mask and a number
+], ids=["mask", "mask-dim1", "transposed", "index_put_-1x1", "0-d", "mask-and-int"])
+def test_mask_fill_with_one_value(put):
+    x, m = _x(4, 5), _x(4, 5) > 0
+    t = x.to("tpu")
+    put(x, m)
+    put(t, m)
+    assert_same(t, x, exact=True)
+
+
+def test_mask_fill_compiles_once_per_shape():
+    """``x[mask] = v`` for masks of one shape reuses one executable, whatever
+    the count of True (it used to compile a nonzero and an index_put per count)."""
+    from torch_tpu import profiler
+    g = torch.Generator().manual_seed(0)
+    t = torch.zeros(6, 7, device="tpu")
+    t[torch.rand(6, 7, generator=g) > 0.5] = 1.0
+    before = profiler.xla_compiles()
+    for _ in range(5):
+        t[torch.rand(6, 7, generator=g) > 0.5] = 2.0
+    t.cpu()
+    assert profiler.xla_compiles() == before
+
+
 def test_setitem_through_view():
     x = _x(4, 6)
     t = x.to("tpu")

@@ -12,7 +12,7 @@ cause (exception type and the first line of its message).
         test_shape_ops.py test_indexing.py
 
 Each run is one pytest subprocess per file and device, under ``nice``, with a
-per-test timeout (SIGALRM: a test stuck past it fails with SuiteTestTimeout) and an
+per-test timeout (in CPU seconds by default, SIGPROF; a test past it fails with SuiteTestTimeout) and an
 overall limit per run; results come from pytest's ``--junitxml``.
 ``tests/pytorch_suite_expected.py`` lists the tpu-only failures known and why:
 ``--check`` reports the ones not listed there (and listed ones that pass).
@@ -46,6 +46,9 @@ TPU_CLASS_SUFFIXES = ("PRIVATEUSE1", "TPU")
 def pytest_addoption(parser):
     parser.addoption("--suite-test-timeout", type=float, default=0.0,
                      help="seconds a single test may run (0: no limit)")
+    parser.addoption("--suite-timeout-clock", choices=("cpu", "wall"), default="cpu",
+                     help="what the per-test timeout counts: the process's CPU seconds (the default: on a "
+                          "shared machine the load does not fail a test) or wall seconds")
     parser.addoption("--suite-log", default="",
                      help="append each test's outcome to this file as it ends (kept when a run is cut short)")
     parser.addoption("--suite-select", default="",
@@ -98,16 +101,20 @@ def _on_alarm(signum, frame):
     raise SuiteTestTimeout("test ran past --suite-test-timeout")
 
 
+_TIMERS = {"cpu": (signal.ITIMER_PROF, signal.SIGPROF), "wall": (signal.ITIMER_REAL, signal.SIGALRM)}
+
+
 def pytest_runtest_call(item):
     limit = item.config.getoption("--suite-test-timeout")
     if limit:
-        signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, limit)
+        timer, signum = _TIMERS[item.config.getoption("--suite-timeout-clock")]
+        signal.signal(signum, _on_alarm)
+        signal.setitimer(timer, limit)
 
 
 def pytest_runtest_teardown(item):
     if item.config.getoption("--suite-test-timeout"):
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.setitimer(_TIMERS[item.config.getoption("--suite-timeout-clock")][0], 0)
 
 
 def pytest_runtest_setup(item):
@@ -164,7 +171,7 @@ def collect_classes(path):
     return found
 
 
-def run_classes(path, classes, xml, test_timeout, limit, extra):
+def run_classes(path, classes, xml, test_timeout, limit, extra, clock="cpu"):
     """pytest on ``path::C`` for each class; (wall seconds, CPU seconds, timed
     out).  CPU seconds (user + system of the pytest process) are the fairer
     measure on a shared machine, where wall time depends on the load."""
@@ -173,7 +180,8 @@ def run_classes(path, classes, xml, test_timeout, limit, extra):
             os.remove(stale)
     name = os.path.basename(path)
     cmd = (["nice", "-n", "10", _python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytorch_suites",
-            f"--suite-test-timeout={test_timeout}", f"--junitxml={xml}", f"--suite-log={xml}.log"]
+            f"--suite-test-timeout={test_timeout}", f"--suite-timeout-clock={clock}", f"--junitxml={xml}",
+            f"--suite-log={xml}.log"]
            + [f"{name}::{c}" for c in classes] + list(extra))
     start, used = time.monotonic(), _children_cpu()
     try:
@@ -257,14 +265,36 @@ def compare(cpu, tpu):
     return rows
 
 
+def _expected():
+    """tests/pytorch_suite_expected.py's (EXPECTED_FAILURES, UNSUPPORTED_FEATURES)."""
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    from pytorch_suite_expected import EXPECTED_FAILURES, UNSUPPORTED_FEATURES
+    return EXPECTED_FAILURES, UNSUPPORTED_FEATURES
+
+
+def unsupported_only(tpu_only, known, unsupported_reasons):
+    """The tpu-only failures listed with a reason that is a feature decided
+    unsupported: as a test skipped by PyTorch's own decorators, they count as
+    neither passed nor failed in the second ratio."""
+    return [t for t in tpu_only if known.get(t) in unsupported_reasons]
+
+
+def _ratio(part, whole):
+    return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="*", help="test files in --tests-dir (default: every test_*.py there)")
     ap.add_argument("--tests-dir", required=True)
     ap.add_argument("--test-timeout", type=float, default=120.0, help="seconds per test")
+    ap.add_argument("--timeout-clock", choices=("cpu", "wall"), default="cpu",
+                    help="--test-timeout in CPU seconds of the test process (default) or wall seconds")
     ap.add_argument("--limit", type=float, default=3600.0, help="seconds per file and device")
     ap.add_argument("--xml-dir", default="/tmp/pytorch_suites")
     ap.add_argument("--tpu-only", action="store_true", help="reuse the CPU results in --xml-dir")
+    ap.add_argument("--report-only", action="store_true",
+                    help="run nothing: print the table from the CPU and tpu results already in --xml-dir")
     ap.add_argument("--check", action="store_true",
                     help="compare the tpu-only failures with tests/pytorch_suite_expected.py")
     ap.add_argument("-k", default=None, help="passed to pytest")
@@ -279,21 +309,22 @@ def main(argv=None):
     table, failures = [], {}
     for f in files:
         path = os.path.abspath(os.path.join(args.tests_dir, f))
-        classes = collect_classes(path)
+        classes = {"cpu": [], "tpu": []} if args.report_only else collect_classes(path)
         stem = os.path.splitext(f)[0]
         walls, cpus = {}, {}
         results = {}
         for dev in ("cpu", "tpu"):
             xml = os.path.join(args.xml_dir, f"{stem}.{dev}.xml")
             times = xml[:-len(".xml")] + ".times.json"  # the run's wall and CPU seconds, for --tpu-only
-            if dev == "cpu" and args.tpu_only and os.path.exists(xml):
+            reuse = args.report_only or (dev == "cpu" and args.tpu_only)
+            if reuse and (os.path.exists(xml) or os.path.exists(xml + ".log")):
                 walls[dev] = cpus[dev] = None
                 if os.path.exists(times):
                     with open(times) as fh:
                         walls[dev], cpus[dev] = json.load(fh)
             elif classes[dev]:
                 walls[dev], cpus[dev], timed_out = run_classes(path, classes[dev], xml, args.test_timeout, args.limit,
-                                                               extra)
+                                                               extra, args.timeout_clock)
                 with open(times, "w") as fh:
                     json.dump([walls[dev], cpus[dev]], fh)
                 if timed_out:
@@ -304,18 +335,22 @@ def main(argv=None):
         table.append((f, rows, walls, cpus))
         print(f"done {f}", file=sys.stderr, flush=True)
 
+    expected, unsupported_reasons = _expected()
     print("tests: the file's tpu tests, less @onlyCPU ones; CPU passes: those whose CPU twin passes; "
-          "tpu / CPU: the share of CPU passes that pass on tpu too (the goal: >= 99%)")
-    print("| file | tests | CPU passes | tpu passes | tpu / CPU | tpu-only failures | tpu skips (CPU passes) "
-          "| wall CPU / tpu | CPU time CPU / tpu |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "tpu / CPU: the share of CPU passes that pass on tpu too (the goal: >= 99%); "
+          "tpu / CPU, unsupported skipped: the same, the tests whose only tpu failure is a feature decided "
+          "unsupported (quantized, sparse COO, complex32: tests/pytorch_suite_expected.py) counted as skipped")
+    print("| file | tests | CPU passes | tpu passes | tpu / CPU | tpu / CPU, unsupported skipped | tpu-only failures "
+          "| of them unsupported | tpu skips (CPU passes) | wall CPU / tpu | CPU time CPU / tpu |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for f, rows, walls, cpus in table:
         wall = " / ".join("-" if walls.get(d) is None else (walls[d] if isinstance(walls[d], str) else f"{walls[d]:.0f} s")
                           for d in ("cpu", "tpu"))
         cpu = " / ".join("-" if cpus.get(d) is None else f"{cpus[d]:.0f} s" for d in ("cpu", "tpu"))
         both = rows["cpu_pass"] - len(rows["tpu_only"]) - rows["tpu_skip_cpu_pass"]  # pass on both
-        ratio = f"{100 * both / rows['cpu_pass']:.1f}%" if rows["cpu_pass"] else "-"
-        print(f"| {f} | {rows['tests']} | {rows['cpu_pass']} | {rows['tpu_pass']} | {ratio} | {len(rows['tpu_only'])} "
+        unsupported = unsupported_only(rows["tpu_only"], expected.get(f, {}), unsupported_reasons)
+        print(f"| {f} | {rows['tests']} | {rows['cpu_pass']} | {rows['tpu_pass']} | {_ratio(both, rows['cpu_pass'])} "
+              f"| {_ratio(both, rows['cpu_pass'] - len(unsupported))} | {len(rows['tpu_only'])} | {len(unsupported)} "
               f"| {rows['tpu_skip_cpu_pass']} | {wall} | {cpu} |")
     for f, fails in failures.items():
         if not fails:
@@ -329,11 +364,9 @@ def main(argv=None):
             for t in sorted(tests):
                 print(f"    - {t}")
     if args.check:
-        sys.path.insert(0, os.path.join(REPO, "tests"))
-        from pytorch_suite_expected import EXPECTED_FAILURES
         status = 0
         for f, fails in failures.items():
-            known = EXPECTED_FAILURES.get(f, {})
+            known = expected.get(f, {})
             new = sorted(set(fails) - set(known))
             fixed = sorted(set(known) - set(fails))
             for t in new:

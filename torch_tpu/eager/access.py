@@ -4,6 +4,7 @@ import functools
 import math
 import operator
 import sys
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -104,8 +105,13 @@ def read_host(t) -> np.ndarray:
     buf = fusion.resolve(buf)
     buf_shape, buf_dtype, size, _, _, dtype = spec
     whole = math.prod(buf_shape)
-    if buf_dtype != dtype or (whole > _HOST_VIEW_NUMEL and whole > 2 * math.prod(size)):
+    if buf_dtype != dtype:
         return np.asarray(read(t))
+    if whole > _HOST_VIEW_NUMEL and whole > 2 * math.prod(size):
+        host = _host_copy_on_second_read(buf, whole * np.dtype(buf_dtype).itemsize)
+        if host is None:
+            return np.asarray(read(t))
+        buf = host
     value = views.host_read(spec, buf)
     bits = views.lazy_bits(t)
     if bits and bits[0]:
@@ -113,6 +119,35 @@ def read_host(t) -> np.ndarray:
     if bits and bits[1]:
         value = np.negative(value)
     return value
+
+
+# The buffer whose small views were read last, and its host copy once it has been
+# read twice: reading a big tensor element by element (``for v in t``, ``all(t)``)
+# then moves it once, where a jitted reader would compile per element's offset.
+# A buffer never changes (a write makes a new one), so the copy stays valid.
+_LAST_READ = {"buf": None, "host": None}
+_HOST_COPY_BYTES = 1 << 26
+
+
+def _host_copy_on_second_read(buf, nbytes):
+    last = _LAST_READ["buf"]
+    if last is None or last() is not buf:
+        _LAST_READ.update(buf=_weak(buf), host=None)
+        return None
+    if _LAST_READ["host"] is None and nbytes <= _HOST_COPY_BYTES:
+        host = _LAST_READ["host"] = np.array(buf)  # a copy: never aliases a buffer a later write donates
+        host.flags.writeable = False
+    return _LAST_READ["host"]
+
+
+def _weak(buf):
+    def forget(ref):  # the buffer is gone: drop its host copy with it
+        if _LAST_READ["buf"] is ref:
+            _LAST_READ.update(buf=None, host=None)
+    try:
+        return weakref.ref(buf, forget)
+    except TypeError:  # not weak-referenceable: never cached
+        return None
 
 
 def write(t, value) -> None:

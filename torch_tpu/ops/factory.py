@@ -236,3 +236,23 @@ def eye_m_out(n, m, *, out):
 @register_raw("eye.out")
 def eye_out(n, *, out):
     return eye_m_out(n, n, out=out)
+
+
+# ---- layouts tpu does not support: a clear refusal -------------------------------
+# Every quantized or sparse COO tensor on tpu is built by one of these ops (the
+# dispatcher picks the Quantized/Sparse key from the dtype or layout); without a
+# kernel, PyTorch's message names a 'Quantizedtpu' backend and the selective build.
+
+def _refuse(what, hint):
+    def kernel(*args, **kwargs):
+        raise NotImplementedError(f"{what} are not supported on tpu; {hint}")
+    return kernel
+
+
+_QUANTIZED_HINT = "quantize on the CPU (x.cpu()) or keep the tensor in a float dtype"
+for _name in ("empty_quantized.default", "_empty_affine_quantized.default",
+              "_empty_per_channel_affine_quantized.default", "empty.memory_format", "empty_strided.default"):
+    register_raw(_name, dispatch_key="QuantizedPrivateUse1")(_refuse("quantized tensors", _QUANTIZED_HINT))
+for _name in ("_sparse_coo_tensor_with_dims_and_tensors.default", "_sparse_coo_tensor_with_dims.default"):
+    register_raw(_name, dispatch_key="SparsePrivateUse1")(
+        _refuse("sparse COO tensors", "build them on the CPU, or use a dense tensor (to_dense())"))

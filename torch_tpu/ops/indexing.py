@@ -135,20 +135,36 @@ def nonzero_static(self, *, size, fill_value=-1):
     return jnp.stack(jnp.nonzero(self, size=size, fill_value=fill_value), axis=1)
 
 
-def _mask_to_indices(mask, self, start):
-    """A bool/uint8 mask indexing dims start.. of ``self`` -> one long tpu tensor per dim."""
+def _check_mask_shape(mask, self, start):
     for k, s in enumerate(mask.shape):
         if start + k >= self.dim() or self.shape[start + k] != s:
             raise IndexError(
                 f"The shape of the mask {list(mask.shape)} at index {k} does not match the shape "
                 f"of the indexed tensor {list(self.shape)} at index {start + k}")
+
+
+def _mask_to_indices(mask):
+    """A bool/uint8 mask -> one long tpu tensor per dim it indexes."""
     coords = _nonzero_array(_value(mask))
     return [buffers.wrap(coords[:, k]) for k in range(mask.dim())]
 
 
+def _is_mask_fill(bound):
+    """``x[mask] = v`` with the mask the only index and one value for every
+    selected element: the kernel puts it with a where over the mask (its
+    ``_mask_put``), so no host read of the count and no shape that changes
+    with it (a new count would compile a new nonzero and index_put)."""
+    values = bound.get("values")
+    given = [i for i in bound["indices"] if i is not None]
+    return (values is not None and values.numel() == 1 and not bound.get("accumulate")
+            and len(given) == 1 and given[0].dtype in (torch.bool, torch.uint8))
+
+
 def _prepare_indices(bound):
-    """Boolean masks become long indices; every long index is range-checked."""
+    """Boolean masks become long indices (but a mask fill keeps its mask);
+    every long index is range-checked."""
     self, indices = bound["self"], bound["indices"]
+    keep_mask = _is_mask_fill(bound)
     out, dim = [], 0
     for idx in indices:
         if idx is None:
@@ -158,7 +174,8 @@ def _prepare_indices(bound):
             if idx.dtype == torch.uint8:
                 errors.warn_at_caller("indexing with dtype torch.uint8 is now deprecated, please use a "
                                       "dtype torch.bool instead.")
-            out.extend(_mask_to_indices(idx, self, dim))
+            _check_mask_shape(idx, self, dim)
+            out.extend([idx] if keep_mask else _mask_to_indices(idx))
             dim += idx.dim()
         else:
             if idx.is_floating_point() or idx.is_complex():
@@ -172,6 +189,8 @@ def _prepare_indices(bound):
     if "values" in bound:
         values = bound["values"]
         _check_values_fit(self, out, values)  # the CPU checks shapes first
+        if keep_mask:
+            bound["values"] = values.reshape(())  # the one value, for every selected element
         if values.dtype != self.dtype:
             raise RuntimeError(
                 "Index put requires the source and destination dtypes match, got "

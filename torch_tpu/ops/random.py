@@ -88,16 +88,34 @@ def _randint(shape, low, high_exclusive):
     return np.int64(low) + offset.astype(np.int64)
 
 
+def _held(dtype, ends):
+    """``ends`` (low, high exclusive) moved inward as the CPU's random_ does for a
+    float dtype (ATen's update_from/update_to): a draw rounded to the dtype
+    then never reaches ``high`` (float16 random_(32752) stays below 32752)."""
+    low, high = ends
+    if not jnp.issubdtype(dtype, jnp.floating):
+        return low, high
+    digits = int(jnp.finfo(dtype).nmant) + 1
+
+    def rounded(v):  # int64 -> the dtype, back to int64
+        return int(np.float64(v).astype(dtype).astype(np.float64))
+    if rounded(low + 1) < low:
+        low = rounded(low + 1) + (1 << (abs(low + 1).bit_length() - 1 - digits + 1))
+    if high is not None and rounded(high - 1) >= high:
+        high = rounded(high - 1) - (1 << (abs(high - 1).bit_length() - 1 - digits + 1))
+    return low, high
+
+
 @register("random.from", static_scalars=True, rng=True)
 def random_from(self, from_=0, to=None, *, generator=None, **kw):
-    low = kw.get("from", from_)
-    high = (_int_bounds(out_dtype())[1] + 1) if to is None else to
-    return _randint(self.shape, int(low), int(high))
+    low, high = _held(out_dtype(), (int(kw.get("from", from_)), None if to is None else int(to)))
+    high = (_int_bounds(out_dtype())[1] + 1) if high is None else high
+    return _randint(self.shape, low, high)
 
 
 @register("random.to", static_scalars=True, rng=True)
 def random_to(self, to, *, generator=None):
-    return _randint(self.shape, 0, int(to))
+    return _randint(self.shape, *_held(out_dtype(), (0, int(to))))
 
 
 @register("random.default", rng=True)

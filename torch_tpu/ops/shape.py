@@ -17,7 +17,7 @@ from .. import dtypes, runtime
 from ..eager import access
 from ..eager.launch import launch
 from ..storage import buffers
-from .registry import out_dtype, register, register_raw
+from .registry import guard, out_dtype, register, register_raw
 
 
 # ---- writes of one value ----------------------------------------------------
@@ -56,6 +56,18 @@ def roll(self, shifts, dims=()):
     if len(dims) == 0:  # no dims: roll the flattened tensor
         return jnp.roll(self.reshape(-1), shifts[0]).reshape(self.shape)
     return jnp.roll(self, tuple(shifts), axis=tuple(dims))
+
+
+def _check_roll_arguments(bound):
+    # the CPU checks the counts before the dims (the meta kernel wraps the dims first)
+    shifts, dims = list(bound["shifts"]), list(bound.get("dims", ()))
+    if not shifts:
+        raise RuntimeError("`shifts` required")
+    if (dims or len(shifts) != 1) and len(shifts) != len(dims):
+        raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
+
+
+guard("roll.default", prepare=_check_roll_arguments)
 
 
 @register("tril.default")

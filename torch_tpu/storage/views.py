@@ -294,5 +294,9 @@ def host_read(spec, buf):
     for the view's shape and offset, as ``reader`` needs.  Read-only."""
     buf_shape, buf_dtype, size, stride, offset, dtype = spec
     flat = np.asarray(buf).reshape(-1)
+    if not size:  # one element (``.item()``, a loop over a tensor): no strided view to build
+        one = flat[offset:offset + 1].reshape(())
+        one.flags.writeable = False
+        return one
     return np.lib.stride_tricks.as_strided(flat[offset:], size, [s * flat.itemsize for s in stride],
                                            writeable=False)
