@@ -160,13 +160,24 @@ def _distinct_count(x):
 
 @functools.partial(jax.jit, static_argnames=("n",))
 def _unique_kernel(x, n):
+    # Runs of the stably sorted values; not jnp.unique, which merges NaNs
+    # (the CPU keeps each NaN distinct, last, in input order).
     flat = x.reshape(-1)
-    values, inverse, counts = jnp.unique(flat, size=n, return_inverse=True, return_counts=True)
+    order = jnp.argsort(flat, stable=True)
+    values, groups, counts = _unique_consecutive_kernel(flat[order], 0, n)
+    inverse = jnp.zeros(order.shape, np.int64).at[order].set(groups)
     return values, inverse.reshape(x.shape), counts
+
+
+def _no_complex(t, name):
+    """The CPU's unique kernels have no complex version."""
+    if t.is_complex():
+        raise NotImplementedError(f'"{name}" not implemented for \'{dtypes.aten_name(t.dtype)}\'')
 
 
 @register_raw("_unique2.default")
 def _unique2(self, sorted=True, return_inverse=False, return_counts=False):
+    _no_complex(self, "unique")
     # The number of distinct values is read to the host, then one jitted kernel
     # with that static size sorts and counts (always sorted, like PyTorch's CPU).
     x = access.read(self)
@@ -270,6 +281,7 @@ def _unique_axis(self, dim):
 
 @register_raw("unique_consecutive.default")
 def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+    _no_complex(self, "unique")
     x = _tpu_value(self, "aten::unique_consecutive")
     if dim is not None:
         axis = _unique_axis(self, dim)
@@ -315,6 +327,7 @@ def _unique_dim_kernel(x, axis, n):
 def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):
     # torch.unique(x, dim=d): distinct slices, always sorted and always with
     # inverse and counts, as on the CPU
+    _no_complex(self, "unique_dim")
     axis = _unique_axis(self, dim)
     x = _tpu_value(self, "aten::unique_dim")
     n = int(_distinct_slices(x, axis)) if x.shape[axis] else 0
