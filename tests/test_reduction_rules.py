@@ -43,3 +43,42 @@ def test_unique_of_complex_is_not_implemented(fn, name):
         fn(x)
     with pytest.raises(NotImplementedError, match=f'"{name}" not implemented for \'ComplexFloat\''):
         fn(x.to("tpu"))
+
+
+def _outcome(fn, device):
+    try:
+        r = fn(device)
+    except (RuntimeError, TypeError) as e:
+        return type(e), str(e)
+    return r.cpu()
+
+
+def _values(d):
+    return torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 9], device=d)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda d: torch.searchsorted(_values(d), _values(d), out=_values(d).float()),
+    lambda d: torch.searchsorted(_values(d), _values(d), out=_values(d).int()),
+    lambda d: torch.searchsorted(_values(d), _values(d), out=_values(d), out_int32=True),
+    lambda d: torch.searchsorted(_values(d), _values(d), side="bad"),
+    lambda d: torch.searchsorted(_values(d).float(), _values(d), sorter=torch.zeros(9, device=d)),
+    lambda d: torch.searchsorted(torch.ones(2, 3, device=d), 1),
+    lambda d: torch.bucketize(_values(d), torch.ones(2, 3, device=d)),
+], ids=["out_float", "out_int32_unasked", "out_int64_with_int32", "side", "sorter_dtype", "scalar_into_rows",
+        "bucketize_2d_boundaries"])
+def test_searchsorted_argument_errors_like_cpu(fn):
+    cpu, tpu = _outcome(fn, "cpu"), _outcome(fn, "tpu")
+    assert isinstance(cpu, tuple), "the CPU refuses this call"
+    assert tpu == cpu
+
+
+def test_searchsorted_warns_for_non_contiguous_inputs():
+    seq = torch.arange(12.0).reshape(3, 4).to("tpu").t()
+    always = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)  # the CPU warns once per process otherwise
+    try:
+        with pytest.warns(UserWarning, match="non-contiguous"):
+            torch.searchsorted(seq, torch.ones(4, 2, device="tpu"))
+    finally:
+        torch.set_warn_always(always)

@@ -114,7 +114,21 @@ def _search(seq, values, right):
     return out.reshape(lead + values.shape[-1:])
 
 
-@register("searchsorted.Tensor", "searchsorted.Scalar")
+def _cpu_twin(a):
+    """A zero CPU tensor with ``a``'s shape, strides and dtype (other values as they are)."""
+    return torch.zeros_like(a, device="cpu") if isinstance(a, torch.Tensor) else a
+
+
+def _checked_like_cpu(fn):
+    """A signature's first-call check: ``fn`` on CPU twins of the arguments
+    raises the CPU's argument errors (dims, dtypes, side, sorter and out=) and
+    warns as it does (non-contiguous inputs); none of these read values."""
+    def check(args, kwargs):
+        fn(*[_cpu_twin(a) for a in args], **{k: _cpu_twin(v) for k, v in kwargs.items()})
+    return check
+
+
+@register("searchsorted.Tensor", "searchsorted.Scalar", first_call_check=_checked_like_cpu(torch.searchsorted))
 def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
     seq = sorted_sequence
     if sorter is not None:
@@ -125,7 +139,7 @@ def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=No
     return _search(seq.astype(common), values.astype(common), right)
 
 
-@register("bucketize.Tensor", "bucketize.Scalar")
+@register("bucketize.Tensor", "bucketize.Scalar", first_call_check=_checked_like_cpu(torch.bucketize))
 def bucketize(self, boundaries, *, out_int32=False, right=False):
     values = jnp.asarray(self)
     common = jnp.promote_types(boundaries.dtype, values.dtype)
