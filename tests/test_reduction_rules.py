@@ -1,6 +1,8 @@
 """Reductions, sorting and selection on tpu against the CPU's own answers:
 values, dtypes and errors in the corners PyTorch's device-generic suites
 (test_reductions, test_sort_and_select) probe - NaN, empty and 0-d inputs."""
+import warnings
+
 import pytest
 import torch
 from helpers import strict  # noqa: F401  (no CPU fallback)
@@ -82,3 +84,77 @@ def test_searchsorted_warns_for_non_contiguous_inputs():
             torch.searchsorted(seq, torch.ones(4, 2, device="tpu"))
     finally:
         torch.set_warn_always(always)
+
+
+# ---- reductions without an identity over empty inputs ---------------------------------
+
+_EMPTY_CASES = {
+    "argmax_all": lambda x: x.argmax(), "argmin_dim": lambda x: x.argmin(1), "amax_all": lambda x: x.amax(),
+    "amax_dims_as_given": lambda x: x.amax((0, -2)), "amin_dim": lambda x: x.amin(1), "max_all": lambda x: x.max(),
+    "max_dim": lambda x: x.max(1), "min_dim": lambda x: x.min(-2), "median_dim": lambda x: x.median(1),
+    "nanmedian_dim": lambda x: x.nanmedian(1), "kthvalue_dim": lambda x: x.kthvalue(1, 1),
+    "kthvalue_other_dim": lambda x: x.kthvalue(1, 2), "mode_dim": lambda x: x.mode(1),
+    "aminmax_all": lambda x: x.aminmax(), "aminmax_dim": lambda x: x.aminmax(dim=1),
+}
+
+
+def _shapes_or_error(fn, x):
+    try:
+        r = fn(x)
+    except (RuntimeError, IndexError) as e:
+        return type(e), str(e)
+    return [tuple(t.shape) for t in (r if isinstance(r, tuple) else (r,))]
+
+
+@pytest.mark.parametrize("case", sorted(_EMPTY_CASES))
+def test_reduction_over_an_empty_dim_like_cpu(case):
+    x = torch.randn(2, 0, 4)
+    fn = _EMPTY_CASES[case]
+    assert _shapes_or_error(fn, x.to("tpu")) == _shapes_or_error(fn, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.int32, torch.int16, torch.bool])
+@pytest.mark.parametrize("fn", [torch.median, torch.nanmedian])
+def test_median_of_no_elements_is_nan_cast_like_cpu(fn, dtype):
+    x = torch.tensor([], dtype=dtype)
+    _same(fn(x), fn(x.to("tpu")))
+
+
+@pytest.mark.parametrize("name", ["var", "std", "var_mean", "std_mean"])
+@pytest.mark.parametrize("shape, kwargs, warns", [
+    ((10, 20), dict(dim=-1, correction=20), True),
+    ((10, 20), dict(dim=(0, 1), correction=199.5), False),
+    ((1,), {}, True),
+    ((0,), {}, True),
+    ((10, 20), dict(dim=1), False),
+])
+def test_no_degrees_of_freedom_warns_like_cpu(name, shape, kwargs, warns):
+    fn = getattr(torch, name)
+    x = torch.randn(shape)
+    for t in (x, x.to("tpu")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn(t, **kwargs)
+        messages = [str(w.message) for w in caught if "degrees of freedom" in str(w.message)]
+        assert len(messages) == int(warns), (t.device, messages)
+        assert all(m.startswith(f"{name}(): degrees of freedom is <= 0.") for m in messages)
+
+
+@pytest.mark.parametrize("fn", [torch.all, torch.any])
+@pytest.mark.parametrize("dtype, out_dtype", [(torch.float32, torch.float32), (torch.int32, torch.int32),
+                                              (torch.float32, torch.uint8), (torch.bool, torch.bool)])
+@pytest.mark.parametrize("dim", [None, 0])
+def test_all_any_out_dtype_like_cpu(fn, dtype, out_dtype, dim):
+    def call(device):
+        x = torch.ones(3, 3, dtype=dtype, device=device)
+        out = torch.empty((3,) if dim is not None else (), dtype=out_dtype, device=device)
+        try:
+            r = fn(x, out=out) if dim is None else fn(x, dim, out=out)
+        except RuntimeError as e:
+            return str(e)
+        return r.cpu()
+    cpu, tpu = call("cpu"), call("tpu")
+    if isinstance(cpu, str):
+        assert tpu == cpu
+    else:
+        _same(cpu, tpu)
