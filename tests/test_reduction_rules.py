@@ -158,3 +158,21 @@ def test_all_any_out_dtype_like_cpu(fn, dtype, out_dtype, dim):
         assert tpu == cpu
     else:
         _same(cpu, tpu)
+
+
+@pytest.mark.parametrize("values", [[1.0, 2.0, float("inf")], [float("nan")], [-float("inf"), 1.0]])
+def test_histc_refuses_a_non_finite_data_range(values):
+    for device in ("cpu", "tpu"):
+        with pytest.raises(RuntimeError, match=r"torch.histc: range of \[.*\] is not finite"):
+            torch.histc(torch.tensor(values, device=device), bins=3)
+
+
+def test_histc_of_integers_is_not_implemented():
+    for device in ("cpu", "tpu"):
+        with pytest.raises(NotImplementedError, match="\"histogram_cpu\" not implemented for 'Long'"):
+            torch.histc(torch.tensor([1, 2], device=device))
+
+
+def test_histc_with_a_given_range_ignores_nan_and_inf():
+    x = torch.tensor([1.0, 2.0, float("nan"), float("inf")])
+    _same(torch.histc(x, bins=4, max=3), torch.histc(x.to("tpu"), bins=4, max=3))

@@ -17,7 +17,7 @@ from .. import dtypes, runtime
 from ..eager import access
 from ..eager.launch import launch
 from ..storage import buffers
-from .registry import out_dtype, register, register_raw
+from .registry import guard, out_dtype, register, register_raw
 
 
 # ---- writes of one value ----------------------------------------------------
@@ -162,6 +162,28 @@ def histc(self, bins=100, min=0, max=0):
     pos = ((x - lo) * bins / (hi - lo)).astype(np.int64)
     pos = jnp.clip(jnp.where(x == hi, bins - 1, pos), 0, bins - 1)
     return jnp.zeros((bins,), x.dtype).at[pos].add(inside.astype(x.dtype))
+
+
+@jax.jit
+def _data_range(x):
+    return jnp.stack([jnp.min(x), jnp.max(x)]).astype(np.float64)
+
+
+def _histc_checks(bound):
+    # The CPU's: no integer inputs; with the range taken from the data
+    # (min == max), a non-finite one is refused, which reads the data's
+    # extremes to the host (CUDA's kernel reads them too).
+    self = bound["self"]
+    if not (self.is_floating_point()):
+        raise NotImplementedError(f'"histogram_cpu" not implemented for \'{dtypes.aten_name(self.dtype)}\'')
+    lo, hi = bound.get("min", 0), bound.get("max", 0)
+    if lo == hi and self.numel():
+        lo, hi = (float(v) for v in np.asarray(_data_range(access.read(self))))
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise RuntimeError(f"torch.histc: range of [{lo:g}, {hi:g}] is not finite")
+
+
+guard("histc.default", prepare=_histc_checks)
 
 
 # ---- unique (data-dependent size) --------------------------------------------------
