@@ -66,6 +66,13 @@ EXPECTED_FAILURES = {
         "TestSortAndSelectPRIVATEUSE1::test_topk_tpu": FIRST_CALL_COMPILE,
         "TestSortAndSelectPRIVATEUSE1::test_unique_dim_tpu": UNIQUE_DIM_NAN_ORDER,
     },
+    # measured on a selection only (see the note of the suitesb session): random shapes and every
+    # combination of dims x keepdim, each a new executable
+    "test_reductions.py": {
+        "TestReductionsPRIVATEUSE1::test_amin_amax_some_dims_tpu": FIRST_CALL_COMPILE,
+        "TestReductionsPRIVATEUSE1::test_argminmax_multiple_tpu_float16": FIRST_CALL_COMPILE,
+        "TestReductionsPRIVATEUSE1::test_argminmax_multiple_tpu_float32": FIRST_CALL_COMPILE,
+    },
     "test_shape_ops.py": {
         "TestShapeOpsPRIVATEUSE1::test_flip_tpu_float32": QUANTIZED,
     },
