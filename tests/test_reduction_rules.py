@@ -176,3 +176,26 @@ def test_histc_of_integers_is_not_implemented():
 def test_histc_with_a_given_range_ignores_nan_and_inf():
     x = torch.tensor([1.0, 2.0, float("nan"), float("inf")])
     _same(torch.histc(x, bins=4, max=3), torch.histc(x.to("tpu"), bins=4, max=3))
+
+
+def _error(fn, device):
+    try:
+        fn(device)
+    except (RuntimeError, NotImplementedError) as e:
+        return type(e), str(e)
+    return None
+
+
+@pytest.mark.parametrize("fn", [
+    lambda d: torch.sum(torch.ones(3, 3, 3, 3, device=d), dim=(0, -4)),
+    lambda d: torch.std(torch.ones(3, 3, 3, 3, device=d), dim=(1, 2, -3)),
+    lambda d: torch.nansum(torch.ones([1] * 65, device=d), dim=64),
+    lambda d: torch.bincount(torch.tensor([[1.0, 2.0]], device=d)),
+    lambda d: torch.bincount(torch.tensor([True], device=d)),
+    lambda d: torch.bincount(torch.tensor([[1, 2]], device=d)),
+], ids=["repeated_dim", "repeated_wrapped_dim", "nansum_65_dims", "bincount_float_2d", "bincount_bool",
+        "bincount_int_2d"])
+def test_reduction_argument_errors_like_cpu(fn):
+    cpu = _error(fn, "cpu")
+    assert cpu is not None
+    assert _error(fn, "tpu") == cpu

@@ -384,7 +384,9 @@ def _bincount_kernel(x, weights, length, dtype):
 
 @register_raw("bincount.default")
 def bincount(self, weights=None, minlength=0):
-    if self.dim() != 1 or self.is_floating_point() or self.is_complex() or self.dtype == torch.bool:
+    if self.is_floating_point() or self.is_complex() or self.dtype == torch.bool:  # the CPU's dtype dispatch
+        raise NotImplementedError(f'"bincount_cpu" not implemented for \'{dtypes.aten_name(self.dtype)}\'')
+    if self.dim() != 1:
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if minlength < 0:
         raise RuntimeError("minlength should be >= 0")
