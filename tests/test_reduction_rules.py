@@ -199,3 +199,10 @@ def test_reduction_argument_errors_like_cpu(fn):
     cpu = _error(fn, "cpu")
     assert cpu is not None
     assert _error(fn, "tpu") == cpu
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int64])
+def test_bincount_length_is_the_largest_value_plus_one(dtype):
+    x = torch.tensor([0, 3, 2, 1, 3], dtype=dtype)
+    _same(torch.bincount(x), torch.bincount(x.to("tpu")))
+    _same(torch.bincount(x[:0]), torch.bincount(x[:0].to("tpu")))

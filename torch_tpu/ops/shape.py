@@ -373,7 +373,8 @@ def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False
 
 @jax.jit
 def _bincount_stats(x):
-    return jnp.stack([jnp.min(x, initial=0).astype(np.int64), jnp.max(x, initial=-1).astype(np.int64)])
+    x = x.astype(np.int64)  # in uint8, initial=-1 would read as 255: 256 bins for any input
+    return jnp.stack([jnp.min(x, initial=0), jnp.max(x, initial=-1)])
 
 
 @functools.partial(jax.jit, static_argnames=("length", "dtype"))
