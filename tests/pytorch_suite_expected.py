@@ -10,6 +10,7 @@ PyTorch's (never copied into this repository); the versions measured:
     test/test_type_promotion.py     the stored copy the read_file tool calls id 69265644
                                     (56019 characters; imports under torch 2.13)
     test/test_sort_and_select.py    the stored copy id 23920368 (53360 characters)
+    test/test_reductions.py pytorch/pytorch@20d26decd96326b8777d0bd8b591e593a2e7b758 (173074 characters)
     test/test_view_ops.py   pytorch/pytorch@9c491bc34c6ab131b18cf51db02636d65ffd3472
     test/test_tensor_creation_ops.py  pytorch/pytorch@20f43ac258d25405127c49b89ffeb32a696cdb30
         (its bare ``@skipIfTorchDynamo`` at line 4024 needs ``()`` to import under torch 2.13)
@@ -72,7 +73,35 @@ CUDA_DIVISION_BY_ZERO = (
     "integer fmod/remainder by zero: the test expects the CPU's ZeroDivisionError only on the CPU and CUDA's "
     "undefined bit patterns on every other device; tpu raises the CPU's error")
 
+# suitesb: test_sort_and_select / test_reductions
+INDEX_ON_CPU = (
+    "index_fill of a tpu tensor with a 1-element CPU index tensor: 'Expected all tensors to be on the same "
+    "device' (CUDA's TensorIterator refuses it the same way; the test returns before these samples on cuda)")
+VIEW_OFFSET_COMPILES = (
+    "assertIsOrdered compares 2048 column slices one by one: each slice's storage offset is a new "
+    "executable (~0.1 s each), past the 180 s per-test timeout (the timeout then surfaces inside JAX's "
+    "cache lookup as a pytree-equality RuntimeError)")
+UNIQUE_DIM_NAN_ORDER = (
+    "unique(x, dim=0) of a 1-d tensor with NaNs: the CPU's std::sort with a '<' comparator leaves NaN slices "
+    "where insertion sort leaves them ([nan, 0, nan, nan, 1]); tpu sorts NaN slices last, each distinct "
+    "([0, 1, nan, nan, nan], as torch.unique without dim gives on both); every other case of the test passes")
+
 EXPECTED_FAILURES = {
+    "test_sort_and_select.py": {
+        **{f"TestSortAndSelectPRIVATEUSE1::test_stable_sort_against_numpy_tpu_{d}": INDEX_ON_CPU for d in (
+            "bfloat16", "float16", "float32", "float64", "int16", "int32", "int64", "int8", "uint8")},
+        "TestSortAndSelectPRIVATEUSE1::test_sort_tpu": VIEW_OFFSET_COMPILES,
+        # 36 random (k, dim, direction, transpose) cases plus k=2000 of 100000: each a new compile
+        "TestSortAndSelectPRIVATEUSE1::test_topk_tpu": FIRST_CALL_COMPILE,
+        "TestSortAndSelectPRIVATEUSE1::test_unique_dim_tpu": UNIQUE_DIM_NAN_ORDER,
+    },
+    # measured on a selection only (see the note of the suitesb session): random shapes and every
+    # combination of dims x keepdim, each a new executable
+    "test_reductions.py": {
+        "TestReductionsPRIVATEUSE1::test_amin_amax_some_dims_tpu": FIRST_CALL_COMPILE,
+        "TestReductionsPRIVATEUSE1::test_argminmax_multiple_tpu_float16": FIRST_CALL_COMPILE,
+        "TestReductionsPRIVATEUSE1::test_argminmax_multiple_tpu_float32": FIRST_CALL_COMPILE,
+    },
     "test_shape_ops.py": {
         "TestShapeOpsPRIVATEUSE1::test_flip_tpu_float32": QUANTIZED,
     },

@@ -214,6 +214,11 @@ guard("multinomial.default", prepare=_multinomial)
 # ---- searchsorted's sorter --------------------------------------------------------
 
 def _searchsorted(bound):
+    seq = bound["sorted_sequence"]
+    if not isinstance(bound["self"], torch.Tensor) and seq.dim() != 1:  # the meta kernel fails on it
+        raise RuntimeError("torch.searchsorted(): input value can be a scalar only when boundaries tensor "
+                           f"dimension is 1, but we got boundaries tensor dim({seq.dim()}) and input value's "
+                           "dim(0) numel(1)")
     sorter = bound.get("sorter")
     if sorter is not None:
         seq = bound["sorted_sequence"]

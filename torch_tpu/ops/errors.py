@@ -59,7 +59,22 @@ def _channels_mismatch(match, tensors, args):
 
 
 # (meta kernel message, the CPU's message from it and the op's arguments)
+def _repeated_dim(match, tensors, args):
+    """The CPU names the (wrapped) dim listed twice."""
+    dims = next((a for a in args[1:] if isinstance(a, (list, tuple))), None)
+    if not tensors or dims is None:
+        return None
+    seen = set()
+    for d in dims:
+        d %= max(tensors[0].dim(), 1)
+        if d in seen:
+            return f"dim {d} appears multiple times in the list of dims"
+        seen.add(d)
+    return None
+
+
 _CPU_WORDING = [
+    (r"duplicate value in the list of dims", _repeated_dim),
     (r"a and b must have same reduction dim, but got \[(\d+), (\d+)\] X \[(\d+), (\d+)\]",
      lambda m, t, a: "mat1 and mat2 shapes cannot be multiplied ({}x{} and {}x{})".format(*m.groups())),
     (r"Attempting to broadcast a dimension of length", _broadcast_mismatch),

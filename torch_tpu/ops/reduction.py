@@ -64,7 +64,14 @@ def sum_all(self, dtype=None):
     return jnp.sum(_cast_acc(self))
 
 
-@register("nansum.default")
+def _at_most_64_dims(args, kwargs):
+    # the CPU's reduction kernels index dims with a 64-bit mask; nansum's meta kernel lets 65 through
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    if args[0].dim() > 64 and dim:
+        raise RuntimeError("only tensors with up to 64 dims are supported")
+
+
+@register("nansum.default", precheck=_at_most_64_dims)
 def nansum(self, dim=None, keepdim=False, dtype=None):
     x = _cast_acc(self)
     if jnp.issubdtype(x.dtype, jnp.inexact):
@@ -92,26 +99,56 @@ def prod_all(self, dtype=None):
     return jnp.prod(_cast_acc(self))
 
 
+# ---- reductions without an identity over empty inputs -------------------------------
+# The CPU refuses them before computing: an IndexError naming the empty dim
+# ("amax(): Expected reduction dim 1 to have non-zero size."), or, reducing
+# every dim of an empty tensor, its own error.  The meta kernels raise other
+# types and words, or nothing (max.dim, median.dim would read no element).
+
+def _nonempty(name, all_dims_error=None, default_dim=None, dim_at=1, wrapped=True):
+    """A precheck (first call of a signature, before the meta kernel);
+    ``wrapped``: the message names the dim wrapped (amax/amin name it as given)."""
+    def check(args, kwargs):
+        self = args[0]
+        if self.numel() != 0:
+            return
+        dim = args[dim_at] if len(args) > dim_at else kwargs.get("dim", default_dim)
+        if dim is None or (isinstance(dim, (list, tuple)) and not dim):
+            if all_dims_error is not None:
+                exc_type, message = all_dims_error
+                raise exc_type(message)
+            return
+        for given in (dim,) if isinstance(dim, int) else dim:
+            d = canonicalize_dim(self.dim(), given)
+            if self.dim() and self.shape[d] == 0:
+                raise IndexError(f"{name} Expected reduction dim {d if wrapped else given} to have non-zero size.")
+    return check
+
+
+def _unspecified(name, exc_type=RuntimeError, tail=" Specify the reduction dim with the 'dim' argument."):
+    return exc_type, f"{name}(): Expected reduction dim to be specified for input.numel() == 0.{tail}"
+
+
 # ---- max / min family -------------------------------------------------------
 # jnp.max/min propagate NaN and jnp.argmax/argmin pick the first NaN, then the
 # first extreme value: PyTorch's rules.
 
-@register("amax.default")
+@register("amax.default", precheck=_nonempty("amax():", _unspecified("amax"), wrapped=False))
 def amax(self, dim=(), keepdim=False):
     return jnp.max(self, axis=_dims(dim, self.ndim), keepdims=keepdim)
 
 
-@register("amin.default")
+@register("amin.default", precheck=_nonempty("amin():", _unspecified("amin"), wrapped=False))
 def amin(self, dim=(), keepdim=False):
     return jnp.min(self, axis=_dims(dim, self.ndim), keepdims=keepdim)
 
 
-@register("max.default")
+@register("max.default", precheck=_nonempty("max():", _unspecified("max")))
 def max_all(self):
     return jnp.max(self)
 
 
-@register("min.default")
+@register("min.default", precheck=_nonempty("min():", _unspecified("min")))
 def min_all(self):
     return jnp.min(self)
 
@@ -128,12 +165,12 @@ def _arg_extreme(find, self, dim, keepdim):
     return find(self, axis=axis, keepdims=keepdim)
 
 
-@register("argmax.default")
+@register("argmax.default", precheck=_nonempty("argmax():", _unspecified("argmax", IndexError, "")))
 def argmax(self, dim=None, keepdim=False):
     return _arg_extreme(jnp.argmax, self, dim, keepdim)
 
 
-@register("argmin.default")
+@register("argmin.default", precheck=_nonempty("argmin():", _unspecified("argmin", IndexError, "")))
 def argmin(self, dim=None, keepdim=False):
     return _arg_extreme(jnp.argmin, self, dim, keepdim)
 
@@ -146,17 +183,17 @@ def _value_index(reduce, find, self, dim, keepdim):
             find(self, axis=axis, keepdims=keepdim))
 
 
-@register("max.dim")
+@register("max.dim", precheck=_nonempty("max():"))
 def max_dim(self, dim, keepdim=False):
     return _value_index(jnp.max, jnp.argmax, self, dim, keepdim)
 
 
-@register("min.dim")
+@register("min.dim", precheck=_nonempty("min():"))
 def min_dim(self, dim, keepdim=False):
     return _value_index(jnp.min, jnp.argmin, self, dim, keepdim)
 
 
-@register("aminmax.default")
+@register("aminmax.default", precheck=_nonempty("aminmax:", (RuntimeError, "aminmax(): cannot compute aminmax over an empty dimension as the operation has no identity.")))
 def aminmax(self, dim=None, keepdim=False):
     if dim is None:
         dims = tuple(range(self.ndim))
@@ -208,9 +245,37 @@ def std_mean(self, dim=None, correction=None, keepdim=False):
     return jnp.sqrt(v), m
 
 
+def _dof_warning(name):
+    """The CPU's warning when correction leaves no degrees of freedom (it
+    computes on, giving inf or NaN).  A guard: correction is not in the cache key."""
+    def prepare(bound):
+        self, dim, correction = bound["self"], bound.get("dim"), bound.get("correction")
+        dims = range(self.dim()) if dim is None or len(dim) == 0 else dim
+        n = 1
+        for d in dims:
+            n *= self.shape[canonicalize_dim(self.dim(), d)] if self.dim() else 1
+        if n - (1 if correction is None else correction) <= 0:
+            errors.warn_at_caller(f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than "
+                                  "the reduction factor (input numel divided by output numel).")
+    return prepare
+
+
+for _name in ("var", "std", "var_mean", "std_mean"):
+    guard(f"{_name}.correction", prepare=_dof_warning(_name))
+
+
 # ---- logical reductions ----------------------------------------------------------
 
-@register("any.default")
+def _logical_out(name):
+    """The CPU's all/any write only bool or uint8 results (the meta kernel casts to any dtype)."""
+    def check(args, kwargs):
+        out = kwargs.get("out")
+        if out is not None and out.dtype not in (torch.bool, torch.uint8):
+            raise RuntimeError(f"{name} only supports bool tensor for result, got: {errors.scalar_type_name(out.dtype)}")
+    return check
+
+
+@register("any.default", precheck=_logical_out("any"))
 def any_all(self):
     return jnp.any(self != 0)
 
@@ -220,17 +285,17 @@ def _logical_dims(dim, ndim):
     return () if dim is not None and not isinstance(dim, int) and len(dim) == 0 else _dims(dim, ndim)
 
 
-@register("any.dim", "any.dims")
+@register("any.dim", "any.dims", precheck=_logical_out("any"))
 def any_dim(self, dim=None, keepdim=False):
     return jnp.any(self != 0, axis=_logical_dims(dim, self.ndim), keepdims=keepdim)
 
 
-@register("all.default")
+@register("all.default", precheck=_logical_out("all"))
 def all_all(self):
     return jnp.all(self != 0)
 
 
-@register("all.dim", "all.dims")
+@register("all.dim", "all.dims", precheck=_logical_out("all"))
 def all_dim(self, dim=None, keepdim=False):
     return jnp.all(self != 0, axis=_logical_dims(dim, self.ndim), keepdims=keepdim)
 
@@ -481,7 +546,7 @@ def _constant_position(k):
     return lambda x: jnp.full(x.shape[:-1], k, jnp.int64)
 
 
-@register("kthvalue.default")
+@register("kthvalue.default", precheck=_nonempty("kthvalue():", default_dim=-1, dim_at=2))
 def kthvalue(self, k, dim=-1, keepdim=False):
     return _select(self, dim, keepdim, _constant_position(k - 1))
 
@@ -505,27 +570,38 @@ def _nanmedian_position(x):
     return jnp.where(left > 0, (left - 1) // 2, 0)
 
 
-@register("median.dim")
+@register("median.dim", precheck=_nonempty("median():"))
 def median_dim(self, dim, keepdim=False):
     return _select(self, dim, keepdim, _median_position)
 
 
-@register("nanmedian.dim")
+@register("nanmedian.dim", precheck=_nonempty("median():"))
 def nanmedian_dim(self, dim, keepdim=False):
     return _select(self, dim, keepdim, _nanmedian_position)
 
 
 @register("median.default")
 def median_all(self):
+    if self.size == 0:
+        return _nan_like_cpu(self.dtype)
     return _select(self.reshape(-1), 0, False, _median_position)[0]
+
+
+def _nan_like_cpu(dtype):
+    """The median of no elements: the CPU fills NaN converted to the dtype
+    (int64: its minimum, bool: True), as torch's NaN -> dtype cast gives."""
+    value = torch.tensor(float("nan")).to(dtypes.to_torch(dtype)).item()
+    return jnp.asarray(value, dtype)
 
 
 @register("nanmedian.default")
 def nanmedian_all(self):
+    if self.size == 0:
+        return _nan_like_cpu(self.dtype)
     return _select(self.reshape(-1), 0, False, _nanmedian_position)[0]
 
 
-@register("mode.default")
+@register("mode.default", precheck=_nonempty("mode():", default_dim=-1))
 def mode(self, dim=-1, keepdim=False):
     axis = _axis(dim, self.ndim)
     if axis is None:

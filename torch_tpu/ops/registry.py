@@ -93,6 +93,8 @@ class Options:
     # kernel misses, run after it on a signature's first call (so they may read only
     # what the cache key holds: shapes, dtypes, Python types of numbers)
     first_call_check: object = None
+    # the same, run before the meta kernel (whose error would otherwise come first)
+    precheck: object = None
 
 
 # ---- what an implementation can ask while it is traced --------------------
@@ -496,6 +498,8 @@ class Kernel:
     def _build(self, key, args, kwargs, inputs):
         if self.mode == "out":
             out_checks.check_out_dtype_like_cpu(self, args, kwargs)
+        if self.opts.precheck is not None:
+            self.opts.precheck(args, kwargs)
         meta_out = self._meta(args, kwargs) if self.opts.meta else None
         if self.opts.first_call_check is not None:
             self.opts.first_call_check(args, kwargs)

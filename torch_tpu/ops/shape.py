@@ -126,7 +126,21 @@ def _search(seq, values, right):
     return out.reshape(lead + values.shape[-1:])
 
 
-@register("searchsorted.Tensor", "searchsorted.Scalar")
+def _cpu_twin(a):
+    """A zero CPU tensor with ``a``'s shape, strides and dtype (other values as they are)."""
+    return torch.zeros_like(a, device="cpu") if isinstance(a, torch.Tensor) else a
+
+
+def _checked_like_cpu(fn):
+    """A signature's first-call check: ``fn`` on CPU twins of the arguments
+    raises the CPU's argument errors (dims, dtypes, side, sorter and out=) and
+    warns as it does (non-contiguous inputs); none of these read values."""
+    def check(args, kwargs):
+        fn(*[_cpu_twin(a) for a in args], **{k: _cpu_twin(v) for k, v in kwargs.items()})
+    return check
+
+
+@register("searchsorted.Tensor", "searchsorted.Scalar", first_call_check=_checked_like_cpu(torch.searchsorted))
 def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
     seq = sorted_sequence
     if sorter is not None:
@@ -137,7 +151,7 @@ def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=No
     return _search(seq.astype(common), values.astype(common), right)
 
 
-@register("bucketize.Tensor", "bucketize.Scalar")
+@register("bucketize.Tensor", "bucketize.Scalar", first_call_check=_checked_like_cpu(torch.bucketize))
 def bucketize(self, boundaries, *, out_int32=False, right=False):
     values = jnp.asarray(self)
     common = jnp.promote_types(boundaries.dtype, values.dtype)
@@ -162,6 +176,28 @@ def histc(self, bins=100, min=0, max=0):
     return jnp.zeros((bins,), x.dtype).at[pos].add(inside.astype(x.dtype))
 
 
+@jax.jit
+def _data_range(x):
+    return jnp.stack([jnp.min(x), jnp.max(x)]).astype(np.float64)
+
+
+def _histc_checks(bound):
+    # The CPU's: no integer inputs; with the range taken from the data
+    # (min == max), a non-finite one is refused, which reads the data's
+    # extremes to the host (CUDA's kernel reads them too).
+    self = bound["self"]
+    if not (self.is_floating_point()):
+        raise NotImplementedError(f'"histogram_cpu" not implemented for \'{dtypes.aten_name(self.dtype)}\'')
+    lo, hi = bound.get("min", 0), bound.get("max", 0)
+    if lo == hi and self.numel():
+        lo, hi = (float(v) for v in np.asarray(_data_range(access.read(self))))
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise RuntimeError(f"torch.histc: range of [{lo:g}, {hi:g}] is not finite")
+
+
+guard("histc.default", prepare=_histc_checks)
+
+
 # ---- unique (data-dependent size) --------------------------------------------------
 
 @jax.jit
@@ -172,13 +208,24 @@ def _distinct_count(x):
 
 @functools.partial(jax.jit, static_argnames=("n",))
 def _unique_kernel(x, n):
+    # Runs of the stably sorted values; not jnp.unique, which merges NaNs
+    # (the CPU keeps each NaN distinct, last, in input order).
     flat = x.reshape(-1)
-    values, inverse, counts = jnp.unique(flat, size=n, return_inverse=True, return_counts=True)
+    order = jnp.argsort(flat, stable=True)
+    values, groups, counts = _unique_consecutive_kernel(flat[order], 0, n)
+    inverse = jnp.zeros(order.shape, np.int64).at[order].set(groups)
     return values, inverse.reshape(x.shape), counts
+
+
+def _no_complex(t, name):
+    """The CPU's unique kernels have no complex version."""
+    if t.is_complex():
+        raise NotImplementedError(f'"{name}" not implemented for \'{dtypes.aten_name(t.dtype)}\'')
 
 
 @register_raw("_unique2.default")
 def _unique2(self, sorted=True, return_inverse=False, return_counts=False):
+    _no_complex(self, "unique")
     # The number of distinct values is read to the host, then one jitted kernel
     # with that static size sorts and counts (always sorted, like PyTorch's CPU).
     x = access.read(self)
@@ -282,6 +329,7 @@ def _unique_axis(self, dim):
 
 @register_raw("unique_consecutive.default")
 def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+    _no_complex(self, "unique")
     x = _tpu_value(self, "aten::unique_consecutive")
     if dim is not None:
         axis = _unique_axis(self, dim)
@@ -327,6 +375,7 @@ def _unique_dim_kernel(x, axis, n):
 def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):
     # torch.unique(x, dim=d): distinct slices, always sorted and always with
     # inverse and counts, as on the CPU
+    _no_complex(self, "unique_dim")
     axis = _unique_axis(self, dim)
     x = _tpu_value(self, "aten::unique_dim")
     n = int(_distinct_slices(x, axis)) if x.shape[axis] else 0
@@ -336,7 +385,8 @@ def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False
 
 @jax.jit
 def _bincount_stats(x):
-    return jnp.stack([jnp.min(x, initial=0).astype(np.int64), jnp.max(x, initial=-1).astype(np.int64)])
+    x = x.astype(np.int64)  # in uint8, initial=-1 would read as 255: 256 bins for any input
+    return jnp.stack([jnp.min(x, initial=0), jnp.max(x, initial=-1)])
 
 
 @functools.partial(jax.jit, static_argnames=("length", "dtype"))
@@ -347,7 +397,9 @@ def _bincount_kernel(x, weights, length, dtype):
 
 @register_raw("bincount.default")
 def bincount(self, weights=None, minlength=0):
-    if self.dim() != 1 or self.is_floating_point() or self.is_complex() or self.dtype == torch.bool:
+    if self.is_floating_point() or self.is_complex() or self.dtype == torch.bool:  # the CPU's dtype dispatch
+        raise NotImplementedError(f'"bincount_cpu" not implemented for \'{dtypes.aten_name(self.dtype)}\'')
+    if self.dim() != 1:
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if minlength < 0:
         raise RuntimeError("minlength should be >= 0")
