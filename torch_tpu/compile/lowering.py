@@ -127,6 +127,8 @@ def _unfold(x, dimension, size, step):
 
 def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
              memory_format=None):
+    if not hasattr(x, "dtype"):  # a CPU scalar lowered as a Python number (compile/host.py keeps few on the host)
+        x = jnp.asarray(x)
     return convert(x, dtypes.to_np(dtype)) if dtype is not None else x
 
 
