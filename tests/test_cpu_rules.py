@@ -304,6 +304,10 @@ _HALF_AND_NUMBER = {
     "where": lambda a: torch.where(a > 0, a, 0.1),
     # these read the number unrounded on the CPU
     "mul": lambda a: a * 0.1, "div": lambda a: a / 0.1, "floor_divide": lambda a: a // 0.1,
+    "div_trunc": lambda a: torch.div(a, 0.1, rounding_mode="trunc"),
+    # a one-element divisor takes the same path; a full one rounds each quotient
+    "div_trunc_0d": lambda a: torch.div(a, torch.tensor(0.3, dtype=a.dtype, device=a.device), rounding_mode="trunc"),
+    "div_trunc_full": lambda a: torch.div(a, torch.full_like(a, 0.3), rounding_mode="trunc"),
 }
 
 

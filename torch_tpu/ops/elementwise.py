@@ -192,9 +192,12 @@ def div(self, other):
 
 
 def _trunc_div(a, b):
+    one_divisor = jnp.size(b) == 1
     a, b = _operands(a, b)
     if _is_exact(a):
         return lax.div(a, b)  # C truncation
+    if one_divisor:  # the CPU's reduced-float path for a one-element divisor: all in float
+        return jnp.trunc(_true_div(a, b))
     # a half result: the CPU rounds the float quotient to it, then truncates
     return jnp.trunc(_round_to(_true_div(a, b), out_dtype()))
 

@@ -727,8 +727,8 @@ class _Narrowing(NamedTuple):
     """A float16/bfloat16 op computed in float32 with Python-number operands:
     PyTorch's CPU kernels round such a number to the tensors' dtype before
     computing (TensorIterator casts a wrapped number to the common dtype), so
-    ``half + 0.1`` adds 0.0999755859375.  ``mul`` and true ``div`` read the
-    number unrounded (their reduced-float scalar paths), as do Scalar
+    ``half + 0.1`` adds 0.0999755859375.  ``mul`` and ``div`` (every rounding
+    mode) read the number unrounded (their reduced-float scalar paths), as do Scalar
     arguments that are not operands (``alpha``, ``pow``'s exponent)."""
     compute: np.dtype
     common: np.dtype
@@ -755,8 +755,8 @@ def _narrowing(kernel, args, kwargs, operands, compute):
     _, common = elementwise_dtypes(*operands, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
     if common not in (torch.float16, torch.bfloat16):
         return None
-    _, base, overload = (str(kernel.op).split(".") + [""])[:3]  # aten.mul.Tensor
-    unrounded = base in _UNROUNDED_SCALAR_OPS and overload in ("Tensor", "Scalar", "out", "default")
+    base = str(kernel.op).split(".")[1]  # aten.mul.Tensor
+    unrounded = base in _UNROUNDED_SCALAR_OPS  # (every overload: the rounding modes' kernels too)
 
     def rounds(name, value):
         if type(value) not in _SCALAR_TYPES:
