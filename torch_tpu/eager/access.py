@@ -74,7 +74,7 @@ def can_donate(inputs, positions, owners, held=0) -> bool:
                 or buffers.get_buffer(owner.untyped_storage()) is not buf):  # e.g. a LazyBuffer holds it
             return False
         uses = sum(map(operator.is_, inputs, [buf] * len(inputs)))
-        queued = sum(map(operator.is_, list(pending._pending), [buf] * len(pending._pending)))
+        queued = pending.count(buf)
         # references: the storage, `inputs` (uses), the caller's, `buf` here, getrefcount's argument
         if uses != 1 or sys.getrefcount(buf) != 1 + uses + held + 2 + queued:
             return False

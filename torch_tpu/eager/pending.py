@@ -6,6 +6,7 @@ Past a limit the oldest results are dropped once finished, or waited for
 (a bounded launch queue, as CUDA's).
 """
 import collections
+import operator
 import threading
 
 import jax
@@ -37,6 +38,13 @@ def holds(x) -> bool:
         if p is x:
             return True
     return False
+
+
+def count(x) -> int:
+    """How many references to ``x`` the noted results hold (donation checks
+    count them as the queue's, not a user's)."""
+    noted = list(_pending)  # (a snapshot: other threads may note meanwhile)
+    return sum(map(operator.is_, noted, [x] * len(noted)))
 
 
 def _first(results):
