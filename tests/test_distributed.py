@@ -473,9 +473,23 @@ def _close(a, b, what):
 
 def _check_ddp(torch, dist, r, w, dev):
     from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch_tpu.eager import access
     ref = _reference_losses(torch, dev)
     ddp = DDP(_mlp(torch).to(dev))
-    _close(_sharded_losses(torch, dist, r, w, dev, ddp), ref, "ddp")
+    through, written = access.write_result, []
+
+    def counted(name, *args):  # out= ops that ran with the write through out's view
+        done = through(name, *args)
+        if done:
+            written.append(name)
+        return done
+    access.write_result = counted
+    try:
+        _close(_sharded_losses(torch, dist, r, w, dev, ddp), ref, "ddp")
+    finally:
+        access.write_result = through
+    if dev.type == "tpu":  # each gradient into its bucket (reducer's mul_out): one launch, every step
+        assert written.count("aten.mul.out") == 5 * len(list(ddp.parameters())), written
 
 
 def scenario_ddp():
