@@ -68,6 +68,7 @@ _STATIC_TYPES = (int, float, bool, complex, str, torch.dtype, torch.device, torc
 _TORCH_TO_NP = dtypes.TORCH_TO_NP
 Tensor = torch.Tensor
 _FUSED = modes.EagerMode.FUSED
+_wrap_as = buffers.wrap_as  # (every op's output: no module attribute lookup)
 _new = tuple.__new__  # builds a ViewSpec without NamedTuple's keyword-handling __new__ (every op input)
 
 
@@ -456,7 +457,11 @@ class Kernel:
         fn = entry.fn
         if entry.donor is not None and access.can_donate(inputs, entry.donor[1], args[:1]):  # a write into part of a large buffer
             fn = entry.donor[0]
-        return self._finish(entry, launch(self.name, fn, inputs, entry.out_buffers), args, kwargs)
+        results = launch(self.name, fn, inputs, entry.out_buffers)
+        metas = entry.out_tensors
+        if metas is not None and entry.single and self.returns_one:  # most ops: _finish's first case, inline
+            return _wrap_as(results[0], *metas[0])
+        return self._finish(entry, results, args, kwargs)
 
     # -- output handling ------------------------------------------------------
     def _finish(self, entry, results, args, kwargs):
