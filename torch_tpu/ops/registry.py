@@ -330,13 +330,13 @@ class _Entry:
 
 
 def _out_tensors(results, layouts):
-    """``_Entry.out_tensors`` from one call's results."""
+    """``_Entry.out_tensors`` from one call's results (strides None: row-major)."""
     out = []
     for arr, lay in zip(results, layouts):
         aval = getattr(arr, "aval", arr)
-        shape, strides = (aval.shape, buffers.contiguous_strides(aval.shape)) if lay is None else lay
+        shape, strides = (aval.shape, None) if lay is None else lay
         out.append((dtypes.NP_TO_TORCH[aval.dtype], math.prod(aval.shape) * aval.dtype.itemsize,
-                    tuple(shape), tuple(strides)))
+                    tuple(shape), strides if strides is None else tuple(strides)))
     return out
 
 
