@@ -68,6 +68,7 @@ _STATIC_TYPES = (int, float, bool, complex, str, torch.dtype, torch.device, torc
 _TORCH_TO_NP = dtypes.TORCH_TO_NP
 Tensor = torch.Tensor
 _FUSED = modes.EagerMode.FUSED
+_wrap_as = buffers.wrap_as  # (every op's output: no module attribute lookup)
 _new = tuple.__new__  # builds a ViewSpec without NamedTuple's keyword-handling __new__ (every op input)
 
 
@@ -329,13 +330,13 @@ class _Entry:
 
 
 def _out_tensors(results, layouts):
-    """``_Entry.out_tensors`` from one call's results."""
+    """``_Entry.out_tensors`` from one call's results (strides None: row-major)."""
     out = []
     for arr, lay in zip(results, layouts):
         aval = getattr(arr, "aval", arr)
-        shape, strides = (aval.shape, buffers.contiguous_strides(aval.shape)) if lay is None else lay
+        shape, strides = (aval.shape, None) if lay is None else lay
         out.append((dtypes.NP_TO_TORCH[aval.dtype], math.prod(aval.shape) * aval.dtype.itemsize,
-                    tuple(shape), tuple(strides)))
+                    tuple(shape), strides if strides is None else tuple(strides)))
     return out
 
 
@@ -459,7 +460,11 @@ class Kernel:
         if (self.mode == "out" and entry.single and len(self.out_names) == 1  # out= in the op's own program
                 and access.write_result(self.name, fn, inputs, entry.out_specs[0], kwargs[self.out_names[0]])):
             return kwargs[self.out_names[0]] if self.op._schema.returns else None
-        return self._finish(entry, launch(self.name, fn, inputs, entry.out_buffers), args, kwargs)
+        results = launch(self.name, fn, inputs, entry.out_buffers)
+        metas = entry.out_tensors
+        if metas is not None and entry.single and self.returns_one:  # most ops: _finish's first case, inline
+            return _wrap_as(results[0], *metas[0])
+        return self._finish(entry, results, args, kwargs)
 
     # -- output handling ------------------------------------------------------
     def _finish(self, entry, results, args, kwargs):
