@@ -438,7 +438,7 @@ class Kernel:
         hit = self.cache.by_fn.get(fusion.predicted())
         if hit is None:
             return None
-        pos, _, _, default_dtype, matmul_precision = hit[1]
+        pos, _, groups, default_dtype, matmul_precision = hit[1]
         if (len(args) == len(pos) and default_dtype is torch.get_default_dtype()
                 and matmul_precision is precision.current):
             for x, e in zip(args, pos):
@@ -459,12 +459,13 @@ class Kernel:
                         inputs.append(buf)
                     elif tag is NUMBER and type(x) is e[1]:  # a traced number, recorded as it is
                         inputs.append(x)
-                    else:  # a list
+                    elif tag is NUMBER or not _list_matches(x, e, inputs):  # a list (_fast_list's)
                         break
                 elif type(x) is not type(e) or x != e:  # a static value (None included)
                     break
-            else:
-                return hit[0]
+            else:  # a written list: its tensors share storages as they did
+                if groups is None or _storage_groups(args[0]) == groups:
+                    return hit[0]
         del inputs[:]
         return None
 
@@ -493,7 +494,7 @@ class Kernel:
             with self.lock:
                 entry = self.cache.get(key) or self._build(key, args, kwargs, inputs)
                 self.cache[key] = entry
-                if fast and _checkable(key):
+                if fast:
                     self.cache.by_fn[entry.fn] = (entry, key)
         if self.opts.rng:
             inputs.append(_rng_material(args, kwargs))
@@ -727,10 +728,32 @@ def _fast_list(xs, traced, inputs, fused):
     return tuple(out)
 
 
-def _checkable(key):
-    """Whether ``Kernel._predicted`` can check a ``_fast_key`` signature (no lists)."""
-    return key[2] is None and not any(type(e) is tuple and e and e[0] is not TENSOR and e[0] is not NUMBER
-                                      for e in key[0])
+def _list_matches(xs, entry, inputs):
+    """Whether ``_fast_list`` gives the list ``xs`` the signature ``entry`` (fused
+    mode), appending the inputs it would (``Kernel._predicted``'s lists)."""
+    if (type(xs) is not list and type(xs) is not tuple) or len(xs) != len(entry):
+        return False
+    for x, e in zip(xs, entry):
+        if type(e) is tuple and e:
+            if e[0] is TENSOR:
+                if not isinstance(x, Tensor):
+                    return False
+                buf = getattr(x.untyped_storage(), "_tpu_buf", None)
+                if buf is None or x.is_conj() or x.is_neg():
+                    return False
+                spec = e[1]
+                aval = getattr(buf, "aval", buf)
+                if (aval.shape != spec[0] or aval.dtype != spec[1] or x.shape != spec[2] or x.stride() != spec[3]
+                        or x.storage_offset() != spec[4] or _TORCH_TO_NP[x.dtype] != spec[5]):
+                    return False
+                inputs.append(buf)
+            elif e[0] is NUMBER and type(x) is e[1]:
+                inputs.append(x)
+            else:
+                return False
+        elif type(x) is not type(e) or x != e:  # a dim, a normalized shape's size, an output mask's flag
+            return False
+    return True
 
 
 class _Cache(dict):
