@@ -9,7 +9,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import sys
 import threading
 import time
 import warnings
@@ -23,7 +22,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 from .. import dtypes, logs, precision
 from ..device import rng
-from ..eager import access, fusion, modes, pending
+from ..eager import access, fusion
 from ..eager.launch import launch
 from ..ops import registry
 from ..storage import buffers, views
@@ -85,7 +84,7 @@ class CompiledGraph:
         self.executables = {}
         self.donate_when_safe = donate_when_safe and bool(self.mutated) and not donate_mutated
         self.donating = {}   # signature -> the executable that donates the rewritten inputs' buffers
-        self.donatable = {}  # signature -> the argument positions it donates
+        self.donatable = {}  # signature -> its _Donation
         self.lock = threading.Lock()
         self.xla_options = compiler_options.current()
         vals = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n for n in outputs]
@@ -110,13 +109,13 @@ class CompiledGraph:
                 signature.append(a)
         signature.append(precision.current)  # torch.tpu.precision is traced into the executable
         signature = tuple(signature)
-        exe = self.executables.get(signature)
-        if exe is _ON_EAGER_KERNELS:
-            return self._run_eagerly(args)
         donate = None  # the argument positions this call donates (None: the default executable)
-        if self.donate_when_safe and self._may_donate(signature, arrays):
-            donate = self.donatable[signature]
-            exe = self.donating.get(signature)
+        if self.donate_when_safe and (plan := self._donation(signature, arrays)).may(arrays, args):
+            donate, exe = plan.positions, plan.exe
+        else:
+            exe = self.executables.get(signature)
+            if exe is _ON_EAGER_KERNELS:
+                return self._run_eagerly(args)
         # the host inputs as they were, in case the graph must run eagerly after all
         before = [args[i].clone() for i in self.host.input_positions] if exe is None and self.host else None
         host_values = None
@@ -128,6 +127,8 @@ class CompiledGraph:
                 try:
                     exe = (self.executables.get(signature) or self._compile(signature, arrays) if donate is None
                            else self.donating.get(signature) or self._compile(signature, arrays, donate))
+                    if donate is not None:
+                        plan.exe = exe
                 except Exception as e:  # a lowering bug must not take the program down
                     return self._fall_back(signature, args, before, e)
         material = rng.next_key_material() if self.uses_rng else _NO_RNG
@@ -157,6 +158,8 @@ class CompiledGraph:
             for i, value in zip(self.host.input_positions, host_inputs):
                 args[i].copy_(value)
         self.executables[signature] = _ON_EAGER_KERNELS
+        if self.donate_when_safe:
+            self.donatable[signature] = _Donation((), ())  # never the donating executable either
         return self._run_eagerly(args)
 
     def _run_eagerly(self, args):
@@ -191,24 +194,14 @@ class CompiledGraph:
             return outputs, new_values
         return with_statics, scalars
 
-    def _may_donate(self, signature, arrays):
-        """Whether this call may donate the buffers of the rewritten inputs:
-        each is its storage's whole buffer, and nothing but the storage (and
-        the launch queue, which does not read it) holds it: no other input,
-        storage, fused chain or ``to_jax`` caller."""
-        positions = self.donatable.get(signature)
-        if positions is None:
-            positions = self.donatable[signature] = self._donated(signature[:-1], arrays)
-        if not positions or modes._mode is modes.EagerMode.FUSED:  # recorded ops may read them later
-            return False
-        at = [k - 1 for k in positions]  # (after the rng material)
-        refs = list(map(_refcount, map(arrays.__getitem__, at)))
-        if max(refs) <= _OWNED:
-            return True
-        for k, n in zip(at, refs):
-            if n > _OWNED and not (n == _OWNED + 1 and pending.holds(arrays[k])):
-                return False
-        return True
+    def _donation(self, signature, arrays):
+        """The donation plan of calls with ``signature``, worked out on its first call."""
+        plan = self.donatable.get(signature)
+        if plan is None:
+            positions = self._donated(signature[:-1], arrays)
+            inputs = [i for i, e in enumerate(signature[:-1]) if _is_tensor_entry(e)]
+            plan = self.donatable[signature] = _Donation(positions, [inputs[k - 1] for k in positions])
+        return plan
 
     def _compile(self, key, arrays, donate=None):
         """The executable for ``key``; ``donate``: the argument positions it
@@ -257,10 +250,24 @@ class CompiledGraph:
         return tuple(positions)
 
 
-_refcount = sys.getrefcount
-# References to a donatable input's array as _may_donate counts them: its
-# storage's, the call's list of arrays, and the one map passes on.
-_OWNED = 3
+class _Donation:
+    """Which buffers calls of one signature may donate, and the executable that does."""
+    __slots__ = ("positions", "at", "inputs", "exe")
+
+    def __init__(self, positions, inputs):
+        self.positions = positions  # argument positions (after the rng material)
+        self.at = [k - 1 for k in positions]  # the same among the call's arrays
+        self.inputs = inputs  # the graph inputs whose buffers those are
+        self.exe = None  # the donating executable, once built
+
+    def may(self, arrays, args):
+        """Whether this call may donate them: each is its storage's buffer and
+        nothing but the storage (and the launch queue, which does not read it)
+        holds it: no other input, storage, fused chain or ``to_jax`` caller
+        (the rule every donating write follows)."""
+        return bool(self.positions) and access.can_donate(arrays, self.at, [args[i] for i in self.inputs])
+
+
 _NO_RNG = np.zeros(3, np.uint32)
 _ON_EAGER_KERNELS = "run on the eager kernels"  # executables entry of a signature that failed to build
 _ON_HOST = "read on the host"  # signature entry of a CPU input only host nodes read
