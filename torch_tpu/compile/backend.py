@@ -22,7 +22,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 from .. import dtypes, logs, precision
 from ..device import rng
-from ..eager import access, fusion
+from ..eager import access, fusion, modes
 from ..eager.launch import launch
 from ..ops import registry
 from ..storage import buffers, views
@@ -93,22 +93,39 @@ class CompiledGraph:
         # Python numbers while tracing, fixed per signature, so kept on the host.
         self.scalar_outputs = {} if any(isinstance(v, (int, float, torch.SymInt, torch.SymFloat))
                                         for v in vals) else None
+        # A training graph (forward or backward: no mutated inputs, no host
+        # part, static shapes) is recorded as one op of the fused program
+        # instead of run (see _record): it runs when a value is read, with
+        # what else is pending, so a backward recorded after its forward runs
+        # in one executable with it and the saved tensors never leave it.
+        self.deferrable = (name in ("forward", "backward") and not self.mutated and not self.host
+                           and self.scalar_outputs is None and not self.xla_options
+                           and all(p.static or not isinstance(p.val, torch.Tensor) or i in self.host_views
+                                   for i, p in enumerate(self.out_plans)))
+        self.recorded = {}  # signature -> _Recorded
         self.uses_rng = any(n.op == "call_function" and registry.graph_form(n.target) is not None
                             and registry.graph_form(n.target).opts.rng
                             for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule)  # cond branches too
                             for n in sub.graph.nodes)
 
     def __call__(self, args):
+        defer = self.deferrable and modes._mode is not modes.EagerMode.DEBUG
+        if not defer and fusion.pending_ops():
+            # recorded work (a deferred training graph) runs first, as one
+            # program; a flush, not a host read: no read point is learnt
+            fusion.flush("compiled graph")
         arrays, signature = [], []
         for i, a in enumerate(args):
             if i in self.host_inputs:
                 signature.append(_ON_HOST)
             elif isinstance(a, torch.Tensor):
-                arrays.append(_input_buffer(a, signature))
+                arrays.append(_input_buffer(a, signature, defer))
             else:
                 signature.append(a)
         signature.append(precision.current)  # torch.tpu.precision is traced into the executable
         signature = tuple(signature)
+        if defer:
+            return self._record(signature, arrays, args)
         donate = None  # the argument positions this call donates (None: the default executable)
         if self.donate_when_safe and (plan := self._donation(signature, arrays)).may(arrays, args):
             donate, exe = plan.positions, plan.exe
@@ -135,6 +152,28 @@ class CompiledGraph:
         outputs, new_values = launch(f"compiled {self.name} graph", exe, (material, *arrays))
         if self.mutated:
             _write_inputs([args[i] for i in self.mutated], new_values)
+        return self._tensors(signature, args, outputs, host_values)
+
+    def _record(self, signature, arrays, args):
+        """Record this call into the fused program (run when a value is read):
+        its outputs are pending buffers, wrapped as tensors like results."""
+        recorded = self.recorded.get(signature)
+        if recorded is None:
+            if self.executables.get(signature) is _ON_EAGER_KERNELS:
+                return self._run_eagerly(args)
+            try:
+                recorded = self.recorded[signature] = _Recorded(self, signature, arrays)
+            except Exception as e:  # a lowering bug must not take the program down
+                return self._fall_back(signature, args, None, e)
+        material = rng.next_key_material() if self.uses_rng else _NO_RNG
+        outputs = [None] * len(self.out_plans)
+        for i, lazy in zip(recorded.kept, fusion.record(recorded.fn, (material, *arrays), recorded.out_buffers)):
+            outputs[i] = lazy
+        return self._tensors(signature, args, outputs, None)
+
+    def _tensors(self, signature, args, outputs, host_values):
+        """The graph's output tensors from the executable's ``outputs`` (None
+        where made on the host) and the host part's values."""
         view_bases = {i: args[v.input] for i, v in self.host_views.items() if v.input is not None}
         args.clear()  # boxed calling convention: let inputs die early
         tensors = [None if i in self.host_views else
@@ -250,6 +289,25 @@ class CompiledGraph:
         return tuple(positions)
 
 
+class _Recorded:
+    """A deferred graph's program for one signature, as fused mode records it:
+    one jitted function of (rng key material, *input arrays) returning the
+    outputs the executable makes, and their (shape, dtype)."""
+
+    def __init__(self, graph, signature, arrays):
+        with_statics, _ = graph.program(signature)
+        self.kept = kept = [i for i, plan in enumerate(graph.out_plans) if isinstance(plan.val, torch.Tensor)
+                            and i not in graph.host_views and i not in graph.host_outputs]
+
+        def made(material, *arrays_):
+            outputs, _ = with_statics(material, *arrays_)
+            return tuple(outputs[i] for i in kept)
+        self.fn = jax.jit(made)
+        avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]  # traced once here: a lowering bug shows now
+        results = jax.eval_shape(self.fn, jax.ShapeDtypeStruct(_NO_RNG.shape, _NO_RNG.dtype), *avals)
+        self.out_buffers = [(r.shape, r.dtype) for r in results]
+
+
 class _Donation:
     """Which buffers calls of one signature may donate, and the executable that does."""
     __slots__ = ("positions", "at", "inputs", "exe")
@@ -336,20 +394,21 @@ def _is_tensor_entry(e):
     return type(e) is TpuInput or type(e) is CpuInput
 
 
-def _input_buffer(t, signature):
-    """The array passed for graph input ``t``; appends its signature entry."""
+def _input_buffer(t, signature, lazy=False):
+    """The array passed for graph input ``t``; appends its signature entry
+    (``lazy``: a pending fused result is passed as it is, for recording)."""
     # The common case first, with no helper calls: a tpu tensor whose storage
     # holds its buffer (C++-made alias storages and CPU tensors lack _tpu_buf).
     buf = getattr(t.untyped_storage(), "_tpu_buf", None)
     if buf is None or t.is_conj() or t.is_neg():
         return _input_buffer_general(t, signature)
-    if type(buf) is fusion.LazyBuffer:
+    if type(buf) is fusion.LazyBuffer and (not lazy or buf.value is not None):
         buf = fusion.resolve(buf)
     shape, aval = tuple(t.shape), getattr(buf, "aval", buf)
     spec = _new(views.ViewSpec, (aval.shape, aval.dtype, shape, t.stride(), t.storage_offset(),
                                  dtypes.TORCH_TO_NP[t.dtype]))
     if len(spec.buf_shape) == 1 and spec.buf_shape != shape and views.covers_buffer(spec):
-        buf, spec = _shaped_like(t, buf, spec)
+        buf, spec = _shaped_like(t, fusion.resolve(buf), spec)
     signature.append(_new(TpuInput, (spec,)))
     return buf
 
