@@ -59,12 +59,13 @@ class CompiledGraph:
     storages.  So a call costs one executable launch plus tensor bookkeeping.
     """
 
-    def __init__(self, gm, name, donate_mutated=False, donate_when_safe=False):
+    def __init__(self, gm, name, donate_mutated=False, donate_when_safe=False, defer=False):
         # donate_mutated: hand the buffers of the inputs the graph rewrites to
         # the executable (a training step updating parameters in place);
         # donate_when_safe: the same, on the calls where nothing else holds
         # those buffers (checked per call: an optimizer step's parameters and
-        # state), else through a second, non-donating executable
+        # state), else through a second, non-donating executable; defer: record
+        # a training graph into the fused program instead of running it (below)
         self.donate_mutated = donate_mutated
         rewrites.inline_dense_hops(gm)
         rewrites.masked_sums(gm)
@@ -98,7 +99,7 @@ class CompiledGraph:
         # instead of run (see _record): it runs when a value is read, with
         # what else is pending, so a backward recorded after its forward runs
         # in one executable with it and the saved tensors never leave it.
-        self.deferrable = (name in ("forward", "backward") and not self.mutated and not self.host
+        self.deferrable = (defer and name in ("forward", "backward") and not self.mutated and not self.host
                            and self.scalar_outputs is None and not self.xla_options
                            and all(p.static or not isinstance(p.val, torch.Tensor) or i in self.host_views
                                    for i, p in enumerate(self.out_plans)))
@@ -295,6 +296,7 @@ class _Recorded:
     outputs the executable makes, and their (shape, dtype)."""
 
     def __init__(self, graph, signature, arrays):
+        start = time.perf_counter()
         with_statics, _ = graph.program(signature)
         self.kept = kept = [i for i, plan in enumerate(graph.out_plans) if isinstance(plan.val, torch.Tensor)
                             and i not in graph.host_views and i not in graph.host_outputs]
@@ -306,6 +308,8 @@ class _Recorded:
         avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]  # traced once here: a lowering bug shows now
         results = jax.eval_shape(self.fn, jax.ShapeDtypeStruct(_NO_RNG.shape, _NO_RNG.dtype), *avals)
         self.out_buffers = [(r.shape, r.dtype) for r in results]
+        stats.compiles += 1  # (XLA compiles it with the chain it joins)
+        stats.compile_seconds += time.perf_counter() - start
 
 
 class _Donation:
@@ -513,7 +517,7 @@ def _compiler(name):
         if collectives.present(gm):  # cut at its collectives: compile/collectives.py
             return collectives.compile_split(gm, name, CompiledGraph)
         try:
-            compiled = CompiledGraph(gm, name, donate_when_safe=True)
+            compiled = CompiledGraph(gm, name, donate_when_safe=True, defer=True)
         except lowering.LoweringError as e:
             stats.eager_fallbacks += 1
             warnings.warn(f"torch_tpu: torch.compile: {e}; this {name} graph runs through the "
