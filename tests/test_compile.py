@@ -572,3 +572,74 @@ def test_a_value_per_masked_element_runs_on_the_eager_kernels():
     got, fallbacks = _compile_warnings(put, h.to("tpu"), mask.to("tpu"))
     torch.testing.assert_close(got.cpu(), put(h, mask))
     assert fallbacks and "boolean mask" in fallbacks[0]
+
+
+def _executables_run(fn):
+    """fn's result and the XLA executables it ran (compiled graphs and fused chains)."""
+    import jax
+    original, count = jax.stages.Compiled.__call__, [0]
+
+    def counted(exe, *args):
+        count[0] += 1
+        return original(exe, *args)
+    jax.stages.Compiled.__call__ = counted
+    try:
+        return fn(), count[0]
+    finally:
+        jax.stages.Compiled.__call__ = original
+
+
+@pytest.mark.parametrize("read_loss_first", [False, True])
+def test_compiled_forward_and_backward_are_deferred_to_one_executable(read_loss_first):
+    """A compiled training graph is recorded, not run: the backward joins its
+    forward, and both run as one executable when a gradient is read.  A read of
+    the forward's output before the backward runs the forward then, alone."""
+    from torch_tpu.eager import fusion
+
+    def run(device):
+        torch.manual_seed(0)
+        model = _mlp().to(device)
+        x = torch.randn(4, 8).to(device)
+        f = torch.compile(lambda: model(x).square().mean(), backend="tpu") if device == "tpu" else \
+            (lambda: model(x).square().mean())
+        launches = []
+        for _ in range(3):
+            model.zero_grad(set_to_none=True)
+
+            def step():
+                loss = f()
+                if device == "tpu" and not read_loss_first:  # (a learnt read launches it at once)
+                    assert fusion.pending_ops() == 1  # the forward, recorded
+                first = loss.item() if read_loss_first else None
+                loss.backward()
+                grads = [p.grad.cpu() for p in model.parameters()]
+                return first, loss.item(), grads
+            result, n = _executables_run(step)
+            launches.append(n)
+        return result, launches
+
+    (first, loss, grads), launches = run("tpu")
+    (_, want_loss, want_grads), _ = run("cpu")
+    assert launches[1:] == [2 if read_loss_first else 1] * 2, launches
+    torch.testing.assert_close(loss, want_loss)
+    if read_loss_first:
+        assert first == loss
+    for g, w in zip(grads, want_grads):
+        torch.testing.assert_close(g, w)
+
+
+def test_compiled_training_graphs_run_at_once_in_debug_mode():
+    from torch_tpu.eager import fusion
+    torch.manual_seed(0)
+    model, x = _mlp(), torch.randn(4, 8)
+    model(x).sum().backward()
+    want = model[0].weight.grad.clone()
+    model.zero_grad(set_to_none=True)
+    model, x = model.to("tpu"), x.to("tpu")
+    f = torch.compile(lambda: model(x).sum(), backend="tpu")
+    with torch.tpu.set_eager_mode("debug"):
+        loss = f()
+        assert fusion.pending_ops() == 0
+        loss.backward()
+        assert fusion.pending_ops() == 0
+    torch.testing.assert_close(model[0].weight.grad.cpu(), want)

@@ -9,7 +9,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import sys
 import threading
 import time
 import warnings
@@ -23,7 +22,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 from .. import dtypes, logs, precision
 from ..device import rng
-from ..eager import access, fusion, modes, pending
+from ..eager import access, fusion, modes
 from ..eager.launch import launch
 from ..ops import registry
 from ..storage import buffers, views
@@ -60,12 +59,13 @@ class CompiledGraph:
     storages.  So a call costs one executable launch plus tensor bookkeeping.
     """
 
-    def __init__(self, gm, name, donate_mutated=False, donate_when_safe=False):
+    def __init__(self, gm, name, donate_mutated=False, donate_when_safe=False, defer=False):
         # donate_mutated: hand the buffers of the inputs the graph rewrites to
         # the executable (a training step updating parameters in place);
         # donate_when_safe: the same, on the calls where nothing else holds
         # those buffers (checked per call: an optimizer step's parameters and
-        # state), else through a second, non-donating executable
+        # state), else through a second, non-donating executable; defer: record
+        # a training graph into the fused program instead of running it (below)
         self.donate_mutated = donate_mutated
         rewrites.inline_dense_hops(gm)
         rewrites.masked_sums(gm)
@@ -85,7 +85,7 @@ class CompiledGraph:
         self.executables = {}
         self.donate_when_safe = donate_when_safe and bool(self.mutated) and not donate_mutated
         self.donating = {}   # signature -> the executable that donates the rewritten inputs' buffers
-        self.donatable = {}  # signature -> the argument positions it donates
+        self.donatable = {}  # signature -> its _Donation
         self.lock = threading.Lock()
         self.xla_options = compiler_options.current()
         vals = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n for n in outputs]
@@ -94,29 +94,46 @@ class CompiledGraph:
         # Python numbers while tracing, fixed per signature, so kept on the host.
         self.scalar_outputs = {} if any(isinstance(v, (int, float, torch.SymInt, torch.SymFloat))
                                         for v in vals) else None
+        # A training graph (forward or backward: no mutated inputs, no host
+        # part, static shapes) is recorded as one op of the fused program
+        # instead of run (see _record): it runs when a value is read, with
+        # what else is pending, so a backward recorded after its forward runs
+        # in one executable with it and the saved tensors never leave it.
+        self.deferrable = (defer and name in ("forward", "backward") and not self.mutated and not self.host
+                           and self.scalar_outputs is None and not self.xla_options
+                           and all(p.static or not isinstance(p.val, torch.Tensor) or i in self.host_views
+                                   for i, p in enumerate(self.out_plans)))
+        self.recorded = {}  # signature -> _Recorded
         self.uses_rng = any(n.op == "call_function" and registry.graph_form(n.target) is not None
                             and registry.graph_form(n.target).opts.rng
                             for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule)  # cond branches too
                             for n in sub.graph.nodes)
 
     def __call__(self, args):
+        defer = self.deferrable and modes._mode is not modes.EagerMode.DEBUG
+        if not defer and fusion.pending_ops():
+            # recorded work (a deferred training graph) runs first, as one
+            # program; a flush, not a host read: no read point is learnt
+            fusion.flush("compiled graph")
         arrays, signature = [], []
         for i, a in enumerate(args):
             if i in self.host_inputs:
                 signature.append(_ON_HOST)
             elif isinstance(a, torch.Tensor):
-                arrays.append(_input_buffer(a, signature))
+                arrays.append(_input_buffer(a, signature, defer))
             else:
                 signature.append(a)
         signature.append(precision.current)  # torch.tpu.precision is traced into the executable
         signature = tuple(signature)
-        exe = self.executables.get(signature)
-        if exe is _ON_EAGER_KERNELS:
-            return self._run_eagerly(args)
+        if defer:
+            return self._record(signature, arrays, args)
         donate = None  # the argument positions this call donates (None: the default executable)
-        if self.donate_when_safe and self._may_donate(signature, arrays):
-            donate = self.donatable[signature]
-            exe = self.donating.get(signature)
+        if self.donate_when_safe and (plan := self._donation(signature, arrays)).may(arrays, args):
+            donate, exe = plan.positions, plan.exe
+        else:
+            exe = self.executables.get(signature)
+            if exe is _ON_EAGER_KERNELS:
+                return self._run_eagerly(args)
         # the host inputs as they were, in case the graph must run eagerly after all
         before = [args[i].clone() for i in self.host.input_positions] if exe is None and self.host else None
         host_values = None
@@ -128,12 +145,36 @@ class CompiledGraph:
                 try:
                     exe = (self.executables.get(signature) or self._compile(signature, arrays) if donate is None
                            else self.donating.get(signature) or self._compile(signature, arrays, donate))
+                    if donate is not None:
+                        plan.exe = exe
                 except Exception as e:  # a lowering bug must not take the program down
                     return self._fall_back(signature, args, before, e)
         material = rng.next_key_material() if self.uses_rng else _NO_RNG
         outputs, new_values = launch(f"compiled {self.name} graph", exe, (material, *arrays))
         if self.mutated:
             _write_inputs([args[i] for i in self.mutated], new_values)
+        return self._tensors(signature, args, outputs, host_values)
+
+    def _record(self, signature, arrays, args):
+        """Record this call into the fused program (run when a value is read):
+        its outputs are pending buffers, wrapped as tensors like results."""
+        recorded = self.recorded.get(signature)
+        if recorded is None:
+            if self.executables.get(signature) is _ON_EAGER_KERNELS:
+                return self._run_eagerly(args)
+            try:
+                recorded = self.recorded[signature] = _Recorded(self, signature, arrays)
+            except Exception as e:  # a lowering bug must not take the program down
+                return self._fall_back(signature, args, None, e)
+        material = rng.next_key_material() if self.uses_rng else _NO_RNG
+        outputs = [None] * len(self.out_plans)
+        for i, lazy in zip(recorded.kept, fusion.record(recorded.fn, (material, *arrays), recorded.out_buffers)):
+            outputs[i] = lazy
+        return self._tensors(signature, args, outputs, None)
+
+    def _tensors(self, signature, args, outputs, host_values):
+        """The graph's output tensors from the executable's ``outputs`` (None
+        where made on the host) and the host part's values."""
         view_bases = {i: args[v.input] for i, v in self.host_views.items() if v.input is not None}
         args.clear()  # boxed calling convention: let inputs die early
         tensors = [None if i in self.host_views else
@@ -157,6 +198,8 @@ class CompiledGraph:
             for i, value in zip(self.host.input_positions, host_inputs):
                 args[i].copy_(value)
         self.executables[signature] = _ON_EAGER_KERNELS
+        if self.donate_when_safe:
+            self.donatable[signature] = _Donation((), ())  # never the donating executable either
         return self._run_eagerly(args)
 
     def _run_eagerly(self, args):
@@ -191,24 +234,14 @@ class CompiledGraph:
             return outputs, new_values
         return with_statics, scalars
 
-    def _may_donate(self, signature, arrays):
-        """Whether this call may donate the buffers of the rewritten inputs:
-        each is its storage's whole buffer, and nothing but the storage (and
-        the launch queue, which does not read it) holds it: no other input,
-        storage, fused chain or ``to_jax`` caller."""
-        positions = self.donatable.get(signature)
-        if positions is None:
-            positions = self.donatable[signature] = self._donated(signature[:-1], arrays)
-        if not positions or modes._mode is modes.EagerMode.FUSED:  # recorded ops may read them later
-            return False
-        at = [k - 1 for k in positions]  # (after the rng material)
-        refs = list(map(_refcount, map(arrays.__getitem__, at)))
-        if max(refs) <= _OWNED:
-            return True
-        for k, n in zip(at, refs):
-            if n > _OWNED and not (n == _OWNED + 1 and pending.holds(arrays[k])):
-                return False
-        return True
+    def _donation(self, signature, arrays):
+        """The donation plan of calls with ``signature``, worked out on its first call."""
+        plan = self.donatable.get(signature)
+        if plan is None:
+            positions = self._donated(signature[:-1], arrays)
+            inputs = [i for i, e in enumerate(signature[:-1]) if _is_tensor_entry(e)]
+            plan = self.donatable[signature] = _Donation(positions, [inputs[k - 1] for k in positions])
+        return plan
 
     def _compile(self, key, arrays, donate=None):
         """The executable for ``key``; ``donate``: the argument positions it
@@ -257,10 +290,46 @@ class CompiledGraph:
         return tuple(positions)
 
 
-_refcount = sys.getrefcount
-# References to a donatable input's array as _may_donate counts them: its
-# storage's, the call's list of arrays, and the one map passes on.
-_OWNED = 3
+class _Recorded:
+    """A deferred graph's program for one signature, as fused mode records it:
+    one jitted function of (rng key material, *input arrays) returning the
+    outputs the executable makes, and their (shape, dtype)."""
+
+    def __init__(self, graph, signature, arrays):
+        start = time.perf_counter()
+        with_statics, _ = graph.program(signature)
+        self.kept = kept = [i for i, plan in enumerate(graph.out_plans) if isinstance(plan.val, torch.Tensor)
+                            and i not in graph.host_views and i not in graph.host_outputs]
+
+        def made(material, *arrays_):
+            outputs, _ = with_statics(material, *arrays_)
+            return tuple(outputs[i] for i in kept)
+        self.fn = jax.jit(made)
+        avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]  # traced once here: a lowering bug shows now
+        results = jax.eval_shape(self.fn, jax.ShapeDtypeStruct(_NO_RNG.shape, _NO_RNG.dtype), *avals)
+        self.out_buffers = [(r.shape, r.dtype) for r in results]
+        stats.compiles += 1  # (XLA compiles it with the chain it joins)
+        stats.compile_seconds += time.perf_counter() - start
+
+
+class _Donation:
+    """Which buffers calls of one signature may donate, and the executable that does."""
+    __slots__ = ("positions", "at", "inputs", "exe")
+
+    def __init__(self, positions, inputs):
+        self.positions = positions  # argument positions (after the rng material)
+        self.at = [k - 1 for k in positions]  # the same among the call's arrays
+        self.inputs = inputs  # the graph inputs whose buffers those are
+        self.exe = None  # the donating executable, once built
+
+    def may(self, arrays, args):
+        """Whether this call may donate them: each is its storage's buffer and
+        nothing but the storage (and the launch queue, which does not read it)
+        holds it: no other input, storage, fused chain or ``to_jax`` caller
+        (the rule every donating write follows)."""
+        return bool(self.positions) and access.can_donate(arrays, self.at, [args[i] for i in self.inputs])
+
+
 _NO_RNG = np.zeros(3, np.uint32)
 _ON_EAGER_KERNELS = "run on the eager kernels"  # executables entry of a signature that failed to build
 _ON_HOST = "read on the host"  # signature entry of a CPU input only host nodes read
@@ -329,20 +398,21 @@ def _is_tensor_entry(e):
     return type(e) is TpuInput or type(e) is CpuInput
 
 
-def _input_buffer(t, signature):
-    """The array passed for graph input ``t``; appends its signature entry."""
+def _input_buffer(t, signature, lazy=False):
+    """The array passed for graph input ``t``; appends its signature entry
+    (``lazy``: a pending fused result is passed as it is, for recording)."""
     # The common case first, with no helper calls: a tpu tensor whose storage
     # holds its buffer (C++-made alias storages and CPU tensors lack _tpu_buf).
     buf = getattr(t.untyped_storage(), "_tpu_buf", None)
     if buf is None or t.is_conj() or t.is_neg():
         return _input_buffer_general(t, signature)
-    if type(buf) is fusion.LazyBuffer:
+    if type(buf) is fusion.LazyBuffer and (not lazy or buf.value is not None):
         buf = fusion.resolve(buf)
     shape, aval = tuple(t.shape), getattr(buf, "aval", buf)
     spec = _new(views.ViewSpec, (aval.shape, aval.dtype, shape, t.stride(), t.storage_offset(),
                                  dtypes.TORCH_TO_NP[t.dtype]))
     if len(spec.buf_shape) == 1 and spec.buf_shape != shape and views.covers_buffer(spec):
-        buf, spec = _shaped_like(t, buf, spec)
+        buf, spec = _shaped_like(t, fusion.resolve(buf), spec)
     signature.append(_new(TpuInput, (spec,)))
     return buf
 
@@ -447,7 +517,7 @@ def _compiler(name):
         if collectives.present(gm):  # cut at its collectives: compile/collectives.py
             return collectives.compile_split(gm, name, CompiledGraph)
         try:
-            compiled = CompiledGraph(gm, name, donate_when_safe=True)
+            compiled = CompiledGraph(gm, name, donate_when_safe=True, defer=True)
         except lowering.LoweringError as e:
             stats.eager_fallbacks += 1
             warnings.warn(f"torch_tpu: torch.compile: {e}; this {name} graph runs through the "

@@ -74,10 +74,12 @@ def can_donate(inputs, positions, owners, held=0) -> bool:
         if (type(buf) is not _array_type() or buf.is_deleted()
                 or buffers.get_buffer(owner.untyped_storage()) is not buf):  # e.g. a LazyBuffer holds it
             return False
-        uses = sum(map(operator.is_, inputs, [buf] * len(inputs)))
-        queued = pending.count(buf)
         # references: the storage, `inputs` (uses), the caller's, `buf` here, getrefcount's argument
-        if uses != 1 or sys.getrefcount(buf) != 1 + uses + held + 2 + queued:
+        refs = sys.getrefcount(buf)
+        if refs == 1 + 1 + held + 2:  # the fewest there can be: used once, not queued (no scans)
+            continue
+        uses = sum(map(operator.is_, inputs, [buf] * len(inputs)))
+        if uses != 1 or refs != 1 + uses + held + 2 + pending.count(buf):
             return False
     donations += 1
     return True
