@@ -32,14 +32,6 @@ def note(results) -> None:
             _prune()
 
 
-def holds(x) -> bool:
-    """Whether ``x`` is one of the noted results (newest are searched first)."""
-    for p in reversed(_pending):
-        if p is x:
-            return True
-    return False
-
-
 def count(x) -> int:
     """How many references to ``x`` the noted results hold (donation checks
     count them as the queue's, not a user's)."""
