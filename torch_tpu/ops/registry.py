@@ -574,7 +574,8 @@ class Kernel:
             out_buffers = [(views.buffer_shape(s), s.dtype) for s in out_specs]
         donate = access.worth_donating(in_place_specs, groups) if mode == "inplace" and not self.writes_list else ()
         donor = (jax.jit(traced, donate_argnums=donate), donate) if donate else None
-        fn = runtime.small_program_jit(fn, traced, list(inputs) + ([_rng_material(args, kwargs)] if rng else []))
+        if not rng:  # (a random op's key material would be drawn from its generator)
+            fn = runtime.small_program_jit(fn, traced, inputs)
         return _Entry(fn, out_specs, single, out_buffers, donor)
 
     def promote_dtype(self, args, kwargs):
