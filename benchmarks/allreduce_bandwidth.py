@@ -183,19 +183,18 @@ def _bench_ddp(jax_engine, gloo, steps, rounds, barrier):
                 "tpu DDP, no all_reduce": ("tpu", None, skip_communication),
                 "cpu": ("cpu", False), "gloo DDP": ("cpu", gloo)}
     built = {name: build(*spec) for name, spec in variants.items()}
-    results = {}
-    for name, (_, step) in built.items():
-        samples = []
-        for _ in range(rounds):
+    samples = {name: [] for name in built}
+    for _ in range(rounds):  # the variants interleaved, so the machine's load drifts over all alike
+        for name, (_, step) in built.items():
             barrier()
-            samples.append(_timed(step, lambda: None, steps))
-        results[name] = _median(samples)
+            samples[name].append(_timed(step, lambda: None, steps))
+    results = {name: _median(rows) for name, rows in samples.items()}
     buckets = _ddp_buckets(built["tpu_dist DDP"][1])
-    floor = 0.0
+    floor = [0.0, 0.0]  # wall, CPU ms
     for nbytes in buckets:  # each bucket's all_reduce at the floor, waited for
         call, finish = jax_engine.prepare("all_reduce", max(1, nbytes // 4))
-        floor += _median([_timed(_waited(call, finish), lambda: None, steps)
-                          for _ in range(rounds)])[0]
+        cost = _median([_timed(_waited(call, finish), lambda: None, steps) for _ in range(rounds)])
+        floor = [floor[0] + cost[0], floor[1] + cost[1]]
     return results, buckets, floor
 
 
@@ -282,10 +281,11 @@ def _report(args, sizes, coll, lat, ddp):
         print("|---|---|---|")
         for name, (w, c) in steps.items():
             print(f"| {name} | {w:.1f} | {c:.1f} |")
-        single = steps["tpu"][0]
+        (single, single_cpu), (ddp_w, ddp_c) = steps["tpu"], steps["tpu_dist DDP"]
         print(f"\nDDP buckets: {[f'{b / 2**20:.2f} MB' for b in buckets]}; their all_reduces at "
-              f"the floor: {floor:.1f} ms; goal for the tpu_dist DDP step: <= tpu + floor = "
-              f"{single + floor:.1f} ms (measured {steps['tpu_dist DDP'][0]:.1f} ms)")
+              f"the floor: {floor[0]:.1f} ms ({floor[1]:.1f} CPU ms); goal for the tpu_dist DDP "
+              f"step: <= tpu + floor = {single + floor[0]:.1f} ms ({single_cpu + floor[1]:.1f} CPU "
+              f"ms); measured {ddp_w:.1f} ms ({ddp_c:.1f} CPU ms)")
     sys.stdout.flush()
 
 

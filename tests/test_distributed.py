@@ -110,6 +110,21 @@ def test_torch_tpu_distributed_module():
     assert len(env["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")) == 4
 
 
+def test_group_timeout_deadlines_fire_in_order_unless_cancelled():
+    # a work's future is failed by one shared deadline thread, not a Timer per future
+    from torch_tpu.distributed.work import _Deadlines
+    deadlines, fired = _Deadlines(), []
+    deadlines.add(0.3, lambda: fired.append("late"))
+    deadlines.add(0.1, lambda: fired.append("early"))  # earlier than the one the thread sleeps for
+    kept = deadlines.add(0.05, lambda: fired.append("cancelled"))
+    deadlines.cancel(kept)
+    for _ in range(3000):  # cancelled entries are dropped, not kept for the whole timeout
+        deadlines.cancel(deadlines.add(3600, lambda: fired.append("never")))
+    assert len(deadlines._heap) < 2100
+    time.sleep(1.0)
+    assert fired == ["early", "late"]
+
+
 # ---- slow: 4 processes, FSDP2, tensor parallel, SyncBatchNorm ----------------
 
 @pytest.mark.slow
@@ -458,9 +473,23 @@ def _close(a, b, what):
 
 def _check_ddp(torch, dist, r, w, dev):
     from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch_tpu.eager import access
     ref = _reference_losses(torch, dev)
     ddp = DDP(_mlp(torch).to(dev))
-    _close(_sharded_losses(torch, dist, r, w, dev, ddp), ref, "ddp")
+    through, written = access.write_result, []
+
+    def counted(name, *args):  # out= ops that ran with the write through out's view
+        done = through(name, *args)
+        if done:
+            written.append(name)
+        return done
+    access.write_result = counted
+    try:
+        _close(_sharded_losses(torch, dist, r, w, dev, ddp), ref, "ddp")
+    finally:
+        access.write_result = through
+    if dev.type == "tpu":  # each gradient into its bucket (reducer's mul_out): one launch, every step
+        assert written.count("aten.mul.out") == 5 * len(list(ddp.parameters())), written
 
 
 def scenario_ddp():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import torch_tpu
-from torch_tpu.eager import access
+from torch_tpu.eager import access, pending
 from torch_tpu.storage import buffers
 
 N = access.DONATE_BYTES // 4  # float32 elements of a storage just large enough to donate
@@ -126,6 +126,56 @@ def test_fused_mode_records_without_donating():
     _writes(tpu)  # after: the storage may still hold the recorded (now computed) buffer
     _writes(cpu)
     torch.testing.assert_close(tpu.cpu(), cpu, rtol=0, atol=0)
+
+
+def _launches(fn, monkeypatch):
+    """Executables ``fn`` launches (each launch notes its results as pending)."""
+    seen = []
+    note = pending.note
+    monkeypatch.setattr(pending, "note", lambda results: (seen.append(1), note(results)))
+    fn()
+    monkeypatch.undo()
+    return len(seen)
+
+
+def test_out_into_a_view_is_one_launch_and_matches_cpu(monkeypatch):
+    cpu, tpu = _pair(shape=(N // 64, 64))
+
+    def writes(t):
+        dev = t.device
+        grad = torch.arange(640.0, device=dev).reshape(10, 64)
+        # DDP's gradient into its bucket: at::mul_out(bucket_view, grad, wrapped CPU scalar)
+        yield lambda: torch.mul(grad, torch.tensor(0.5), out=t[20:30])
+        yield lambda: torch.add(grad[:, :8], 1, out=t[40:50, ::8])  # a strided destination
+        yield lambda: torch.neg(t[60:70], out=t[60:70])  # the destination is the input too
+        yield lambda: torch.mul(t[0:10], 3, out=t[80:90])  # another view of its storage is
+
+    for w in writes(tpu):
+        w()  # compiles
+    counts = [_launches(w, monkeypatch) for w in writes(tpu)]
+    assert counts == [1, 1, 1, 1]
+    for _ in range(2):
+        for w in writes(cpu):
+            w()
+    torch.testing.assert_close(tpu.cpu(), cpu, rtol=0, atol=0)
+    assert _donations(lambda: torch.mul(torch.ones(64, device="tpu"), 2, out=tpu[5])) == 1
+
+
+def test_out_that_needs_a_cast_or_resize_still_copies():
+    src = torch.arange(6.0)
+    for dev in ("cpu", "tpu"):
+        wide = torch.zeros(10, dtype=torch.float64, device=dev)
+        torch.mul(src.to(dev), 2, out=wide[2:8])  # float32 result into float64
+        empty = torch.empty(0, device=dev)
+        torch.add(src.to(dev), 1, out=empty)  # resized
+        conj = torch.zeros(6, dtype=torch.complex64, device=dev).conj()
+        torch.mul(src.to(dev).to(torch.complex64), 1j, out=conj)  # a lazy conjugate view
+        if dev == "cpu":
+            expected = (wide, empty, conj.resolve_conj())
+        else:
+            got = (wide.cpu(), empty.cpu(), conj.resolve_conj().cpu())
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int64, torch.complex64])

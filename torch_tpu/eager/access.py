@@ -14,6 +14,7 @@ from .. import dtypes
 from ..casting import convert
 from ..storage import buffers, views
 from . import fusion, modes, pending
+from .launch import launch
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,6 +80,43 @@ def can_donate(inputs, positions, owners, held=0) -> bool:
         if uses != 1 or sys.getrefcount(buf) != 1 + uses + held + 2 + queued:
             return False
     donations += 1
+    return True
+
+
+# ---- an out= op's result written inside the op's own program ----------------
+# ``torch.mul(g, s, out=bucket_view)`` (DDP's gradient into its bucket) would
+# otherwise run the op into a fresh buffer and then copy that through the view:
+# two launches.  Composing the op with the write through ``out``'s view makes
+# it one, and with a donated buffer an O(view) in-place update.
+
+@functools.lru_cache(maxsize=4096)
+def _jit_result_writer(fn, spec, donate):
+    write = views.writer(spec)
+    size = spec[2]  # a ViewSpec's fields
+    return jax.jit(lambda buf, *inputs: write(buf, fn(*inputs)[0].reshape(size)),
+                   donate_argnums=(0,) if donate else ())
+
+
+def write_result(name, fn, inputs, out_spec, out) -> bool:
+    """Run op ``name``'s ``fn(*inputs)``, whose one result has out spec
+    ``out_spec`` (size, stride, dtype), writing it straight through tpu tensor
+    ``out``; False (nothing run) when ``out`` needs what the separate copy
+    does (a resize, a cast, a lazy conj/neg bit, a permuted result layout) or
+    when ops are being recorded (fused mode)."""
+    if (modes.is_fused() or isinstance(out, (list, tuple)) or out.device.type != "tpu" or out.is_conj() or out.is_neg()
+            or tuple(out.shape) != out_spec.size or views.permuted_order(out_spec) is not None):
+        return False
+    dtype = dtypes.TORCH_TO_NP[out.dtype]
+    if dtype != out_spec.dtype:
+        return False
+    spec, buf = views.spec_of(out, dtype)
+    if type(buf) is not _array_type():  # a LazyBuffer or a host buffer: the copy resolves it
+        return False
+    every = [buf, *inputs]
+    del buf
+    donate = bool(worth_donating([spec], [0])) and can_donate(every, (0,), (out,))
+    new = launch(name, _jit_result_writer(fn, spec, donate), every, [(spec[0], spec[1])])
+    buffers.set_buffer(out.untyped_storage(), new)
     return True
 
 

@@ -456,6 +456,9 @@ class Kernel:
         fn = entry.fn
         if entry.donor is not None and access.can_donate(inputs, entry.donor[1], args[:1]):  # a write into part of a large buffer
             fn = entry.donor[0]
+        if (self.mode == "out" and entry.single and len(self.out_names) == 1  # out= in the op's own program
+                and access.write_result(self.name, fn, inputs, entry.out_specs[0], kwargs[self.out_names[0]])):
+            return kwargs[self.out_names[0]] if self.op._schema.returns else None
         return self._finish(entry, launch(self.name, fn, inputs, entry.out_buffers), args, kwargs)
 
     # -- output handling ------------------------------------------------------
