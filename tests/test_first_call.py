@@ -243,3 +243,14 @@ def test_cheaper_options_give_the_same_bits(dtype):
         fast = jax.jit(fn, compiler_options=runtime.FAST_COMPILE_OPTIONS)(x, y)
         for a, b in zip(jax.tree.leaves(default), jax.tree.leaves(fast)):
             assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (name, dtype)
+
+
+def test_an_out_kernel_built_with_options_writes_through_out():
+    """out= into a tpu tensor composes the op's kernel with the write in one
+    program: a kernel with compile options enters it through its plain jit."""
+    a = _fresh(6) + 0.5
+    out = torch.empty(a.shape[0], 6).to("tpu")
+    torch.add(a, a, out=out)
+    assert torch.equal(out.cpu(), a.cpu() * 2)
+    torch.mul(a[:, :3], 3, out=out[:, :3])  # into a view of out
+    assert torch.equal(out.cpu()[:, :3], a.cpu()[:, :3] * 3)
