@@ -87,6 +87,38 @@ def test_memory_figures_are_live_bytes():
     assert torch.accelerator.memory_allocated() == before
 
 
+@pytest.mark.parametrize("swap", [True, False], ids=["swapped-storage", "set_"])
+def test_op_outputs_made_either_way_are_the_same(swap, monkeypatch):
+    """A cached op's row-major output is made at its shape with its storage
+    swapped in (or, without that private method, through set_): same values,
+    geometry, addresses, storage and byte accounting either way."""
+    from torch_tpu.storage import buffers
+    monkeypatch.setattr(buffers, "_SWAP_STORAGE", swap)
+    torch.tpu.synchronize()
+    before = torch.tpu.memory_allocated()
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(5, 7, generator=g), torch.randn(5, 7, generator=g)
+    ta, tb = a.to(TPU), b.to(TPU)
+    for _ in range(3):  # the first call builds the entry, the later ones take the cached path
+        outs = [ta * 1.5 + tb, ta.sum(), ta.new_zeros(0, 3) + 1, ta.t() * 2,
+                ta.max(dim=1).values, torch.sigmoid(ta)]
+    ref = [a * 1.5 + b, a.sum(), a.new_zeros(0, 3) + 1, a.t() * 2, a.max(dim=1).values, torch.sigmoid(a)]
+    for t, r in zip(outs, ref):
+        assert t.shape == r.shape and t.stride() == r.stride() and t.storage_offset() == 0
+        assert t.untyped_storage().nbytes() == r.untyped_storage().nbytes()
+        assert_same(t, r)
+    assert len({t.data_ptr() for t in outs if t.numel()}) == len([t for t in outs if t.numel()])
+    z = outs[0]
+    v = z[1:]
+    v.add_(1)  # a view writes through the output's own storage
+    assert_same(z, torch.cat([(a * 1.5 + b)[:1], (a * 1.5 + b)[1:] + 1]))
+    z.resize_(10, 10)
+    assert z.shape == (10, 10) and z.untyped_storage().nbytes() == 400
+    del outs, z, v, t
+    torch.tpu.synchronize()
+    assert torch.tpu.memory_allocated() - before == ta.untyped_storage().nbytes() + tb.untyped_storage().nbytes()
+
+
 def test_invalid_device_index():
     with pytest.raises(RuntimeError, match="Invalid device index"):
         torch.zeros(2, device="tpu:1")

@@ -216,6 +216,65 @@ def test_fused_recording_of_a_repeated_program_checks_each_op_against_last_time(
             torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 
+def test_fused_predicted_op_is_checked_against_its_signature(monkeypatch):
+    """An op that recording predicts (it followed the same program point last
+    time) reuses that op's signature only if its arguments match it: another
+    stride, offset, dtype, number type, static argument or default dtype,
+    in a list too (and a written list whose tensors share a storage), takes
+    the full encoding and computes its own values."""
+    from torch_tpu.ops import registry
+    outcomes = []
+    predicted = registry.Kernel._predicted
+
+    def spy(self, args, inputs):
+        entry = predicted(self, args, inputs)
+        outcomes.append(entry is not None)
+        return entry
+    monkeypatch.setattr(registry.Kernel, "_predicted", spy)
+    gen = torch.Generator().manual_seed(0)
+    sq, big, i0 = torch.randn(6, 6, generator=gen), torch.randn(5, 6, generator=gen), torch.arange(24).reshape(4, 6)
+
+    def scaled(a):
+        return torch.tril(a * 2.0, 1)
+
+    def doubled(tensors):
+        return torch._foreach_mul(tensors, 2.0)
+
+    def written_rows(pair):  # row 0 of one tensor and row 1 of the other (or of the same) doubled
+        torch._foreach_mul_([pair[0][0], pair[1][1]], 2.0)
+        return list(pair)
+
+    # each learned program, then one that differs from it in one thing only
+    variants = [
+        (scaled, lambda d: sq.to(d)), (scaled, lambda d: sq.to(d).t()),                      # stride
+        (scaled, lambda d: big.to(d)[:4]), (scaled, lambda d: big.to(d)[1:]),                 # offset
+        (scaled, lambda d: big.to(d)), (scaled, lambda d: big.to(d).view(torch.int32)),       # dtype
+        (scaled, lambda d: i0.to(d)), (lambda a: torch.tril(a * 2, 1), lambda d: i0.to(d)),   # an int
+        (scaled, lambda d: sq.to(d)), (lambda a: torch.tril(a * 2.0, -1), lambda d: sq.to(d)),  # a static argument
+        (lambda a: a * 1.5, lambda d: i0.to(d)), (lambda a: a * 1.5, lambda d: i0.to(d), torch.float64),  # default dtype
+        # lists: a tensor's stride in a list, a dim list, a written list's tensors sharing a storage
+        (doubled, lambda d: [sq.to(d), sq.to(d) + 1]), (doubled, lambda d: [sq.to(d), (sq.to(d) + 1).t()]),
+        (lambda a: a.amax([0]), lambda d: sq.to(d)), (lambda a: a.amax([1]), lambda d: sq.to(d)),
+        (written_rows, lambda d: (big.clone().to(d), big.clone().to(d))), (written_rows, lambda d: (big.clone().to(d),) * 2),
+        (scaled, lambda d: sq.to(d)),
+    ]
+    default = torch.get_default_dtype()
+    for program, make, *dtype in variants:
+        try:
+            torch.set_default_dtype(dtype[0] if dtype else default)
+            want = program(make("cpu"))
+            want = list(want) if isinstance(want, (list, tuple)) else want
+            for _ in range(2):  # the second time as a repeated program
+                outcomes.clear()
+                with torch.tpu.set_eager_mode("fused"):
+                    got = program(make("tpu"))
+                    got = [t.cpu() for t in got] if isinstance(got, (list, tuple)) else got.cpu()
+                torch.testing.assert_close(got, want, rtol=0, atol=0)  # (dtypes too)
+        finally:
+            torch.set_default_dtype(default)
+    assert outcomes and all(outcomes)  # the learned program again: every op predicted and checked
+
+
 def test_fused_flushes_on_synchronize_and_size_limit(monkeypatch):
     with torch.tpu.set_eager_mode("fused"):
         x = torch.ones(4, device="tpu") + 1

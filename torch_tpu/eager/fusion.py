@@ -159,6 +159,17 @@ _next: dict = {}   # prefix hash -> (fn, refs, prefix after it): the op that fol
 _MAX_NEXT = 1 << 16
 
 
+def predicted():
+    """The executable recorded after the pending program's last op the last
+    time the program was here, or None: a hint (``record`` checks it)."""
+    try:
+        last = _nodes[-1].prefix
+    except IndexError:
+        last = 0
+    guess = _next.get(last)
+    return None if guess is None else guess[0]
+
+
 def _refs(inputs):
     """The refs of a recorded op's inputs, interning its arrays and numbers."""
     refs = []

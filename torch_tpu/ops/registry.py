@@ -68,6 +68,7 @@ _STATIC_TYPES = (int, float, bool, complex, str, torch.dtype, torch.device, torc
 _TORCH_TO_NP = dtypes.TORCH_TO_NP
 Tensor = torch.Tensor
 _FUSED = modes.EagerMode.FUSED
+_wrap_as = buffers.wrap_as  # (every op's output: no module attribute lookup)
 _new = tuple.__new__  # builds a ViewSpec without NamedTuple's keyword-handling __new__ (every op input)
 
 
@@ -329,13 +330,13 @@ class _Entry:
 
 
 def _out_tensors(results, layouts):
-    """``_Entry.out_tensors`` from one call's results."""
+    """``_Entry.out_tensors`` from one call's results (strides None: row-major)."""
     out = []
     for arr, lay in zip(results, layouts):
         aval = getattr(arr, "aval", arr)
-        shape, strides = (aval.shape, buffers.contiguous_strides(aval.shape)) if lay is None else lay
+        shape, strides = (aval.shape, None) if lay is None else lay
         out.append((dtypes.NP_TO_TORCH[aval.dtype], math.prod(aval.shape) * aval.dtype.itemsize,
-                    tuple(shape), tuple(strides)))
+                    tuple(shape), strides if strides is None else tuple(strides)))
     return out
 
 
@@ -367,7 +368,7 @@ class Kernel:
         # them, no out=) is encoded inline by __call__ (see _fast_key).
         self.fast = mode in ("functional", "inplace") and not self.out_names
         self.traced_positions = tuple(n in self.dynamic for n in self.arg_names)
-        self.cache = {}
+        self.cache = _Cache()
         self.lock = threading.Lock()
         self.check_overlap = out_checks.checks_overlap(self)
         # outputs _finish returns as the one wrapped tensor
@@ -430,12 +431,54 @@ class Kernel:
         groups = _storage_groups(args[0]) if self.writes_list else None
         return (tuple(pos), (), groups, torch.get_default_dtype(), precision.current)
 
+    def _predicted(self, args, inputs):
+        """Fused mode: the entry of the op that recording predicts (what
+        followed the pending program's last op last time), if ``_fast_key``
+        would give ``args`` its signature: checked, not rebuilt, with the
+        inputs appended as ``_fast_key`` would.  Else None, ``inputs`` empty."""
+        hit = self.cache.by_fn.get(fusion.predicted())
+        if hit is None:
+            return None
+        pos, _, groups, default_dtype, matmul_precision = hit[1]
+        if (len(args) == len(pos) and default_dtype is torch.get_default_dtype()
+                and matmul_precision is precision.current):
+            for x, e in zip(args, pos):
+                if type(e) is tuple and e:
+                    tag = e[0]
+                    if tag is TENSOR:  # (TENSOR, spec): a tpu tensor seen plainly
+                        if not isinstance(x, Tensor):
+                            break
+                        buf = getattr(x.untyped_storage(), "_tpu_buf", None)
+                        if buf is None or x.is_conj() or x.is_neg():
+                            break
+                        spec = e[1]
+                        aval = getattr(buf, "aval", buf)
+                        if (aval.shape != spec[0] or aval.dtype != spec[1] or x.shape != spec[2]
+                                or x.stride() != spec[3] or x.storage_offset() != spec[4]
+                                or _TORCH_TO_NP[x.dtype] != spec[5]):
+                            break
+                        inputs.append(buf)
+                    elif tag is NUMBER and type(x) is e[1]:  # a traced number, recorded as it is
+                        inputs.append(x)
+                    elif tag is NUMBER or not _list_matches(x, e, inputs):  # a list (_fast_list's)
+                        break
+                elif type(x) is not type(e) or x != e:  # a static value (None included)
+                    break
+            else:  # a written list: its tensors share storages as they did
+                if groups is None or _storage_groups(args[0]) == groups:
+                    return hit[0]
+        del inputs[:]
+        return None
+
     def __call__(self, *args, **kwargs):
         if self.check_overlap:
             out_checks.check_overlap(self, args, kwargs)
         inputs = []
-        key = self._fast_key(args, inputs) if self.fast and not kwargs else None
-        if key is None:
+        entry = (self._predicted(args, inputs) if self.fast and not kwargs and modes._mode is _FUSED
+                 and self.cache.by_fn else None)
+        key = self._fast_key(args, inputs) if self.fast and not kwargs and entry is None else None
+        fast = key is not None
+        if key is None and entry is None:
             inputs = []
             names = self.arg_names
             pos = tuple(self._encode(a, names[i], inputs) for i, a in enumerate(args))
@@ -446,11 +489,14 @@ class Kernel:
                    precision.current)
             if self.out_names:  # the out dtypes: _build asks whether the CPU accepts them
                 key += tuple(getattr(kwargs.get(n), "dtype", None) for n in self.out_names)
-        entry = self.cache.get(key)
+        if entry is None:
+            entry = self.cache.get(key)
         if entry is None:
             with self.lock:
                 entry = self.cache.get(key) or self._build(key, args, kwargs, inputs)
                 self.cache[key] = entry
+                if fast:
+                    self.cache.by_fn[entry.fn] = (entry, key)
         if self.opts.rng:
             inputs.append(_rng_material(args, kwargs))
         fn = entry.fn
@@ -459,7 +505,11 @@ class Kernel:
         if (self.mode == "out" and entry.single and len(self.out_names) == 1  # out= in the op's own program
                 and access.write_result(self.name, fn, inputs, entry.out_specs[0], kwargs[self.out_names[0]])):
             return kwargs[self.out_names[0]] if self.op._schema.returns else None
-        return self._finish(entry, launch(self.name, fn, inputs, entry.out_buffers), args, kwargs)
+        results = launch(self.name, fn, inputs, entry.out_buffers)
+        metas = entry.out_tensors
+        if metas is not None and entry.single and self.returns_one:  # most ops: _finish's first case, inline
+            return _wrap_as(results[0], *metas[0])
+        return self._finish(entry, results, args, kwargs)
 
     # -- output handling ------------------------------------------------------
     def _finish(self, entry, results, args, kwargs):
@@ -686,6 +736,49 @@ def _fast_list(xs, traced, inputs, fused):
         else:
             return None
     return tuple(out)
+
+
+def _list_matches(xs, entry, inputs):
+    """Whether ``_fast_list`` gives the list ``xs`` the signature ``entry`` (fused
+    mode), appending the inputs it would (``Kernel._predicted``'s lists)."""
+    if (type(xs) is not list and type(xs) is not tuple) or len(xs) != len(entry):
+        return False
+    for x, e in zip(xs, entry):
+        if type(e) is tuple and e:
+            if e[0] is TENSOR:
+                if not isinstance(x, Tensor):
+                    return False
+                buf = getattr(x.untyped_storage(), "_tpu_buf", None)
+                if buf is None or x.is_conj() or x.is_neg():
+                    return False
+                spec = e[1]
+                aval = getattr(buf, "aval", buf)
+                if (aval.shape != spec[0] or aval.dtype != spec[1] or x.shape != spec[2] or x.stride() != spec[3]
+                        or x.storage_offset() != spec[4] or _TORCH_TO_NP[x.dtype] != spec[5]):
+                    return False
+                inputs.append(buf)
+            elif e[0] is NUMBER and type(x) is e[1]:
+                inputs.append(x)
+            else:
+                return False
+        elif type(x) is not type(e) or x != e:  # a dim, a normalized shape's size, an output mask's flag
+            return False
+    return True
+
+
+class _Cache(dict):
+    """A kernel's entries by signature, and (``by_fn``) each fast-path
+    entry and its signature by executable, for ``Kernel._predicted``; both
+    cleared together."""
+    __slots__ = ("by_fn",)
+
+    def __init__(self):
+        super().__init__()
+        self.by_fn = {}
+
+    def clear(self):
+        super().clear()
+        self.by_fn.clear()
 
 
 def _storage_groups(tensors):
