@@ -19,7 +19,15 @@ which ones cross the threshold depends on the machine's load;
 ``--cache-min-secs 0`` writes every executable (both sides, as the setting is
 process-wide) and shows what loading one costs.
 
+Small exact programs compile with cheaper XLA:CPU options
+(``runtime.FAST_COMPILE_OPTIONS``); the "jax.jit +options" column is the
+bare ``jax.jit`` given the same options by the same rule
+(``runtime.compile_options``), so both comparisons stay honest.
+``--fast-compile both`` runs a first child with them off
+(``TORCH_TPU_FAST_COMPILE=0``: before) and one with them on (after).
+
     python benchmarks/first_call.py [--shapes 5] [--modes strict,fused,debug] [--warm-cache [--cache-min-secs 0]]
+                                    [--fast-compile on|off|both]
 """
 import argparse
 import json
@@ -76,7 +84,7 @@ def measure(k, modes, names=None):
     import jax
     import torch
     import torch_tpu  # noqa: F401
-    from torch_tpu import profiler
+    from torch_tpu import profiler, runtime
 
     table = ops()
     shapes = _Shapes()
@@ -88,12 +96,14 @@ def measure(k, modes, names=None):
             continue
         row = results[name] = {}
         for _ in range(k):
-            for side in ["jax.jit"] + [f"tpu {m}" for m in modes]:
+            for side in ["jax.jit", "jax.jit +options"] + [f"tpu {m}" for m in modes]:
                 inputs = make(shapes.fresh())
-                if side == "jax.jit":
+                if side.startswith("jax.jit"):
                     args = [jax.device_put(x.numpy()) for x in inputs]
                     jax.block_until_ready(args)
-                    fn = jax.jit(jnp_fn)
+                    # the options torch_tpu would give this program (none: plain jit)
+                    options = runtime.compile_options(jax.make_jaxpr(jnp_fn)(*args)) if "+" in side else None
+                    fn = jax.jit(jnp_fn, compiler_options=options)
 
                     def call():
                         jax.block_until_ready(fn(*args))
@@ -121,28 +131,31 @@ def measure(k, modes, names=None):
 
 def render(results, title):
     sides = list(next(iter(results.values())))
+    bases = [b for b in ("jax.jit", "jax.jit +options") if b in sides]
+    pairs = [(s, b) for b in bases for s in sides if s not in bases or (b == "jax.jit" and s != b)]
     lines = [f"### {title}", "",
-             "median ms per first call (CPU time / wall time), XLA executables built; ratio: CPU time vs jax.jit", "",
-             "| op | " + " | ".join(sides) + " | " + " | ".join(f"{s} / jax.jit" for s in sides[1:]) + " |",
-             "|" + "---|" * (1 + 2 * len(sides) - 1)]
+             "median ms per first call (CPU time / wall time), XLA executables built; ratio: CPU time", "",
+             "| op | " + " | ".join(sides) + " | " + " | ".join(f"{s} / {b}" for s, b in pairs) + " |",
+             "|" + "---|" * (1 + len(sides) + len(pairs))]
     totals = {s: 0.0 for s in sides}
     for name, row in results.items():
-        cells, ratios = [], []
-        base = statistics.median(row["jax.jit"]["cpu"])
+        cells = []
+        med = {s: statistics.median(row[s]["cpu"]) for s in sides}
         for s in sides:
-            cpu, wall = statistics.median(row[s]["cpu"]), statistics.median(row[s]["wall"])
-            totals[s] += cpu
-            cells.append(f"{cpu * 1e3:.0f} / {wall * 1e3:.0f} ms, {max(row[s]['compiles'])} exe")
-            if s != "jax.jit":
-                ratios.append(f"{cpu / base:.2f}x")
+            totals[s] += med[s]
+            cells.append(f"{med[s] * 1e3:.0f} / {statistics.median(row[s]['wall']) * 1e3:.0f} ms, "
+                         f"{max(row[s]['compiles'])} exe")
+        ratios = [f"{med[s] / med[b]:.2f}x" for s, b in pairs]
         lines.append(f"| {name} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
     lines.append("| **all (CPU ms)** | " + " | ".join(f"{totals[s] * 1e3:.0f}" for s in sides) + " | "
-                 + " | ".join(f"{totals[s] / totals['jax.jit']:.2f}x" for s in sides[1:]) + " |")
+                 + " | ".join(f"{totals[s] / totals[b]:.2f}x" for s, b in pairs) + " |")
     return "\n".join(lines)
 
 
-def _child(shapes, modes, ops, cache_dir, min_secs=None):
+def _child(shapes, modes, ops, cache_dir, min_secs=None, fast="on"):
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache_dir)
+    if fast == "off":
+        env["TORCH_TPU_FAST_COMPILE"] = "0"
     if min_secs is not None:
         env["TORCH_TPU_CACHE_MIN_COMPILE_SECS"] = str(min_secs)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--shapes", str(shapes),
@@ -151,11 +164,19 @@ def _child(shapes, modes, ops, cache_dir, min_secs=None):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def run(shapes=5, modes="strict,fused,debug", ops="", warm_cache=False, min_secs=None) -> str:
+def run(shapes=5, modes="strict,fused,debug", ops="", warm_cache=False, min_secs=None, fast="on") -> str:
     """The markdown tables: a first run on an empty persistent cache (and a
-    second run on what it left, with ``warm_cache``), each in a fresh process."""
+    second run on what it left, with ``warm_cache``), each in a fresh process.
+    ``fast="both"``: first a run with the cheaper compile options off, on its own empty cache."""
+    out = []
+    if fast in ("off", "both"):
+        with tempfile.TemporaryDirectory() as cache:
+            out.append(render(_child(shapes, modes, ops, cache, min_secs, "off"),
+                              "empty persistent cache, cheaper compile options off (TORCH_TPU_FAST_COMPILE=0)"))
+        if fast == "off":
+            return out[0]
     with tempfile.TemporaryDirectory() as cache:
-        out = [render(_child(shapes, modes, ops, cache, min_secs), "empty persistent cache (first run)")]
+        out.append(render(_child(shapes, modes, ops, cache, min_secs), "empty persistent cache (first run)"))
         if warm_cache:
             out.append(render(_child(shapes, modes, ops, cache, min_secs),
                               "second run, same shapes, on the cache the first run wrote"))
@@ -171,6 +192,8 @@ def main():
                    help="also time a second run on the persistent cache the first run wrote")
     p.add_argument("--cache-min-secs", type=float,
                    help="TORCH_TPU_CACHE_MIN_COMPILE_SECS for both runs (0: every executable is written)")
+    p.add_argument("--fast-compile", default="on", choices=["on", "off", "both"],
+                   help="cheaper XLA:CPU options for small exact programs: on (default), off, or both (before/after)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     modes = [m for m in args.modes.split(",") if m]
@@ -178,7 +201,7 @@ def main():
     if args.child:
         print(json.dumps(measure(args.shapes, modes, names)))
         return
-    print(run(args.shapes, args.modes, args.ops, args.warm_cache, args.cache_min_secs))
+    print(run(args.shapes, args.modes, args.ops, args.warm_cache, args.cache_min_secs, args.fast_compile))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ of an index or divisor that is already computed (``eager.checks`` looks at
 those on the host).  Counted, not timed: ``benchmarks/first_call.py`` times it."""
 import itertools
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
@@ -144,3 +145,112 @@ def test_reading_a_large_tensor_element_by_element_compiles_once():
     assert got == [2.0, 10.0, 2.0 * (n - 1), 24690.0, [6.0, 8.0, 10.0]]
     t[5] = -1.0
     assert t[5].item() == -1.0 and t[6].item() == 12.0
+
+
+# -- cheaper XLA:CPU compile options for small exact programs ------------------
+
+def _options_of(fn, *shapes):
+    import jax
+    from torch_tpu import runtime
+    return runtime.compile_options(jax.make_jaxpr(fn)(*[np.zeros(s, np.float32) for s in shapes]))
+
+
+def test_compile_options_only_for_small_exact_programs(monkeypatch):
+    """The cheaper options go to a program of exact primitives (arithmetic,
+    comparisons, casts, indexing, reductions) whose every array has at most
+    FAST_COMPILE_MAX_ELEMENTS elements; transcendental functions (whose
+    approximations differ between XLA's emitters) and large programs keep
+    XLA's defaults; TORCH_TPU_FAST_COMPILE=0 turns them off, "all" drops the size bound."""
+    import jax.numpy as jnp
+    from torch_tpu import runtime
+    limit = runtime.FAST_COMPILE_MAX_ELEMENTS
+    exact = [lambda x: x * 2 + 1, lambda x: x.sum(0), lambda x: jnp.where(x > 0, x, -x)[::2],
+             lambda x: jnp.cumsum(x.astype(jnp.int64), 0), lambda x: x @ x[:8], lambda x: x[jnp.array([3, 1])]]
+    for fn in exact:
+        assert _options_of(fn, (64, 8)) == runtime.FAST_COMPILE_OPTIONS
+    for fn in [jnp.sin, jnp.exp, jnp.tanh, lambda x: x ** 0.5 + 1, lambda x: jnp.log(x).sum(),
+               lambda x: x.T + 1, lambda x: x.at[jnp.array([1, 1])].add(1.0)]:  # slower launches: see runtime
+        assert _options_of(fn, (64, 8)) is None
+    assert _options_of(lambda x: x + 1, (limit,)) is not None
+    assert _options_of(lambda x: x + 1, (limit + 1,)) is None
+    assert _options_of(lambda x: jnp.broadcast_to(x, (2, limit)).sum(0), (limit,)) is None  # an intermediate counts
+    monkeypatch.setenv("TORCH_TPU_FAST_COMPILE", "all")
+    assert _options_of(lambda x: x + 1, (limit + 1,)) is not None
+    assert _options_of(jnp.sin, (8,)) is None
+    monkeypatch.setenv("TORCH_TPU_FAST_COMPILE", "0")
+    assert _options_of(lambda x: x + 1, (8,)) is None
+
+
+@pytest.mark.parametrize("mode", ["strict", "debug"])
+def test_eager_kernels_get_the_options_only_where_intended(mode, monkeypatch):
+    """The registry's first call builds the kernel with the cheaper options
+    exactly when its traced program qualifies (seen from what
+    ``runtime.small_program_jit`` returns: a jit whose ``nestable`` is another)."""
+    from torch_tpu import runtime
+    built = []
+    real = runtime.small_program_jit
+
+    def spy(fn, fun, args):
+        out = real(fn, fun, args)
+        built.append((fun.__name__, runtime.nestable(out) is not out))
+        return out
+    monkeypatch.setattr(runtime, "small_program_jit", spy)
+    small, large = _fresh(5), torch.ones(runtime.FAST_COMPILE_MAX_ELEMENTS + next(_rows)).to("tpu")
+    torch.tpu.synchronize()
+    with torch.tpu.set_eager_mode(mode):
+        for out in (small + small, torch.sin(small), large + large, small.sum(0)):
+            out.cpu()
+    assert [f for _, f in built] == [True, False, False, True], built
+
+
+def test_a_kernel_built_with_options_runs_inside_a_fused_chain():
+    """A jit with compile options cannot be nested in another trace: the
+    fused chain calls the same kernel's plain jit (``runtime.nestable``), and
+    the result is the strict one, bit for bit."""
+    a = _fresh(7) * 1.5
+    torch.tpu.synchronize()
+    strict_out = ((a + a) * 3 - a).sum(1).cpu()  # builds the kernels, with the options
+    with torch.tpu.set_eager_mode("fused"):
+        fused_out = ((a + a) * 3 - a).sum(1).cpu()
+    assert torch.equal(strict_out, fused_out)
+
+
+# Exact programs over the primitives EXACT_PRIMITIVES lists: same bits with
+# and without the cheaper options (float64 and reduced floats included).
+EXACT_PROGRAMS = {
+    "arith": lambda x, y: (x * y + x - y / (jnp.abs(y) + 1), -x, jnp.maximum(x, y), jnp.minimum(x, y)),
+    "round": lambda x, y: (jnp.floor(x), jnp.ceil(x), jnp.round(x), jnp.sign(x), jnp.sqrt(jnp.abs(x))),
+    "rem": lambda x, y: (jnp.fmod(x, y + 3), jnp.remainder(x, y + 3), x ** 3),
+    "compare": lambda x, y: (jnp.where(x > y, x, y * 2), x == y, jnp.isfinite(x / y), jnp.clip(x, -1, 1)),
+    "cast": lambda x, y: ((x * 1000).astype(jnp.int32), (x * 1000).astype(jnp.int64) >> 3, x.astype(jnp.float16)),
+    "reduce": lambda x, y: (x.sum(), x.sum(0), x.sum(1), x.max(1), x.min(0), x.argmax(1), x.prod(1), (x * x).mean(0)),
+    "scan": lambda x, y: (jnp.cumsum(x, 0), jnp.cumsum(x, 1), jnp.cumprod(x / 4 + 1, 1)),
+    "index": lambda x, y: (x[jnp.array([3, 0, 5, 3])], x[::-2, 1::3] + 1, jnp.concatenate([x, y], 1)),
+    "matmul": lambda x, y: (x @ y.reshape(70, 33), jnp.sort(x, 1)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_cheaper_options_give_the_same_bits(dtype):
+    import jax
+    from torch_tpu import runtime
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((33, 70)) * 5, dtype)
+    y = jnp.asarray(rng.standard_normal((33, 70)), dtype)
+    for name, fn in EXACT_PROGRAMS.items():
+        assert runtime.compile_options(jax.make_jaxpr(fn)(x, y)) == runtime.FAST_COMPILE_OPTIONS, name
+        default = jax.jit(fn)(x, y)
+        fast = jax.jit(fn, compiler_options=runtime.FAST_COMPILE_OPTIONS)(x, y)
+        for a, b in zip(jax.tree.leaves(default), jax.tree.leaves(fast)):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (name, dtype)
+
+
+def test_an_out_kernel_built_with_options_writes_through_out():
+    """out= into a tpu tensor composes the op's kernel with the write in one
+    program: a kernel with compile options enters it through its plain jit."""
+    a = _fresh(6) + 0.5
+    out = torch.empty(a.shape[0], 6).to("tpu")
+    torch.add(a, a, out=out)
+    assert torch.equal(out.cpu(), a.cpu() * 2)
+    torch.mul(a[:, :3], 3, out=out[:, :3])  # into a view of out
+    assert torch.equal(out.cpu()[:, :3], a.cpu()[:, :3] * 3)

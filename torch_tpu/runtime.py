@@ -150,3 +150,104 @@ def _configure_cpu_dispatch() -> None:
 
 
 _configure_cpu_dispatch()  # before the CPU client starts (jax_device)
+
+
+# -- cheaper XLA:CPU compiles for small programs -------------------------------
+#
+# XLA:CPU's fusion emitters build a fresh MLIR context, load every dialect and
+# run an MLIR pipeline per compile: most of a small op's first-call time
+# (benchmarks/first_call.py).  Its older emitters compile a small elementwise,
+# reduction or indexing program in ~40-70% of the time, and run it as fast at
+# these sizes.  They are not bit-identical for transcendental functions (their
+# own approximations of tan, cbrt, float16 log...), so only programs made of
+# primitives that are exact in IEEE arithmetic (or move bits) get them; every
+# result is then the same as with the default emitters (checked bit for bit in
+# tests/test_first_call.py).  Transposes and scatters run measurably slower
+# from the older emitters (a 64x64 transposed copy 5.9 -> 8.4 us, a 100x100
+# scatter-add 19 -> 29 us per launch), and so do large arrays: those programs
+# keep XLA's defaults.
+FAST_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+FAST_COMPILE_MAX_ELEMENTS = 1 << 16  # per array, inputs, intermediates and results
+
+# Primitives computed exactly (IEEE add/mul/div/sqrt, comparisons, casts), or
+# moving data, or calling library code that does not depend on the emitters,
+# and no slower per launch from the older emitters at these sizes.
+EXACT_PRIMITIVES = frozenset("""
+    add sub mul div rem neg abs sign floor ceil round nextafter sqrt max min integer_pow square
+    eq ne lt le gt ge and or not xor shift_left shift_right_logical shift_right_arithmetic
+    population_count clz select_n clamp convert_element_type bitcast_convert_type is_finite copy copy_p
+    broadcast_in_dim reshape squeeze expand_dims rev slice dynamic_slice dynamic_update_slice gather
+    concatenate pad iota split reduce_sum reduce_max reduce_min reduce_prod reduce_and reduce_or reduce_xor
+    argmax argmin cumsum cumprod cummax cummin sort dot_general stop_gradient optimization_barrier
+    random_bits random_seed random_wrap random_unwrap threefry2x32
+    pjit jit closed_call core_call custom_jvp_call custom_vjp_call custom_vjp_call_jaxpr remat checkpoint cond while
+""".split())
+
+
+def _fast_compile_mode() -> str:
+    # TORCH_TPU_FAST_COMPILE: "small" (default), "0" (never), "all" (any size:
+    # to check that results do not change)
+    return os.environ.get("TORCH_TPU_FAST_COMPILE", "small").strip().lower()
+
+
+def _on_cpu() -> bool:
+    try:
+        return platform_name() == "cpu"
+    except RuntimeError:  # a bad TORCH_TPU_PLATFORM: reported when the device starts
+        return False
+
+
+def _small_and_exact(jaxpr, limit) -> bool:
+    for v in jaxpr.invars:
+        if limit is not None and getattr(v.aval, "size", 0) > limit:
+            return False
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name not in EXACT_PRIMITIVES:
+            return False
+        for v in eqn.outvars:
+            if limit is not None and getattr(v.aval, "size", 0) > limit:
+                return False
+        for sub in jax.core.jaxprs_in_params(eqn.params):
+            if not _small_and_exact(sub, limit):
+                return False
+    return True
+
+
+def compile_options(closed_jaxpr):
+    """XLA compile options for this traced program: the cheaper emitters for a
+    small, exact program on the CPU platform, else None (XLA's defaults)."""
+    mode = _fast_compile_mode()
+    if mode in ("0", "off", "false", "no") or not _on_cpu():
+        return None
+    limit = None if mode == "all" else FAST_COMPILE_MAX_ELEMENTS
+    jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
+    return dict(FAST_COMPILE_OPTIONS) if _small_and_exact(jaxpr, limit) else None
+
+
+_plain_jit: dict = {}  # a jit with FAST_COMPILE_OPTIONS -> the same function's plain jit
+
+
+def small_program_jit(fn, fun, args):
+    """``fn`` (``jax.jit(fun)``), or ``jax.jit(fun)`` with the cheaper compile
+    options when the program ``fun`` traces to for ``args`` (arrays or
+    anything with a shape and dtype) is small and exact.  The trace is jit's
+    own, which the first call reuses.  A jit with compile options cannot be
+    called inside another trace (a fused chain): ``nestable`` gives the plain one."""
+    mode = _fast_compile_mode()
+    if mode in ("0", "off", "false", "no") or not _on_cpu():
+        return fn
+    try:
+        traced = fn.trace(*[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args])
+    except Exception:  # the op's own error: raised by its first call, as always
+        return fn
+    options = compile_options(traced.jaxpr)
+    if options is None:
+        return fn
+    fast = jax.jit(fun, compiler_options=options)
+    _plain_jit[fast] = fn
+    return fast
+
+
+def nestable(fn):
+    """``fn`` as it may be called inside another jax trace."""
+    return _plain_jit.get(fn, fn)

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import dtypes
+from .. import dtypes, runtime
 from ..casting import convert
 from ..storage import buffers, views
 from . import fusion, modes, pending
@@ -95,6 +95,7 @@ def can_donate(inputs, positions, owners, held=0) -> bool:
 def _jit_result_writer(fn, spec, donate):
     write = views.writer(spec)
     size = spec[2]  # a ViewSpec's fields
+    fn = runtime.nestable(fn)  # (a jit with compile options cannot be nested)
     return jax.jit(lambda buf, *inputs: write(buf, fn(*inputs)[0].reshape(size)),
                    donate_argnums=(0,) if donate else ())
 

@@ -27,7 +27,7 @@ import numpy as np
 from jax._src.array import ArrayImpl
 from jax._src.lax.lax import _convert_element_type
 
-from .. import logs
+from .. import logs, runtime
 from . import pending, ranges as _prof
 
 log = logging.getLogger("torch_tpu.fusion")
@@ -502,7 +502,8 @@ def _compiled(c, nodes, key, inputs, reason):
         return compiled
     stats.misses += 1
     start = time.perf_counter()
-    compiled = jax.jit(_chain(c.chain, live, c.packs)).lower(*inputs).compile()
+    traced = jax.jit(_chain(c.chain, live, c.packs)).trace(*inputs)
+    compiled = traced.lower().compile(runtime.compile_options(traced.jaxpr))  # cheaper for small exact chains
     _cache[full_key] = compiled
     seconds = time.perf_counter() - start
     stats.compile_seconds += seconds
@@ -532,7 +533,7 @@ def _chain(nodes, live, packs):
         for i, (fn, refs) in enumerate(nodes):
             args = [external[r[0]] if type(r) is External else numbers[r[0]][r[1]] if type(r) is Number
                     else values[r] for r in refs]
-            outs = fn(*args)
+            outs = runtime.nestable(fn)(*args)
             if not isinstance(outs, tuple):
                 outs = (outs,)
             for slot, v in enumerate(outs):

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-from .. import dtypes, precision
+from .. import dtypes, precision, runtime
 from ..casting import convert
 from ..eager import access, fusion, modes
 from ..eager.fusion import LazyBuffer
@@ -627,6 +627,8 @@ class Kernel:
             out_buffers = [(views.buffer_shape(s), s.dtype) for s in out_specs]
         donate = access.worth_donating(in_place_specs, groups) if mode == "inplace" and not self.writes_list else ()
         donor = (jax.jit(traced, donate_argnums=donate), donate) if donate else None
+        if not rng:  # (a random op's key material would be drawn from its generator)
+            fn = runtime.small_program_jit(fn, traced, inputs)
         return _Entry(fn, out_specs, single, out_buffers, donor)
 
     def promote_dtype(self, args, kwargs):
