@@ -320,3 +320,24 @@ def test_reduced_float_with_a_python_number_as_on_cpu(op, dtype):
     a[a == 0.1] = 0.1  # an element equal to the rounded number (eq)
     fn = _HALF_AND_NUMBER[op]
     assert torch.equal(fn(a.to("tpu")).cpu(), fn(a))
+
+
+_HALF_WITH_ALPHA = {
+    "add": lambda a, b: torch.add(a, b, alpha=0.1), "sub": lambda a, b: torch.sub(a, b, alpha=-1.7),
+    "rsub": lambda a, b: torch.rsub(a, b, alpha=0.3333), "add_": lambda a, b: a.clone().add_(b, alpha=0.1),
+    "add_number": lambda a, b: torch.add(a, 0.7, alpha=0.1),
+    "add_broadcast": lambda a, b: torch.add(a.view(16, 64), b[:64], alpha=0.1),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op", sorted(_HALF_WITH_ALPHA))
+def test_reduced_float_alpha_as_on_cpu(op, dtype):
+    """float16/bfloat16 add/sub with alpha: the CPU rounds alpha to the dtype,
+    then computes a + b * alpha in float32.  1024 elements: a whole number of
+    the CPU's vectors (its scalar tail, up to 31 elements, rounds b * alpha to
+    the dtype too; not emulated)."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(1024, generator=g).to(dtype) for _ in range(2))
+    fn = _HALF_WITH_ALPHA[op]
+    assert torch.equal(fn(a.to("tpu"), b.to("tpu")).cpu(), fn(a, b))
