@@ -8,6 +8,7 @@ import torch
 
 import torch_tpu  # noqa: F401
 from torch_tpu import profiler
+from torch_tpu.eager import checks
 from torch_tpu.ops import registry
 from helpers import assert_same, sample, strict  # noqa: F401  (no CPU fallback)
 
@@ -121,3 +122,37 @@ def test_random_op_on_views_at_offsets():
     assert (host[0] == 0).all() and (host[6:] == 0).all()
     assert ((host[1:6] > 0) & (host[1:6] < 1)).all()
     assert not torch.equal(host[1], host[2])
+
+
+def test_entries_per_offset_are_bounded(monkeypatch):
+    """A loop over more positions than the bound keeps at most the bound's
+    entries (the executable stays: no new compile) and right results."""
+    monkeypatch.setattr(registry, "_MAX_OFFSET_ENTRIES", 3)
+    x = sample(12, 9)
+    dx = x.to("tpu")
+    kernel = registry.KERNELS[torch.ops.aten.neg.default]
+    before = profiler.xla_compiles()
+    for i in range(12):
+        assert torch.equal((-dx[i]).cpu(), -x[i])
+        assert sum(1 for e in kernel.cache.values() if e.offsets) <= 3
+    assert profiler.xla_compiles() - before == 1
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_device_index_check_of_rows_compiles_once(mode, monkeypatch):
+    """The device check of an index row ``idx[i]`` (too large or unfinished
+    for the host check) reads the row's offset at run time too, and still
+    raises for the row that is out of range."""
+    monkeypatch.setattr(checks, "_HOST_NUMEL", 0)
+    a = sample(10, 3)
+    idx = torch.randint(0, 10, (6, 50), generator=torch.Generator().manual_seed(0))
+    idx[5, 7] = 10  # out of range, in the last row only
+    da, didx = a.to("tpu"), idx.to("tpu")
+    torch.tpu.synchronize()
+    with torch.tpu.set_eager_mode(mode):
+        before = profiler.xla_compiles()
+        for i in range(5):
+            assert torch.equal(da[didx[i]].cpu(), a[idx[i]])
+        assert profiler.xla_compiles() - before <= 3  # the gather, its check (fused: and their chain)
+        with pytest.raises(IndexError, match="index 10 is out of bounds"):
+            da[didx[5]].cpu()

@@ -341,6 +341,11 @@ class _Entry:
         return entry
 
 
+# Per kernel, cache entries for views at given offsets (each holds its offsets
+# as device scalars) kept before they are dropped; the executable they share stays.
+_MAX_OFFSET_ENTRIES = 4096
+
+
 def _offset_arg(offset):
     """A view's storage offset as the executable's argument: a device int64
     scalar, put there once (jit would copy a Python int on every call)."""
@@ -387,6 +392,7 @@ class Kernel:
         self.fast = mode in ("functional", "inplace") and not self.out_names
         self.traced_positions = tuple(n in self.dynamic for n in self.arg_names)
         self.cache = {}
+        self.offset_entries = 0  # cache entries of views at one offset (bounded: see _build)
         self.lock = threading.Lock()
         self.check_overlap = out_checks.checks_overlap(self)
         # outputs _finish returns as the one wrapped tensor
@@ -528,6 +534,11 @@ class Kernel:
         entry = self.cache.get(free)
         if entry is None:
             entry = self.cache[free] = self._build_entry(free, args, kwargs, inputs, len(offsets))
+        self.offset_entries += 1
+        if self.offset_entries > _MAX_OFFSET_ENTRIES:  # a loop over many positions: forget the old ones
+            for k in [k for k, e in self.cache.items() if e.offsets]:
+                del self.cache[k]
+            self.offset_entries = 1
         return entry.at_offsets(offsets)
 
     def _build_entry(self, key, args, kwargs, inputs, n_offsets):
