@@ -40,11 +40,15 @@ _pending: list = []  # [(device array, LazyBuffer or host NumPy array, verdict)]
 def _summarizer(summary, layouts):
     """A jitted ``summary`` of the tensors laid out as ``layouts`` [(view spec, lazy bits)],
     each read through its view, followed by the extra arguments."""
-    readers = [(views.reader(spec), bits) for spec, bits in layouts]
+    readers = [(views.reader(spec), bits, spec[4] is None) for spec, bits in layouts]
+    n = len(readers)
+    m = sum(at for _, _, at in readers)  # views read at run-time offsets: their offsets follow the buffers
 
     def run(*args):
-        values = [views.apply_bits(read(buf), bits) for (read, bits), buf in zip(readers, args)]
-        return summary(*values, *args[len(readers):])
+        offsets = iter(args[n:n + m])
+        values = [views.apply_bits(read(buf, next(offsets)) if at else read(buf), bits)
+                  for (read, bits, at), buf in zip(readers, args)]
+        return summary(*values, *args[n + m:])
     return jax.jit(run)
 
 
@@ -70,11 +74,19 @@ def defer(t, summary, out, verdict, *extra, host=False) -> None:
         if all(v is not None for v in values):
             _note((np.asarray(summary(*values, *extra, xp=np)), verdict), mode)
             return
-    fn = _summarizer(summary, tuple(layouts))
+    # a view that can move in its buffer (an index row idx[i]) passes its
+    # offset at run time: one summarizer for every offset
+    free, offsets = [], []
+    for spec, bits in layouts:
+        spec, offset = views.split_offset(spec)
+        free.append((spec, bits))
+        if offset is not None:
+            offsets.append(np.int64(offset))
+    fn = _summarizer(summary, tuple(free))
     if mode is modes.EagerMode.FUSED:
-        value = fusion.record(fn, [*bufs, *extra], [out], urgent=True)[0]
+        value = fusion.record(fn, [*bufs, *offsets, *extra], [out], urgent=True)[0]
     else:
-        value = fn(*[fusion.resolve(b) for b in bufs], *extra)
+        value = fn(*[fusion.resolve(b) for b in bufs], *offsets, *extra)
     _note((value, verdict), mode)
 
 

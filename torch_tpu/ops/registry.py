@@ -18,6 +18,7 @@ changing learning rate does not recompile.
 """
 import dataclasses
 import functools
+import itertools
 import logging
 import math
 import threading
@@ -313,10 +314,13 @@ def _install(op, kernel, graph=None, dispatch_key="PrivateUse1") -> None:
 # ---- the kernel wrapper -----------------------------------------------------
 
 class _Entry:
-    __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors", "donor")
+    __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors", "donor", "offsets")
 
     def __init__(self, fn, out_specs, single, out_buffers, donor=None):
         self.fn = fn
+        # the storage offsets of the views fn reads at run time (device
+        # scalars, passed after the other inputs): see at_offsets
+        self.offsets = ()
         self.donor = donor  # (fn donating its destination buffers, their input positions), or None
         self.out_specs = out_specs
         self.single = single
@@ -327,6 +331,26 @@ class _Entry:
         # from the first call's results, as wrap would (one executable's
         # results always have the same shapes and dtypes)
         self.out_tensors = None
+
+    def at_offsets(self, offsets):
+        """This entry (of a signature whose views' offsets are None) for views at ``offsets``."""
+        entry = _Entry.__new__(_Entry)
+        for name in _Entry.__slots__:
+            setattr(entry, name, getattr(self, name))
+        entry.out_tensors = None
+        entry.offsets = tuple(map(_offset_arg, offsets))
+        return entry
+
+
+# Per kernel, cache entries for views at given offsets (each holds its offsets
+# as device scalars) kept before they are dropped; the executable they share stays.
+_MAX_OFFSET_ENTRIES = 4096
+
+
+def _offset_arg(offset):
+    """A view's storage offset as the executable's argument: a device int64
+    scalar, put there once (jit would copy a Python int on every call)."""
+    return jax.device_put(np.int64(offset))
 
 
 def _out_tensors(results, layouts):
@@ -369,6 +393,7 @@ class Kernel:
         self.fast = mode in ("functional", "inplace") and not self.out_names
         self.traced_positions = tuple(n in self.dynamic for n in self.arg_names)
         self.cache = _Cache()
+        self.offset_entries = 0  # cache entries of views at one offset (bounded: see _build)
         self.lock = threading.Lock()
         self.check_overlap = out_checks.checks_overlap(self)
         # outputs _finish returns as the one wrapped tensor
@@ -497,6 +522,8 @@ class Kernel:
                 self.cache[key] = entry
                 if fast:
                     self.cache.by_fn[entry.fn] = (entry, key)
+        if entry.offsets:  # views read at run-time offsets
+            inputs += entry.offsets
         if self.opts.rng:
             inputs.append(_rng_material(args, kwargs))
         fn = entry.fn
@@ -549,6 +576,25 @@ class Kernel:
 
     # -- the first call with a signature ------------------------------------------
     def _build(self, key, args, kwargs, inputs):
+        """The entry for ``key``.  Views that could sit elsewhere in their
+        buffer read their storage offset at run time: one executable serves
+        every offset (``op(x[i])`` in a loop compiles once)."""
+        offsets = []
+        pos_t, kw_t = key[:2]
+        free = (_offset_free(pos_t, offsets), tuple((n, _offset_free(t, offsets)) for n, t in kw_t)) + key[2:]
+        if free == key:
+            return self._build_entry(key, args, kwargs, inputs, 0)
+        entry = self.cache.get(free)
+        if entry is None:
+            entry = self.cache[free] = self._build_entry(free, args, kwargs, inputs, len(offsets))
+        self.offset_entries += 1
+        if self.offset_entries > _MAX_OFFSET_ENTRIES:  # a loop over many positions: forget the old ones
+            for k in [k for k, e in self.cache.items() if e.offsets]:
+                del self.cache[k]
+            self.offset_entries = 1
+        return entry.at_offsets(offsets)
+
+    def _build_entry(self, key, args, kwargs, inputs, n_offsets):
         if self.mode == "out":
             out_checks.check_out_dtype_like_cpu(self, args, kwargs)
         if self.opts.precheck is not None:
@@ -569,6 +615,10 @@ class Kernel:
             destinations = pos_t[0] if self.writes_list else [pos_t[0]]
             in_place_specs = [views.ViewSpec._make(t[1]) for t in destinations]
             in_place_bits = [t[2] if len(t) > 2 else () for t in destinations]
+            # which run-time offset each destination has (they are decoded first), or None
+            dynamic = list(itertools.accumulate((s.offset is None for s in in_place_specs), initial=0))
+            in_place_offsets = [dynamic[i] if s.offset is None else None for i, s in enumerate(in_place_specs)]
+        n_inputs = len(inputs)  # the arrays and numbers; then n_offsets offsets, then the rng key
         out_specs = None
         if mode == "inplace":
             out_specs = [OutSpec(spec.size, None, spec.dtype) for spec in in_place_specs]
@@ -585,9 +635,11 @@ class Kernel:
 
         def traced(*inputs):
             it = iter(inputs)
-            a = [_decode(t, it) for t in pos_t]
-            k = {name: _decode(t, it) for name, t in kw_t}
-            key = make_key(next(it)) if rng else None
+            offs = inputs[n_inputs:n_inputs + n_offsets]
+            at = iter(offs)
+            a = [_decode(t, it, at) for t in pos_t]
+            k = {name: _decode(t, it, at) for name, t in kw_t}
+            key = make_key(inputs[n_inputs + n_offsets]) if rng else None
             with precision.tracing(matmul_precision):  # the setting this entry is cached under
                 outs = apply(a, k, promote_dtype, [s.dtype for s in out_specs] if out_specs else None, key)
             if mode == "inplace":  # write each result back through its destination view
@@ -597,7 +649,9 @@ class Kernel:
                 for i, spec in enumerate(in_place_specs):
                     g = groups[i]
                     value = views.apply_bits(jnp.broadcast_to(outs[i], spec.size), in_place_bits[i])
-                    current[g] = views.writer(spec)(current.get(g, inputs[g]), value)
+                    o = in_place_offsets[i]
+                    current[g] = (views.writer(spec)(current.get(g, inputs[g]), value) if o is None
+                                  else views.writer(spec)(current.get(g, inputs[g]), value, offs[o]))
                 new = [current[groups[i]] for i in range(len(in_place_specs))]
                 return tuple(new) if len(new) > 1 or self.writes_list else new[0]
             return tuple(views.to_storage_layout(o, s) for o, s in zip(outs, out_specs or [None] * len(outs)))
@@ -609,7 +663,7 @@ class Kernel:
             # may change the specs after, the probe traces a stand-in function:
             # jit's trace cache is keyed on the function (and its name), and the
             # first call must trace again with the final specs.
-            probe = list(inputs) + ([_rng_material(args, kwargs)] if rng else [])
+            probe = list(inputs) + [_offset_arg(0)] * n_offsets + ([_rng_material(args, kwargs)] if rng else [])
             shapes = (jax.eval_shape(lambda *xs: traced(*xs), *probe) if self.opts.layout_from
                       else fn.trace(*probe).out_info)
             shapes = shapes if isinstance(shapes, (tuple, list)) else [shapes]
@@ -807,17 +861,36 @@ def to_meta(x):
     return x
 
 
-def _decode(t, it):
+def _decode(t, it, offsets):
     if type(t) is tuple and t:
         tag = t[0]
         if tag is TENSOR:
-            value = views.reader(t[1])(next(it))
+            spec = t[1]
+            value = (views.reader(spec)(next(it)) if spec[4] is not None
+                     else views.reader(spec)(next(it), next(offsets)))
             return views.apply_bits(value, t[2]) if len(t) > 2 else value
         if tag is CPU_SCALAR:
             return jnp.asarray(next(it))
         if tag is NUMBER:
             return next(it)
-        return tuple(_decode(e, it) for e in t)
+        return tuple(_decode(e, it, offsets) for e in t)
+    return t
+
+
+def _offset_free(t, offsets):
+    """Encoded argument ``t`` with the offsets of its views that can move
+    (``views.split_offset``) made None and appended to ``offsets``, in the
+    order ``_decode`` reads them."""
+    if type(t) is tuple and t:
+        tag = t[0]
+        if tag is TENSOR:
+            spec, offset = views.split_offset(t[1])
+            if offset is not None:
+                offsets.append(offset)
+            return t if spec is t[1] else (TENSOR, _new(ViewSpec, spec)) + t[2:]
+        if tag is CPU_SCALAR or tag is NUMBER:
+            return t
+        return tuple(_offset_free(e, offsets) for e in t)
     return t
 
 

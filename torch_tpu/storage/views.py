@@ -66,9 +66,68 @@ def covers_buffer(spec) -> bool:
     """Whether the view is its whole buffer in row-major order (the buffer may
     have another shape with the same elements, e.g. flat)."""
     buf_shape, buf_dtype, size, stride, offset, dtype = spec
-    if offset or dtype != buf_dtype or stride != contiguous_strides(size):
+    if offset or offset is None or dtype != buf_dtype or stride != contiguous_strides(size):
         return False
     return size == buf_shape or math.prod(size) == math.prod(buf_shape)
+
+
+# ---- the storage offset as a runtime argument ----------------------------------
+# An op on ``x[i]`` (a row, a column, a window, a KV-cache slot) would build
+# one executable per offset ``i`` if the offset were part of the view's spec.
+# A view that does not span its whole buffer therefore reads its offset at run
+# time: its spec's offset is None, and the reader and writer take the offset
+# as an argument (``lax.dynamic_slice`` of the view's extent, then the view's
+# static geometry within it).  Shape, strides and dtypes stay static.
+
+def span(size, stride) -> int:
+    """Elements from a non-empty view's first element to one past its last."""
+    return 1 + sum((s - 1) * st for s, st in zip(size, stride))
+
+
+def split_offset(spec):
+    """``(spec, offset)``: the spec with its offset None and the offset, for a
+    view that could sit at another offset of its buffer; else ``(spec, None)``
+    (an empty view's offset becomes 0: it reads nothing)."""
+    buf_shape, buf_dtype, size, stride, offset, dtype = spec
+    n = math.prod(size)
+    if n == 0:
+        return (spec if offset == 0 else spec[:4] + (0,) + spec[5:]), None
+    elements = math.prod(buf_shape)
+    if dtype != buf_dtype:
+        elements = elements * np.dtype(buf_dtype).itemsize // np.dtype(dtype).itemsize
+    if span(size, stride) >= elements:  # the whole buffer (row-major, transposed, ...): one offset only
+        return spec, None
+    return spec[:4] + (None,) + spec[5:], offset
+
+
+def _window_spec(spec):
+    """A dynamic-offset view's spec within its window (its extent, offset 0)."""
+    _, _, size, stride, _, dtype = spec
+    return ((span(size, stride),), dtype, size, stride, 0, dtype)
+
+
+def _read_at(spec):
+    buf_shape, buf_dtype, size, stride, _, dtype = spec
+    window = _window_spec(spec)
+    read = reader(window)
+
+    def read_at(buf, offset):
+        flat = _flat_as(buf, buf_dtype, dtype)
+        # in bounds by construction (a valid view), so XLA's clamping never moves it
+        return read(lax.dynamic_slice(flat, (offset,), window[0]))
+    return read_at
+
+
+def _write_at(spec):
+    buf_shape, buf_dtype, size, stride, _, dtype = spec
+    window = _window_spec(spec)
+    write = writer(window)
+
+    def write_at(buf, value, offset):
+        flat = _flat_as(buf, buf_dtype, dtype)
+        part = write(lax.dynamic_slice(flat, (offset,), window[0]), value).reshape(-1)
+        return _flat_back(lax.dynamic_update_slice(flat, part, (offset,)), buf_shape, buf_dtype, dtype)
+    return write_at
 
 
 # ---- bytes <-> typed flat arrays -------------------------------------------
@@ -250,8 +309,11 @@ def channels_last_like(tensors, out_specs):
 
 @functools.lru_cache(maxsize=None)
 def reader(spec):
-    """A traceable ``buf -> array`` for the view spec."""
+    """A traceable ``buf -> array`` for the view spec (``(buf, offset) ->
+    array`` when its offset is None: see ``split_offset``)."""
     buf_shape, buf_dtype, size, stride, offset, dtype = spec
+    if offset is None:
+        return _read_at(spec)
     if covers_buffer(spec):
         return (lambda buf: buf) if size == buf_shape else (lambda buf: buf.reshape(size))
     return lambda buf: _read_flat(_flat_as(buf, buf_dtype, dtype), size, stride, offset)
@@ -259,8 +321,11 @@ def reader(spec):
 
 @functools.lru_cache(maxsize=None)
 def writer(spec):
-    """A traceable ``(buf, value) -> new buf`` writing ``value`` through the view."""
+    """A traceable ``(buf, value) -> new buf`` writing ``value`` through the
+    view (``(buf, value, offset) -> new buf`` when its offset is None)."""
     buf_shape, buf_dtype, size, stride, offset, dtype = spec
+    if offset is None:
+        return _write_at(spec)
     n = math.prod(size)
     if covers_buffer(spec):
         return lambda buf, value: value
