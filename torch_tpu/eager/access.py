@@ -93,11 +93,19 @@ def can_donate(inputs, positions, owners, held=0) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _jit_result_writer(fn, spec, donate):
+    """``(buf, *inputs[, offset])``: the op's result written through view
+    ``spec``; a spec whose offset is None (``views.split_offset``) takes the
+    offset as the last argument, so one executable serves every row."""
     write = views.writer(spec)
     size = spec[2]  # a ViewSpec's fields
     fn = runtime.nestable(fn)  # (a jit with compile options cannot be nested)
-    return jax.jit(lambda buf, *inputs: write(buf, fn(*inputs)[0].reshape(size)),
-                   donate_argnums=(0,) if donate else ())
+    if spec[4] is None:
+        def run(buf, *rest):
+            return write(buf, fn(*rest[:-1])[0].reshape(size), rest[-1])
+    else:
+        def run(buf, *inputs):
+            return write(buf, fn(*inputs)[0].reshape(size))
+    return jax.jit(run, donate_argnums=(0,) if donate else ())
 
 
 def write_result(name, fn, inputs, out_spec, out) -> bool:
@@ -118,7 +126,10 @@ def write_result(name, fn, inputs, out_spec, out) -> bool:
     every = [buf, *inputs]
     del buf
     donate = bool(worth_donating([spec], [0])) and can_donate(every, (0,), (out,))
-    new = launch(name, _jit_result_writer(fn, spec, donate), every, [(spec[0], spec[1])])
+    free, offset = views.split_offset(spec)
+    if offset is not None:  # a run-time argument: out= into x[i] compiles once for every i
+        every.append(np.int64(offset))
+    new = launch(name, _jit_result_writer(fn, free, donate), every, [(spec[0], spec[1])])
     buffers.set_buffer(out.untyped_storage(), new)
     return True
 
