@@ -43,7 +43,7 @@ hash_tensor and fractional max pooling.
 
 # forward: 11 expected failures
 FORWARD = {
-    "chalf": "TypeError: the tpu device does not support dtype torch.complex32 [sample 0: float32[]]",
+    "chalf": "UnsupportedOnTpu: the tpu device does not support dtype torch.complex32 [sample 0: float32[]]",
     "hash_tensor": "no kernel: aten::hash_tensor.out (falls back to CPU)",
     "linalg.ldl_factor": "no kernel: aten::linalg_ldl_factor_ex.out (falls back to CPU)",
     "linalg.ldl_factor_ex": "no kernel: aten::linalg_ldl_factor_ex.out (falls back to CPU)",
@@ -58,7 +58,7 @@ FORWARD = {
 
 # gradient: 6 expected failures
 GRADIENT = {
-    "chalf": "TypeError: the tpu device does not support dtype torch.complex32 [sample 0: float32[]]",
+    "chalf": "UnsupportedOnTpu: the tpu device does not support dtype torch.complex32 [sample 0: float32[]]",
     "logcumsumexp": "sample 0 (float32[5, 5, 5], 0): grad[0]: Mismatched elements: 4 / 125 (3.2%); Greatest absolute difference: 0.0034067630767822266 (up to 1e-05 allowed); Greatest relative difference: 0.021728066727519035 (up to 1e-05 allowed)",
     "nn.functional.conv_transpose3d": "sample 2 (float32[2, 2, 4, 4, 4], float32[2, 2, 4, 5, 6], float32[4], stride=[3, 2, 1], padding=[1, 2, 3], output_padding=[2, 3, 1], groups=2, dilation=[4, 4, 4]): grad[0]: Mismatched elements: 1 / 256 (0.4%); Greatest absolute difference: 2.7179718017578125e-05 (up to 1e-05 allowed); Greatest re...",
     "sparse.mm.reduce": "NotImplementedError: Could not run 'aten::_sparse_mm_reduce_impl' with arguments from the 'SparseCsrtpu' backend. This could be because the operator doesn't exist for this backend, or was omitted during the selective/custom build process (i [sample 0: float32[5, 5], float32[5, 3], 'sum']",
@@ -68,7 +68,7 @@ GRADIENT = {
 
 # bfloat16: 6 expected failures
 BFLOAT16 = {
-    "chalf": "TypeError: the tpu device does not support dtype torch.complex32 [sample 0: bfloat16[]]",
+    "chalf": "UnsupportedOnTpu: the tpu device does not support dtype torch.complex32 [sample 0: bfloat16[]]",
     "hash_tensor": "no kernel: aten::hash_tensor.out (falls back to CPU)",
     "nn.functional.fractional_max_pool2d": "no kernel: aten::fractional_max_pool2d.output (falls back to CPU)",
     "nn.functional.fractional_max_pool3d": "no kernel: aten::fractional_max_pool3d.output (falls back to CPU)",
@@ -78,19 +78,19 @@ BFLOAT16 = {
 
 # float16: 8 expected failures
 FLOAT16 = {
-    "chalf": "TypeError: the tpu device does not support dtype torch.complex32 [sample 0: float16[]]",
-    "complex": "TypeError: the tpu device does not support dtype torch.complex32 [sample 0: float16[], float16[]]",
+    "chalf": "UnsupportedOnTpu: the tpu device does not support dtype torch.complex32 [sample 0: float16[]]",
+    "complex": "UnsupportedOnTpu: the tpu device does not support dtype torch.complex32 [sample 0: float16[], float16[]]",
     "hash_tensor": "no kernel: aten::hash_tensor.out (falls back to CPU)",
     "nn.functional.fractional_max_pool2d": "no kernel: aten::fractional_max_pool2d.output (falls back to CPU)",
     "nn.functional.fractional_max_pool3d": "no kernel: aten::fractional_max_pool3d.output (falls back to CPU)",
     "sparse.mm.reduce": "NotImplementedError: Could not run 'aten::_sparse_mm_reduce_impl' with arguments from the 'SparseCsrtpu' backend (sparse tensors are not supported) [sample 0: float16[5, 5], float16[5, 3], \"sum\"]",
     "to_sparse": "no kernel: aten::_to_sparse (falls back to CPU)",
-    "view_as_complex": "TypeError: view_as_complex: the tpu device does not support dtype torch.complex32 [sample 0: float16[5, 2]]",
+    "view_as_complex": "UnsupportedOnTpu: view_as_complex: the tpu device does not support dtype torch.complex32 [sample 0: float16[5, 2]]",
 }
 
 # complex64: 6 expected failures
 COMPLEX64 = {
-    "chalf": "TypeError: the tpu device does not support dtype torch.complex32 [sample 0: complex64[]]",
+    "chalf": "UnsupportedOnTpu: the tpu device does not support dtype torch.complex32 [sample 0: complex64[]]",
     "linalg.ldl_factor": "no kernel: aten::linalg_ldl_factor_ex.out (falls back to CPU)",
     "linalg.ldl_factor_ex": "no kernel: aten::linalg_ldl_factor_ex.out (falls back to CPU)",
     "linalg.ldl_solve": "no kernel: aten::linalg_ldl_solve.out (falls back to CPU)",
@@ -100,7 +100,7 @@ COMPLEX64 = {
 
 # float64: 10 expected failures
 FLOAT64 = {
-    "chalf": "TypeError: the tpu device does not support dtype torch.complex32 [sample 0: float64[]]",
+    "chalf": "UnsupportedOnTpu: the tpu device does not support dtype torch.complex32 [sample 0: float64[]]",
     "hash_tensor": "no kernel: aten::hash_tensor.out (falls back to CPU)",
     "linalg.ldl_factor": "no kernel: aten::linalg_ldl_factor_ex.out (falls back to CPU)",
     "linalg.ldl_factor_ex": "no kernel: aten::linalg_ldl_factor_ex.out (falls back to CPU)",

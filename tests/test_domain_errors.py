@@ -135,6 +135,19 @@ def test_a_refused_value_reads_nothing_until_the_host_waits():
     assert (a // _t([2, 3], "tpu")).tolist() == [2, 2]
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_normal_refuses_a_negative_tensor_std_at_the_op(mode):
+    """ATen checks a tensor std at the op on every device (CUDA reads
+    ``std.min() >= 0`` back), and PyTorch's own tests expect it there."""
+    std = _t([1., -1.], "tpu") + 0  # computed on the device
+    with torch.tpu.set_eager_mode(mode):
+        for mean in (0.0, torch.zeros(2, device="tpu")):
+            with pytest.raises(RuntimeError, match="^normal expects all elements of std >= 0.0$"):
+                torch.normal(mean, std)
+        assert torch.normal(0.0, std.abs()).shape == (2,)
+    torch.tpu.synchronize()  # nothing left over
+
+
 def test_refused_values_do_not_cut_a_fused_chain():
     from torch_tpu.eager import fusion
     a, b = _t([4, 6], "tpu"), _t([2, 3], "tpu")

@@ -20,11 +20,11 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "torch_tpu"
 
 # the base modules, bottom to top: each imports only modules before it
-BASE = ["versions", "tpu_dtypes", "install_hints", "logs", "dtypes", "casting", "runtime", "precision", "target"]
+BASE = ["unsupported", "versions", "tpu_dtypes", "install_hints", "logs", "dtypes", "casting", "runtime", "precision", "target"]
 ENTRY = {"__init__", "__main__", "_autoload", "env_report", "lower"}  # the package and its commands: anything
 LAYERS = [*({m} for m in BASE), {"storage"}, {"eager"}, {"device"}, {"ops"},
           {"compile", "distributed", "pallas", "amp", "profiler"},
-          {"lowering_check", "optimizers", "tpu_ops", "hf"}, ENTRY]
+          {"lowering_check", "optimizers", "tpu_ops", "hf", "testing"}, ENTRY]
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
 # eager's modules, bottom to top: each imports only modules before it

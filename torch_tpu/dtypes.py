@@ -4,6 +4,7 @@ import numpy as np
 import torch
 
 from . import tpu_dtypes
+from .unsupported import UnsupportedOnTpu
 
 TORCH_TO_NP = {
     torch.float32: np.dtype(np.float32),
@@ -49,7 +50,7 @@ def to_np(dtype: torch.dtype) -> np.dtype:
     try:
         return TORCH_TO_NP[dtype]
     except KeyError:
-        raise TypeError(f"the tpu device does not support dtype {dtype}") from None
+        raise UnsupportedOnTpu(f"the tpu device does not support dtype {dtype}") from None
 
 
 def to_torch(dtype) -> torch.dtype:

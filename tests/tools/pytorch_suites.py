@@ -149,9 +149,15 @@ def _python():
     return sys.executable
 
 
+# PyTorch's hook for an out-of-tree device's test base (common_device_type reads it
+# at import): tpu's classes then skip the tests of features tpu does not support.
+TEST_BASE = os.path.join(REPO, "torch_tpu", "testing", "device_type.py")
+
+
 def _env():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, HERE, env.get("PYTHONPATH")) if p)
+    env.setdefault("TORCH_TEST_DEVICES", TEST_BASE)
     return env
 
 
@@ -246,9 +252,15 @@ def cause(message):
     return first[:160]
 
 
+# torch_tpu/testing/device_type.py's SKIP_REASON_PREFIX (not imported: the driver stays free of torch)
+UNSUPPORTED_SKIP = "not supported on tpu: "
+
+
 def compare(cpu, tpu):
-    """Per tpu test: its CPU twin's status; and the tpu-only failures."""
-    rows = {"tests": len(tpu), "cpu_pass": 0, "tpu_pass": 0, "tpu_only": {}, "tpu_skip_cpu_pass": 0}
+    """Per tpu test: its CPU twin's status; the tpu-only failures; and the
+    tests tpu's test base skipped as unsupported features whose twin passes."""
+    rows = {"tests": len(tpu), "cpu_pass": 0, "tpu_pass": 0, "tpu_only": {}, "tpu_skip_cpu_pass": 0,
+            "unsupported": {}}
     for (cls, name), (status, message) in tpu.items():
         twin = cpu.get(cpu_twin(cls, name), ("missing", ""))[0]
         if status == "skip" and message.startswith("Only runs on cpu"):  # @onlyCPU: not counted
@@ -260,23 +272,25 @@ def compare(cpu, tpu):
             rows["tpu_pass"] += 1
         elif status == "fail" and twin == "pass":
             rows["tpu_only"][f"{cls}::{name}"] = message
+        elif status == "skip" and twin == "pass" and message.startswith(UNSUPPORTED_SKIP):
+            rows["unsupported"][f"{cls}::{name}"] = message
         elif status == "skip" and twin == "pass":
             rows["tpu_skip_cpu_pass"] += 1
     return rows
 
 
 def _expected():
-    """tests/pytorch_suite_expected.py's (EXPECTED_FAILURES, UNSUPPORTED_FEATURES)."""
+    """tests/pytorch_suite_expected.py's (EXPECTED_FAILURES, EXPECTED_UNSUPPORTED_SKIPS)."""
     sys.path.insert(0, os.path.join(REPO, "tests"))
-    from pytorch_suite_expected import EXPECTED_FAILURES, UNSUPPORTED_FEATURES
-    return EXPECTED_FAILURES, UNSUPPORTED_FEATURES
+    from pytorch_suite_expected import EXPECTED_FAILURES, EXPECTED_UNSUPPORTED_SKIPS
+    return EXPECTED_FAILURES, EXPECTED_UNSUPPORTED_SKIPS
 
 
-def unsupported_only(tpu_only, known, unsupported_reasons):
-    """The tpu-only failures listed with a reason that is a feature decided
-    unsupported: as a test skipped by PyTorch's own decorators, they count as
-    neither passed nor failed in the second ratio."""
-    return [t for t in tpu_only if known.get(t) in unsupported_reasons]
+def _times(seconds):
+    cpu, tpu = seconds.get("cpu"), seconds.get("tpu")
+    if not isinstance(cpu, float) or not isinstance(tpu, float) or not cpu:
+        return "-"
+    return f"{tpu / cpu:.1f}x"
 
 
 def _ratio(part, whole):
@@ -293,6 +307,7 @@ def main(argv=None):
     ap.add_argument("--limit", type=float, default=3600.0, help="seconds per file and device")
     ap.add_argument("--xml-dir", default="/tmp/pytorch_suites")
     ap.add_argument("--tpu-only", action="store_true", help="reuse the CPU results in --xml-dir")
+    ap.add_argument("--cpu-only", action="store_true", help="run the CPU classes only (for a later --tpu-only)")
     ap.add_argument("--report-only", action="store_true",
                     help="run nothing: print the table from the CPU and tpu results already in --xml-dir")
     ap.add_argument("--check", action="store_true",
@@ -306,14 +321,14 @@ def main(argv=None):
     extra = ["-k", args.k] if args.k else []
     if args.select:
         extra.append(f"--suite-select={os.path.abspath(args.select)}")
-    table, failures = [], {}
+    table, failures, skips = [], {}, {}
     for f in files:
         path = os.path.abspath(os.path.join(args.tests_dir, f))
         classes = {"cpu": [], "tpu": []} if args.report_only else collect_classes(path)
         stem = os.path.splitext(f)[0]
         walls, cpus = {}, {}
         results = {}
-        for dev in ("cpu", "tpu"):
+        for dev in ("cpu",) if args.cpu_only else ("cpu", "tpu"):
             xml = os.path.join(args.xml_dir, f"{stem}.{dev}.xml")
             times = xml[:-len(".xml")] + ".times.json"  # the run's wall and CPU seconds, for --tpu-only
             reuse = args.report_only or (dev == "cpu" and args.tpu_only)
@@ -331,27 +346,29 @@ def main(argv=None):
                     walls[dev] = f">{args.limit:.0f}"
             results[dev] = read_junit(xml)
         rows = compare(results.get("cpu", {}), results.get("tpu", {}))
-        failures[f] = rows["tpu_only"]
+        failures[f], skips[f] = rows["tpu_only"], rows["unsupported"]
         table.append((f, rows, walls, cpus))
         print(f"done {f}", file=sys.stderr, flush=True)
 
-    expected, unsupported_reasons = _expected()
+    expected, expected_skips = _expected()
     print("tests: the file's tpu tests, less @onlyCPU ones; CPU passes: those whose CPU twin passes; "
-          "tpu / CPU: the share of CPU passes that pass on tpu too (the goal: >= 99%); "
-          "tpu / CPU, unsupported skipped: the same, the tests whose only tpu failure is a feature decided "
-          "unsupported (quantized, sparse COO, complex32: tests/pytorch_suite_expected.py) counted as skipped")
-    print("| file | tests | CPU passes | tpu passes | tpu / CPU | tpu / CPU, unsupported skipped | tpu-only failures "
-          "| of them unsupported | tpu skips (CPU passes) | wall CPU / tpu | CPU time CPU / tpu |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "unsupported: of those, skipped on tpu by torch_tpu's test base (quantized, sparse COO, complex32), "
+          "not counted, as a test PyTorch's skip decorators skip; tpu / CPU: the share of the other CPU passes "
+          "that pass on tpu too (the goal: >= 99%); plain: the same with the unsupported counted as misses; "
+          "time ratios: tpu run / CPU run (wall time depends on the machine's load, CPU time less)")
+    print("| file | tests | CPU passes | unsupported | tpu passes | tpu / CPU | plain | tpu-only failures "
+          "| other tpu skips (CPU passes) | wall CPU / tpu | CPU time CPU / tpu | wall ratio | CPU time ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for f, rows, walls, cpus in table:
         wall = " / ".join("-" if walls.get(d) is None else (walls[d] if isinstance(walls[d], str) else f"{walls[d]:.0f} s")
                           for d in ("cpu", "tpu"))
         cpu = " / ".join("-" if cpus.get(d) is None else f"{cpus[d]:.0f} s" for d in ("cpu", "tpu"))
-        both = rows["cpu_pass"] - len(rows["tpu_only"]) - rows["tpu_skip_cpu_pass"]  # pass on both
-        unsupported = unsupported_only(rows["tpu_only"], expected.get(f, {}), unsupported_reasons)
-        print(f"| {f} | {rows['tests']} | {rows['cpu_pass']} | {rows['tpu_pass']} | {_ratio(both, rows['cpu_pass'])} "
-              f"| {_ratio(both, rows['cpu_pass'] - len(unsupported))} | {len(rows['tpu_only'])} | {len(unsupported)} "
-              f"| {rows['tpu_skip_cpu_pass']} | {wall} | {cpu} |")
+        unsupported = len(rows["unsupported"])
+        both = rows["cpu_pass"] - len(rows["tpu_only"]) - rows["tpu_skip_cpu_pass"] - unsupported  # pass on both
+        print(f"| {f} | {rows['tests']} | {rows['cpu_pass']} | {unsupported} | {rows['tpu_pass']} "
+              f"| {_ratio(both, rows['cpu_pass'] - unsupported)} | {_ratio(both, rows['cpu_pass'])} "
+              f"| {len(rows['tpu_only'])} | {rows['tpu_skip_cpu_pass']} | {wall} | {cpu} "
+              f"| {_times(walls)} | {_times(cpus)} |")
     for f, fails in failures.items():
         if not fails:
             continue
@@ -363,6 +380,11 @@ def main(argv=None):
             print(f"- {len(tests)} x {c}")
             for t in sorted(tests):
                 print(f"    - {t}")
+    for f, skipped in skips.items():
+        if skipped:
+            print(f"\n## {f}: {len(skipped)} skipped on tpu as unsupported (their CPU twins pass)")
+            for c, n in collections.Counter(cause(m) for m in skipped.values()).most_common():
+                print(f"- {n} x {c}")
     if args.check:
         status = 0
         for f, fails in failures.items():
@@ -374,6 +396,12 @@ def main(argv=None):
                 status = 1
             for t in fixed:
                 print(f"now passes (remove from the expected list): {f}::{t}")
+            skipped, known_skips = skips[f], expected_skips.get(f, {})
+            for t in sorted(set(skipped) - set(known_skips)):
+                print(f"NEW UNSUPPORTED SKIP {f}::{t}: {cause(skipped[t])}")
+                status = 1
+            for t in sorted(set(known_skips) - set(skipped)):
+                print(f"no longer skipped as unsupported (remove from the expected skips): {f}::{t}")
         return status
     return 0
 

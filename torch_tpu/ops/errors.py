@@ -7,6 +7,8 @@ import warnings
 
 import torch
 
+from ..unsupported import UnsupportedOnTpu
+
 
 def device_mismatch(op_name: str, cpu_tensor: torch.Tensor):
     raise RuntimeError(
@@ -157,6 +159,6 @@ def warn_at_caller(message: str, category=UserWarning) -> None:
     warnings.warn(message, category, stacklevel=level)
 
 
-def unsupported_dtype(op_name, dtype) -> TypeError:
+def unsupported_dtype(op_name, dtype) -> UnsupportedOnTpu:
     prefix = f"{op_name}: " if op_name else ""
-    return TypeError(f"{prefix}the tpu device does not support dtype {dtype}")
+    return UnsupportedOnTpu(f"{prefix}the tpu device does not support dtype {dtype}")

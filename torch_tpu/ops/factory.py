@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .. import dtypes
+from ..unsupported import UnsupportedOnTpu
 from ..eager import access
 from ..eager.launch import launch
 from . import errors, out_checks
@@ -245,7 +246,7 @@ def eye_out(n, *, out):
 
 def _refuse(what, hint):
     def kernel(*args, **kwargs):
-        raise NotImplementedError(f"{what} are not supported on tpu; {hint}")
+        raise UnsupportedOnTpu(f"{what} are not supported on tpu; {hint}")
     return kernel
 
 

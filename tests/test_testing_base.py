@@ -1,0 +1,62 @@
+"""torch_tpu.testing's device-type test base, through PyTorch's own
+TORCH_TEST_DEVICES hook: one tpu class per device-generic test class, tests of
+a feature tpu does not support skipped with a reason, every other test run
+(and a NotImplementedError of another origin still a failure)."""
+import os
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+
+import torch_tpu.testing
+
+GENERIC_TESTS = textwrap.dedent('''
+    import torch
+    from torch.testing._internal.common_device_type import dtypes, instantiate_device_type_tests
+    from torch.testing._internal.common_utils import TestCase
+
+
+    class TestBase(TestCase):
+        @dtypes(torch.float32, torch.complex32)
+        def test_zeros(self, device, dtype):
+            self.assertEqual(torch.zeros(3, device=device, dtype=dtype).shape, (3,))
+
+        def test_sparse(self, device):
+            self.assertEqual(torch.eye(2, device=device).to_sparse().to_dense().sum().item(), 2)
+
+        def test_half_plus_complex(self, device):
+            self.assertEqual((torch.ones(2, device=device, dtype=torch.half) + 1j).dtype, torch.complex32)
+
+        def test_other_not_implemented(self, device):
+            raise NotImplementedError("not a tpu refusal")
+
+
+    instantiate_device_type_tests(TestBase, globals())
+''')
+
+
+def test_tpu_classes_skip_unsupported_features_only(tmp_path):
+    (tmp_path / "test_generic.py").write_text(GENERIC_TESTS)
+    xml = tmp_path / "out.xml"
+    env = dict(os.environ, TORCH_TEST_DEVICES=torch_tpu.testing.DEVICE_TYPE_FILE,
+               PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
+                    "test_generic.py"], cwd=tmp_path, env=env, capture_output=True, timeout=600, check=False)
+    outcomes = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
+        reason = next((child.get("message", "") for child in case if child.tag == "skipped"), "")
+        outcomes[(case.get("classname").rsplit(".", 1)[-1], case.get("name"))] = (kinds[0] if kinds else "pass", reason)
+    classes = {cls for cls, _ in outcomes}
+    assert classes == {"TestBaseCPU", "TestBaseTPU"}  # the generic PRIVATEUSE1 twin is replaced, not added to
+    tpu = {name: outcome for (cls, name), outcome in outcomes.items() if cls == "TestBaseTPU"}
+    assert tpu["test_zeros_tpu_float32"] == ("pass", "")
+    assert tpu["test_zeros_tpu_complex32"][0] == "skipped"
+    assert "has no dtype torch.complex32" in tpu["test_zeros_tpu_complex32"][1]
+    assert tpu["test_sparse_tpu"][0] == "skipped"
+    assert "sparse COO tensors are not supported on tpu" in tpu["test_sparse_tpu"][1]
+    assert tpu["test_half_plus_complex_tpu"][0] == "skipped"
+    assert tpu["test_other_not_implemented_tpu"][0] == "failure"
+    cpu = {name: kind for (cls, name), (kind, _) in outcomes.items() if cls == "TestBaseCPU"}
+    assert cpu == {"test_zeros_cpu_float32": "pass", "test_zeros_cpu_complex32": "pass", "test_sparse_cpu": "pass",
+                   "test_half_plus_complex_cpu": "pass", "test_other_not_implemented_cpu": "failure"}

@@ -1,0 +1,81 @@
+"""tpu's device-type test base, for PyTorch's ``TORCH_TEST_DEVICES``.
+
+PyTorch's ``common_device_type`` runs each file named in ``TORCH_TEST_DEVICES``
+while it is imported (``runpy``, with its own globals) and adds the file's
+``TEST_CLASS`` to the device types every device-generic test class is
+instantiated for.  ``TEST_CLASS`` here is PyTorch's PrivateUse1 base with two
+additions:
+
+- a test whose dtype (or one of its dtypes) is complex32 or a quantized dtype
+  is skipped before it runs: tpu has no such dtype;
+- a test that reaches a feature tpu does not support (quantized or sparse COO
+  tensors, complex32: torch_tpu raises ``UnsupportedOnTpu`` for exactly these)
+  ends as skipped, with the refusal as its reason.  Only that exception type
+  is turned into a skip; every other error fails the test as before.
+
+The autoloaded backend already made PyTorch add its generic PrivateUse1 base;
+this one replaces it, so each test class has one tpu twin, always named
+``...TPU`` (the generic base is named ``...PRIVATEUSE1`` until the first
+instantiated class renames it).
+"""
+import functools
+import inspect
+import unittest
+
+import torch
+
+from torch_tpu.unsupported import UnsupportedOnTpu
+
+# a skip's reason starts with this (tests/tools/pytorch_suites.py counts these skips apart)
+SKIP_REASON_PREFIX = "not supported on tpu: "
+UNSUPPORTED_DTYPES = frozenset({torch.complex32, torch.quint8, torch.qint8, torch.qint32, torch.quint4x2,
+                                torch.quint2x4})
+
+if "PrivateUse1TestBase" in globals():  # run by common_device_type, as TORCH_TEST_DEVICES asks
+    _RUN_BY_PYTORCH = True
+    _GenericBase = globals()["PrivateUse1TestBase"]
+else:  # imported as a module
+    from torch.testing._internal.common_device_type import PrivateUse1TestBase as _GenericBase
+    _RUN_BY_PYTORCH = False
+
+
+def _test_dtypes(instantiated):
+    """The dtype(s) PyTorch bound to an instantiated test (its ``param_kwargs``)."""
+    param = inspect.signature(instantiated, follow_wrapped=False).parameters.get("param_kwargs")
+    kwargs = param.default if param is not None and isinstance(param.default, dict) else {}
+    found = kwargs.get("dtypes", kwargs.get("dtype"))
+    return list(found) if isinstance(found, (list, tuple)) else [found]
+
+
+def _skipping_unsupported(instantiated):
+    unsupported = [d for d in _test_dtypes(instantiated) if d in UNSUPPORTED_DTYPES]
+    if unsupported:
+        return unittest.skip(f"{SKIP_REASON_PREFIX}the tpu device has no dtype {unsupported[0]}")(instantiated)
+
+    @functools.wraps(instantiated)
+    def run(self, *args, **kwargs):
+        try:
+            return instantiated(self, *args, **kwargs)
+        except UnsupportedOnTpu as refusal:
+            raise unittest.SkipTest(f"{SKIP_REASON_PREFIX}{refusal}") from refusal
+    return run
+
+
+class TPUTestBase(_GenericBase):
+    """PyTorch's PrivateUse1 test base, skipping what tpu does not support."""
+    device_type = torch._C._get_privateuse1_backend_name()
+
+    @classmethod
+    def instantiate_test(cls, name, test, *, generic_cls=None):
+        before = set(cls.__dict__)
+        super().instantiate_test(name, test, generic_cls=generic_cls)
+        for added in set(cls.__dict__) - before:
+            setattr(cls, added, _skipping_unsupported(cls.__dict__[added]))
+
+
+TEST_CLASS = TPUTestBase
+
+if _RUN_BY_PYTORCH:
+    _bases = globals()["device_type_test_bases"]  # the list TEST_CLASS is appended to next
+    if _GenericBase in _bases:
+        _bases.remove(_GenericBase)
