@@ -18,12 +18,13 @@ import torch
 
 from .. import dtypes
 from ..ops import registry
+from ..unsupported import UnsupportedOnTpu
 from . import interpret, signature
 
 def _np_dtype(op_name, dtype):
     try:
         return dtypes.to_np(dtype)
-    except TypeError:
+    except UnsupportedOnTpu:  # a custom op's argument: say which op, and how to fix it
         raise TypeError(f"{op_name}: dtype {dtype} has no JAX equivalent; "
                         "cast the tensor first (e.g. .float())") from None
 
