@@ -682,7 +682,8 @@ class Kernel:
         donate = access.worth_donating(in_place_specs, groups) if mode == "inplace" and not self.writes_list else ()
         donor = (jax.jit(traced, donate_argnums=donate), donate) if donate else None
         if not rng:  # (a random op's key material would be drawn from its generator)
-            fn = runtime.small_program_jit(fn, traced, inputs)
+            # (the offsets too: without them the trace fails and views never get the cheaper compile)
+            fn = runtime.small_program_jit(fn, traced, list(inputs) + [_offset_arg(0)] * n_offsets)
         return _Entry(fn, out_specs, single, out_buffers, donor)
 
     def promote_dtype(self, args, kwargs):
