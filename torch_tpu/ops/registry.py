@@ -38,7 +38,7 @@ from ..eager.fusion import LazyBuffer
 from ..eager.launch import launch
 from ..storage import buffers, numbers, views
 from ..storage.views import OutSpec, ViewSpec
-from . import errors, out_checks
+from . import errors, out_checks, scalar_checks
 from .. import logs as _logs
 
 log = logging.getLogger("torch_tpu.ops")
@@ -97,6 +97,9 @@ class Options:
     first_call_check: object = None
     # the same, run before the meta kernel (whose error would otherwise come first)
     precheck: object = None
+    # Scalar arguments the CPU converts to the result's dtype with an overflow
+    # check, checked at every call (ops/scalar_checks.py)
+    checked_scalars: tuple = ()
 
 
 # ---- what an implementation can ask while it is traced --------------------
@@ -396,6 +399,8 @@ class Kernel:
         self.offset_entries = 0  # cache entries of views at one offset (bounded: see _build)
         self.lock = threading.Lock()
         self.check_overlap = out_checks.checks_overlap(self)
+        self.checked_scalars = tuple(sorted((self.arg_names.index(n), n) for n in opts.checked_scalars
+                                            if n in self.arg_names))
         # outputs _finish returns as the one wrapped tensor
         self.returns_one = mode == "functional" and not self.returns_list
 
@@ -522,6 +527,8 @@ class Kernel:
                 self.cache[key] = entry
                 if fast:
                     self.cache.by_fn[entry.fn] = (entry, key)
+        if self.checked_scalars and (kwargs or len(args) > self.checked_scalars[0][0]):  # (add's alpha: keyword only)
+            scalar_checks.check(self, entry, args, kwargs)
         if entry.offsets:  # views read at run-time offsets
             inputs += entry.offsets
         if self.opts.rng:
