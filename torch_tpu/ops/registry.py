@@ -607,6 +607,8 @@ class Kernel:
         if self.opts.precheck is not None:
             self.opts.precheck(args, kwargs)
         meta_out = self._meta(args, kwargs) if self.opts.meta else None
+        if self.mode == "inplace" and self.opts.promote is not None and not self.writes_list:
+            _check_in_place_cast(self, args, kwargs)
         if self.opts.first_call_check is not None:
             self.opts.first_call_check(args, kwargs)
         single = not isinstance(meta_out, (tuple, list))
@@ -774,6 +776,18 @@ class MaskedOutputs:
         wanted = [d for d, m in zip(out_dtypes or [None] * len(mask), mask) if m]
         outs = iter(self.inner.apply(args, kwargs, None, wanted, key))
         return [next(outs) if m else None for m in mask]
+
+
+def _check_in_place_cast(kernel, args, kwargs):
+    """The CPU's refusal of an in-place result its tensor cannot hold
+    (``int_tensor.mul_(1.5)``): PyTorch's meta kernels of most in-place
+    pointwise ops do not check it, and the cast would truncate silently."""
+    operands = [to_meta(a) for a in _flat(args) + _flat(list(kwargs.values()))
+                if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
+    _, result = elementwise_dtypes(*operands, type_promotion_kind=kernel.opts.promote)
+    if not torch.can_cast(result, args[0].dtype):
+        raise RuntimeError(f"result type {errors.scalar_type_name(result)} can't be cast to the desired "
+                           f"output type {errors.scalar_type_name(args[0].dtype)}")
 
 
 def _fast_list(xs, traced, inputs, fused):
