@@ -202,14 +202,20 @@ def _weak(buf):
         return None
 
 
+def becomes_buffer(t, buf, value) -> bool:
+    """Whether writing ``value`` through tpu tensor ``t`` over its storage's
+    buffer ``buf`` is handing the storage ``value`` as its new buffer: ``t``
+    is the whole storage, row-major, of ``value``'s shape and dtype."""
+    old, new = getattr(buf, "aval", buf), getattr(value, "aval", value)  # shape, dtype as attributes
+    return (new.dtype == old.dtype and not t.storage_offset() and new.shape == t.shape
+            and t.numel() == math.prod(old.shape) and t.is_contiguous()
+            and new.dtype == dtypes.TORCH_TO_NP[t.dtype] and not t.is_conj() and not t.is_neg())
+
+
 def write(t, value) -> None:
     """Store ``value`` (broadcast and cast as needed) through tpu tensor ``t``."""
     st = t.untyped_storage()
-    buf = buffers.get_buffer(st)
-    old, new = getattr(buf, "aval", buf), getattr(value, "aval", value)  # shape, dtype as attributes
-    if (new.dtype == old.dtype and not t.storage_offset() and new.shape == t.shape
-            and t.numel() == math.prod(old.shape) and t.is_contiguous()
-            and new.dtype == dtypes.TORCH_TO_NP[t.dtype] and not t.is_conj() and not t.is_neg()):
+    if becomes_buffer(t, buffers.get_buffer(st), value):
         # the whole storage, row-major (a compiled graph's new parameter or
         # optimizer state): the value becomes the buffer, with no need to
         # wait for the old contents
