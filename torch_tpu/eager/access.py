@@ -69,14 +69,15 @@ def can_donate(inputs, positions, owners, held=0) -> bool:
     if modes.is_fused():
         return False
     global donations
+    array, fewest = _array_type(), 1 + 1 + held + 2  # (once per call: a compiled optimizer asks for ~100 buffers)
     for p, owner in zip(positions, owners, strict=True):
         buf = inputs[p]
-        if (type(buf) is not _array_type() or buf.is_deleted()
+        if (type(buf) is not array or buf.is_deleted()
                 or buffers.get_buffer(owner.untyped_storage()) is not buf):  # e.g. a LazyBuffer holds it
             return False
         # references: the storage, `inputs` (uses), the caller's, `buf` here, getrefcount's argument
         refs = sys.getrefcount(buf)
-        if refs == 1 + 1 + held + 2:  # the fewest there can be: used once, not queued (no scans)
+        if refs == fewest:  # the fewest there can be: used once, not queued (no scans)
             continue
         uses = sum(map(operator.is_, inputs, [buf] * len(inputs)))
         if uses != 1 or refs != 1 + uses + held + 2 + pending.count(buf):
