@@ -607,10 +607,10 @@ class Kernel:
         if self.opts.precheck is not None:
             self.opts.precheck(args, kwargs)
         meta_out = self._meta(args, kwargs) if self.opts.meta else None
-        if self.mode == "inplace" and self.opts.promote is not None and not self.writes_list:
-            _check_in_place_cast(self, args, kwargs)
         if self.opts.first_call_check is not None:
             self.opts.first_call_check(args, kwargs)
+        if self.mode == "inplace" and self.opts.promote is not None and not self.writes_list:
+            _check_in_place_cast(self, args, kwargs)
         single = not isinstance(meta_out, (tuple, list))
         promote_dtype = self.promote_dtype(args, kwargs)
 
@@ -782,8 +782,8 @@ def _check_in_place_cast(kernel, args, kwargs):
     """The CPU's refusal of an in-place result its tensor cannot hold
     (``int_tensor.mul_(1.5)``): PyTorch's meta kernels of most in-place
     pointwise ops do not check it, and the cast would truncate silently."""
-    operands = [to_meta(a) for a in _flat(args) + _flat(list(kwargs.values()))
-                if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
+    operands = [to_meta(a) for a in _flat(args) + _flat([v for k, v in kwargs.items() if k != "alpha"])
+                if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]  # (alpha does not promote)
     _, result = elementwise_dtypes(*operands, type_promotion_kind=kernel.opts.promote)
     if not torch.can_cast(result, args[0].dtype):
         raise RuntimeError(f"result type {errors.scalar_type_name(result)} can't be cast to the desired "
