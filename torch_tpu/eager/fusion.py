@@ -404,8 +404,8 @@ class _Plan:
 class _ChainPlan:
     """One chain of a plan: its nodes, their wiring in the chain's own
     numbering, where each chain input comes from, and its executables."""
-    __slots__ = ("group", "chain", "sources", "external_only", "number_sources", "all_numbers", "handed",
-                 "local", "outputs", "structure", "packs", "executables")
+    __slots__ = ("group", "chain", "sources", "number_sources", "all_numbers", "handed", "local",
+                 "structure", "packs", "executables")
 
 
 _plans: dict = {}   # (last prefix, ops, read node, early) -> _Plan
@@ -466,8 +466,6 @@ def _chain_plan(nodes, group, handed):
 
     c.chain = [(nodes[i].fn, tuple(local_ref(r) for r in nodes[i].refs)) for i in group]
     c.sources, c.number_sources = sources, number_sources
-    c.external_only = all(type(s) is int for s in sources)  # no earlier chain's results
-    c.outputs = [(i, slot) for i in group for slot in range(len(nodes[i].outputs))]  # (node, slot) of each
     # the common case: the chain takes every pending number, in order
     c.all_numbers = all(ns == list(range(len(ns))) for ns in number_sources)
     c.packs = (None if not number_sources[FLOATS] else len(sources),
@@ -479,20 +477,18 @@ def _chain_plan(nodes, group, handed):
 
 def _run(c, nodes, external, numbers, computed, reason):
     """Run chain plan ``c`` (compiling it for these outputs and inputs on first use)."""
-    inputs = (list(map(external.__getitem__, c.sources)) if c.external_only
-              else [external[s] if type(s) is int else computed[s] for s in c.sources])
+    inputs = [external[s] if type(s) is int else computed[s] for s in c.sources]
     for values, wanted, dtype in zip(numbers, c.number_sources, _PACK_DTYPES):
         if wanted:
             inputs.append(np.array(values if c.all_numbers else [values[j] for j in wanted], dtype))
-    handed = c.handed
-    every = [ref() for i in c.group for ref in nodes[i].outputs]  # each output's LazyBuffer, or None if dropped
-    if len(every) != len(c.outputs):  # (the plan's ops have as many outputs each time: a safeguard)
-        c.outputs = [(i, slot) for i in c.group for slot in range(len(nodes[i].outputs))]
     live, lazies = [], []
-    for out, lazy in zip(c.outputs, every):
-        if lazy is not None or out in handed:
-            live.append(out)
-            lazies.append(lazy)
+    handed = c.handed
+    for i in c.group:
+        for slot, ref in enumerate(nodes[i].outputs):
+            lazy = ref()
+            if lazy is not None or (i, slot) in handed:
+                live.append((i, slot))
+                lazies.append(lazy)
     key = (tuple(live), tuple([(_ArrayImpl, (aval := x.aval).shape, aval.dtype) if type(x) is _ArrayImpl
                                else _kind(x) for x in inputs]))  # _kind, inline for device arrays
     compiled = c.executables.get(key)
