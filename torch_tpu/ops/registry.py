@@ -404,8 +404,10 @@ class Kernel:
         # outputs _finish returns as the one wrapped tensor
         self.returns_one = mode == "functional" and not self.returns_list
         # a predicted fused op goes straight to recording: no rng material, no
-        # out= write (and fused mode never donates)
+        # out= write (fused mode never donates), and no scalar to check: fewer
+        # positional arguments than the first checked one's position
         self.records_plainly = not opts.rng and mode != "out"
+        self.plain_arity = self.checked_scalars[0][0] if self.checked_scalars else len(self.arg_names)
 
     def _writes(self, name):
         return (self.mode == "inplace" and name == "self") or name in self.out_names
@@ -509,7 +511,8 @@ class Kernel:
         inputs = []
         entry = (self._predicted(args, inputs) if self.fast and not kwargs and modes._mode is _FUSED
                  and self.cache.by_fn else None)
-        if entry is not None and not entry.offsets and self.records_plainly:  # fused: the predicted op, recorded
+        if (entry is not None and not entry.offsets and self.records_plainly
+                and len(args) <= self.plain_arity):  # fused: the predicted op, recorded
             results = launch(self.name, entry.fn, inputs, entry.out_buffers)
             metas = entry.out_tensors
             if metas is not None and entry.single and self.returns_one:
