@@ -80,7 +80,9 @@ FUSED_STEP_LAUNCHES = 2
 # hence the headroom).  Strict went 37 -> 36 with the output wrapped inline,
 # then back to 37 with the output's storage swapped in (one C call more than
 # the boxed set_, about half its time).  Fused kept 50 when the predicted op's
-# signature came to be checked instead of rebuilt (as many calls, ~1 us less).
+# signature came to be checked instead of rebuilt (as many calls, ~1 us less),
+# then 50.5 -> 50.0 with the predicted op recorded straight from its entry
+# (50 -> 49 before the per-call scalar checks of c53375b).
 STRICT_OP_CALLS = 38
 FUSED_OP_CALLS = 51
 # ... and per training step of the model above, on the host thread (the
@@ -93,8 +95,9 @@ FUSED_OP_CALLS = 51
 #   per-signature plan instead of access.write);
 # - strict 1896 (2245 before issue 21; 1886 before the output storages were
 #   swapped in, see above); kept at its old budget, 1.5% over;
-# - fused 2187 (3372 before issue 21; 2360 before the predicted op's signature,
-#   lists included, was checked instead of rebuilt).
+# - fused 2189 (3372 before issue 21; 2360 before the predicted op's signature,
+#   lists included, was checked instead of rebuilt; 2205 before the predicted
+#   op was recorded straight from its entry).
 # About 2% headroom: the counts move ~1.5% with test order.
 COMPILED_STEP_CALLS = 975
 STRICT_STEP_CALLS = 1925

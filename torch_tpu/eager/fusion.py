@@ -124,13 +124,14 @@ def pending_ops() -> int:
 def record(fn, inputs, out_buffers, urgent=False):
     """Record one op: ``fn(*inputs)`` producing buffers of ``out_buffers`` [(shape, dtype)].
     ``urgent``: its results are read with every host read (``checks``)."""
+    global _guess
     with _lock:
-        last = _nodes[-1].prefix if _nodes else 0
-        guess = _next.get(last)
+        guess = _guess
         # A program that comes again (a loop's chain, a training step): the op
         # that followed this point last time is checked against this one
         # input by input, and its refs and prefix hash are reused.
         if guess is None or guess[0] is not fn or (refs := _replay(inputs, guess[1])) is None:
+            last = _nodes[-1].prefix if _nodes else 0
             refs = _refs(inputs)
             prefix = hash((last, id(fn), refs))  # as _prefix_after
             if len(_next) >= _MAX_NEXT:
@@ -141,12 +142,17 @@ def record(fn, inputs, out_buffers, urgent=False):
         index = len(_nodes)
         if len(out_buffers) == 1:  # most ops
             shape, dtype = out_buffers[0]
-            out = LazyBuffer(shape, dtype, index, 0)
-            outs, out_refs = [out], [weakref.ref(out)]
+            out = _lazy(LazyBuffer)
+            out.shape = shape if type(shape) is tuple else tuple(shape)
+            out.dtype, out.value, out.node, out.slot, out.early = dtype, None, index, 0, False
+            outs, out_refs = [out], [_weakref(out)]
         else:
             outs = [LazyBuffer(shape, dtype, index, slot) for slot, (shape, dtype) in enumerate(out_buffers)]
-            out_refs = [weakref.ref(o) for o in outs]
-        _nodes.append(_Node(fn, refs, out_refs, prefix, urgent))
+            out_refs = [_weakref(o) for o in outs]
+        node = _lazy(_Node)
+        node.fn, node.refs, node.outputs, node.prefix, node.urgent = fn, refs, out_refs, prefix, urgent
+        _nodes.append(node)
+        _guess = _next.get(prefix)
         full = index + 1 >= MAX_PENDING_OPS
         if prefix in _read_points and not full:
             _launch_early(index)
@@ -155,19 +161,29 @@ def record(fn, inputs, out_buffers, urgent=False):
     return outs
 
 
+_lazy = object.__new__  # LazyBuffer and _Node without their __init__'s frame (every recorded op)
+_weakref = weakref.ref
+
+
 _next: dict = {}   # prefix hash -> (fn, refs, prefix after it): the op that followed there last time
 _MAX_NEXT = 1 << 16
+
+
+_guess = None      # _next's entry for the pending program's last op: what record expects next
 
 
 def predicted():
     """The executable recorded after the pending program's last op the last
     time the program was here, or None: a hint (``record`` checks it)."""
-    try:
-        last = _nodes[-1].prefix
-    except IndexError:
-        last = 0
-    guess = _next.get(last)
+    guess = _guess
     return None if guess is None else guess[0]
+
+
+def _retarget():
+    """Point ``_guess`` at the pending program's end again (after the pending
+    ops changed other than by ``record``'s append, or ``_next`` was cleared)."""
+    global _guess
+    _guess = _next.get(_nodes[-1].prefix if _nodes else 0)
 
 
 def _refs(inputs):
@@ -205,23 +221,27 @@ def _replay(inputs, refs):
         return None
     start = n = len(_external)
     done = 0
-    for x, r in zip(inputs, refs):
+    for x, r in zip(inputs, refs):  # by the kind of input expected (checked against the input's)
+        tr = type(r)
+        if tr is Produced:
+            if type(x) is LazyBuffer and x.value is None and r[0] == x.node and r[1] == x.slot:
+                done += 1
+                continue
+            break
         t = type(x)
-        if t is LazyBuffer:
-            if x.value is None:
-                if type(r) is Produced and r[0] == x.node and r[1] == x.slot:
-                    done += 1
-                    continue
-                break
-            x = x.value
-        elif t is float or (t is int and x in _INT_RANGE):
-            pack = _numbers[INTS if t is int else FLOATS]
-            if type(r) is Number and r[0] == (INTS if t is int else FLOATS) and r[1] == len(pack):
+        if tr is Number:
+            pack = _numbers[r[0]]
+            if (t is float if r[0] == FLOATS else t is int and x in _INT_RANGE) and r[1] == len(pack):
                 pack.append(x)
                 done += 1
                 continue
             break
-        if type(r) is not External:
+        if t is LazyBuffer:  # an External: an array, or a computed result
+            if x.value is None:
+                break
+            x = x.value
+            t = type(x)
+        elif t is float or (t is int and x in _INT_RANGE):
             break
         i = r[0]
         if i < n:
@@ -315,6 +335,7 @@ def _take_pending():
     _external_index.clear()
     _numbers[0].clear()
     _numbers[1].clear()
+    _retarget()
     return nodes, external, numbers
 
 
@@ -345,6 +366,7 @@ def _launch_early(index):
             if lazy is not None:
                 lazy.node = len(_nodes)
         _nodes.append(node)
+    _retarget()
 
 
 def _renumber(ref, numbers, into):
@@ -548,3 +570,4 @@ def clear_cache() -> None:
         _plans.clear()
         _next.clear()
         _read_points.clear()
+        _retarget()

@@ -403,6 +403,11 @@ class Kernel:
                                             if n in self.arg_names))
         # outputs _finish returns as the one wrapped tensor
         self.returns_one = mode == "functional" and not self.returns_list
+        # a predicted fused op goes straight to recording: no rng material, no
+        # out= write (fused mode never donates), and no scalar to check: fewer
+        # positional arguments than the first checked one's position
+        self.records_plainly = not opts.rng and mode != "out"
+        self.plain_arity = self.checked_scalars[0][0] if self.checked_scalars else len(self.arg_names)
 
     def _writes(self, name):
         return (self.mode == "inplace" and name == "self") or name in self.out_names
@@ -506,6 +511,13 @@ class Kernel:
         inputs = []
         entry = (self._predicted(args, inputs) if self.fast and not kwargs and modes._mode is _FUSED
                  and self.cache.by_fn else None)
+        if (entry is not None and not entry.offsets and self.records_plainly
+                and len(args) <= self.plain_arity):  # fused: the predicted op, recorded
+            results = launch(self.name, entry.fn, inputs, entry.out_buffers)
+            metas = entry.out_tensors
+            if metas is not None and entry.single and self.returns_one:
+                return _wrap_as(results[0], *metas[0])
+            return self._finish(entry, results, args, kwargs)
         key = self._fast_key(args, inputs) if self.fast and not kwargs and entry is None else None
         fast = key is not None
         if key is None and entry is None:
