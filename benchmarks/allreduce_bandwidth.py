@@ -117,17 +117,15 @@ def _bench_collectives(engines, ops, sizes_kb, iters, rounds, barrier):
         for kb in sizes_kb:
             n = int(kb * 1024) // 4
             calls = {e.name: e.prepare(op, n) for e in engines}
-            for e in engines:
-                samples = []
-                for _ in range(rounds):
+            # the floor once more, each call waited for, as a c10d call is
+            calls["jax waited"] = (_waited(*calls["jax"]), lambda: None)
+            samples = {name: [] for name in calls}
+            for _ in range(rounds):  # engines interleaved round by round: load drift hits all alike
+                for name, call in calls.items():
                     barrier()
-                    samples.append(_timed(*calls[e.name], iters))
-                results[(op, kb, e.name)] = _median(samples)
-            samples = []  # the floor once more, each call waited for, as a c10d call is
-            for _ in range(rounds):
-                barrier()
-                samples.append(_timed(_waited(*calls["jax"]), lambda: None, iters))
-            results[(op, kb, "jax waited")] = _median(samples)
+                    samples[name].append(_timed(*call, iters))
+            for name, rows in samples.items():
+                results[(op, kb, name)] = _median(rows)
             del calls
     return results
 
