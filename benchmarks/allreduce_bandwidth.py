@@ -117,17 +117,15 @@ def _bench_collectives(engines, ops, sizes_kb, iters, rounds, barrier):
         for kb in sizes_kb:
             n = int(kb * 1024) // 4
             calls = {e.name: e.prepare(op, n) for e in engines}
-            for e in engines:
-                samples = []
-                for _ in range(rounds):
+            # the floor once more, each call waited for, as a c10d call is
+            calls["jax waited"] = (_waited(*calls["jax"]), lambda: None)
+            samples = {name: [] for name in calls}
+            for _ in range(rounds):  # engines interleaved round by round: load drift hits all alike
+                for name, call in calls.items():
                     barrier()
-                    samples.append(_timed(*calls[e.name], iters))
-                results[(op, kb, e.name)] = _median(samples)
-            samples = []  # the floor once more, each call waited for, as a c10d call is
-            for _ in range(rounds):
-                barrier()
-                samples.append(_timed(_waited(*calls["jax"]), lambda: None, iters))
-            results[(op, kb, "jax waited")] = _median(samples)
+                    samples[name].append(_timed(*call, iters))
+            for name, rows in samples.items():
+                results[(op, kb, name)] = _median(rows)
             del calls
     return results
 
@@ -159,6 +157,18 @@ def _bench_ddp(jax_engine, gloo, steps, rounds, barrier):
         fut.set_result(bucket.buffer())
         return fut
 
+    def floor_psum(state, bucket):  # the bare-JAX psum on the bucket, waited in the hook
+        from torch_tpu.eager import access
+        jax, b = jax_engine.jax, bucket.buffer()
+        x = access.read(b)
+        g = jax.make_array_from_single_device_arrays((jax_engine.world * x.shape[0],), jax_engine.spec, [x])
+        y = jax_engine.fns["all_reduce"](g).addressable_data(0)
+        y.block_until_ready()
+        access.write(b, y / jax_engine.world)  # DDP's default hook averages
+        fut = torch.futures.Future()
+        fut.set_result(b)
+        return fut
+
     def build(device, ddp_group, hook=None):
         torch.manual_seed(0)
         model = GPT(cfg).to(device)
@@ -181,6 +191,8 @@ def _bench_ddp(jax_engine, gloo, steps, rounds, barrier):
 
     variants = {"tpu": ("tpu", False), "tpu_dist DDP": ("tpu", None),
                 "tpu DDP, no all_reduce": ("tpu", None, skip_communication),
+                # the floor inside a step: ranks drift apart, so the engine waits more than back to back
+                "tpu DDP, bare-JAX psum hook": ("tpu", None, floor_psum),
                 "cpu": ("cpu", False), "gloo DDP": ("cpu", gloo)}
     built = {name: build(*spec) for name, spec in variants.items()}
     samples = {name: [] for name in built}

@@ -12,7 +12,6 @@ import threading
 import time
 from datetime import timedelta
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -134,7 +133,7 @@ class XlaWork(dist.Work):
     def _finish(self, done):
         for _, sigs, _ in done:
             if sigs is not None and not programs.agrees(sigs):
-                rows = np.asarray(sigs).reshape(-1, programs.SIG_LEN)
+                rows = programs.rows(sigs)
                 detail = "; ".join(f"rank {i}: {programs.describe(r)}" for i, r in enumerate(rows))
                 raise CollectiveMismatch(
                     f"tpu_dist: {self._what}: ranks called it with mismatched tensors or "
