@@ -56,10 +56,11 @@ FORWARD = {
     "to_sparse": "no kernel: aten::_to_sparse (falls back to CPU)",
 }
 
-# gradient: 6 expected failures
+# gradient: 7 expected failures
 GRADIENT = {
     "chalf": "UnsupportedOnTpu: the tpu device does not support dtype torch.complex32 [sample 0: float32[]]",
     "logcumsumexp": "sample 0 (float32[5, 5, 5], 0): grad[0]: Mismatched elements: 4 / 125 (3.2%); Greatest absolute difference: 0.0034067630767822266 (up to 1e-05 allowed); Greatest relative difference: 0.021728066727519035 (up to 1e-05 allowed)",
+    "matrix_exp": "numeric: the same ill-conditioned float32 sample as its forward (JAX's Pade expm vs ATen's Taylor): sample 1 (float32[5, 5, 5]): grad[0]: 1 / 125 elements off by 4.4e-4 (1e-4 allowed)",
     "nn.functional.conv_transpose3d": "sample 2 (float32[2, 2, 4, 4, 4], float32[2, 2, 4, 5, 6], float32[4], stride=[3, 2, 1], padding=[1, 2, 3], output_padding=[2, 3, 1], groups=2, dilation=[4, 4, 4]): grad[0]: Mismatched elements: 1 / 256 (0.4%); Greatest absolute difference: 2.7179718017578125e-05 (up to 1e-05 allowed); Greatest re...",
     "sparse.mm.reduce": "NotImplementedError: Could not run 'aten::_sparse_mm_reduce_impl' with arguments from the 'SparseCsrtpu' backend. This could be because the operator doesn't exist for this backend, or was omitted during the selective/custom build process (i [sample 0: float32[5, 5], float32[5, 3], 'sum']",
     "sparse.sampled_addmm": "NotImplementedError: Could not run 'aten::sparse_sampled_addmm' with arguments from the 'SparseCsrtpu' backend. This could be because the operator doesn't exist for this backend, or was omitted during the selective/custom build process (if  [sample 0: float32[0, 0], float32[0, 0], float32[0, 0], ...",

@@ -168,9 +168,9 @@ def test_cpu_only_part_of_a_graph_runs_on_the_host(monkeypatch):
     written_back = []
     write_inputs = backend._write_inputs
 
-    def spy(tensors, values):
+    def spy(tensors, values, swaps=()):
         written_back.extend(t.device.type for t in tensors)
-        write_inputs(tensors, values)
+        write_inputs(tensors, values, swaps)
     monkeypatch.setattr(backend, "_write_inputs", spy)
 
     def run(compiled):

@@ -8,6 +8,7 @@ memory per input signature and on disk by JAX's persistent compilation cache.
 import contextlib
 import dataclasses
 import functools
+import itertools
 import logging
 import threading
 import time
@@ -128,7 +129,8 @@ class CompiledGraph:
         if defer:
             return self._record(signature, arrays, args)
         donate = None  # the argument positions this call donates (None: the default executable)
-        if self.donate_when_safe and (plan := self._donation(signature, arrays)).may(arrays, args):
+        plan = self._donation(signature, arrays) if self.donate_when_safe else None
+        if plan is not None and plan.may(arrays, args):
             donate, exe = plan.positions, plan.exe
         else:
             exe = self.executables.get(signature)
@@ -152,7 +154,10 @@ class CompiledGraph:
         material = rng.next_key_material() if self.uses_rng else _NO_RNG
         outputs, new_values = launch(f"compiled {self.name} graph", exe, (material, *arrays))
         if self.mutated:
-            _write_inputs([args[i] for i in self.mutated], new_values)
+            targets = [args[i] for i in self.mutated]
+            if plan is not None and plan.swaps is None:  # worked out once per signature
+                plan.swaps = _swaps(targets, new_values)
+            _write_inputs(targets, new_values, plan.swaps if plan is not None else ())
         return self._tensors(signature, args, outputs, host_values)
 
     def _record(self, signature, arrays, args):
@@ -314,13 +319,14 @@ class _Recorded:
 
 class _Donation:
     """Which buffers calls of one signature may donate, and the executable that does."""
-    __slots__ = ("positions", "at", "inputs", "exe")
+    __slots__ = ("positions", "at", "inputs", "exe", "swaps")
 
     def __init__(self, positions, inputs):
         self.positions = positions  # argument positions (after the rng material)
         self.at = [k - 1 for k in positions]  # the same among the call's arrays
         self.inputs = inputs  # the graph inputs whose buffers those are
         self.exe = None  # the donating executable, once built
+        self.swaps = None  # per rewritten input, whether its new value becomes its buffer (_swaps)
 
     def may(self, arrays, args):
         """Whether this call may donate them: each is its storage's buffer and
@@ -477,21 +483,34 @@ class _OutputPlan:
             from ..ops.core import to_cpu_tensor
             return to_cpu_tensor(buffers.wrap(result))
         t = buffers.wrap(result) if self.layout is None else buffers.wrap(result, *self.layout[:2])
-        if self.static:
-            self.meta = (t.dtype, t.untyped_storage().nbytes(), tuple(t.shape), t.stride())
+        if self.static:  # strides None: row-major, the storage-swap path of wrap_as (~half the cost)
+            self.meta = (t.dtype, t.untyped_storage().nbytes(), tuple(t.shape),
+                         None if self.layout is None else t.stride())
         return t
 
 
 _wrap_as = buffers.wrap_as
 
 
-def _write_inputs(tensors, values):
-    """Store a graph's new values into the inputs it mutates (``access.write``
-    hands a whole-storage input the new buffer as it is); CPU inputs (e.g. an
-    optimizer's step counts) are read back in one transfer."""
+def _swaps(tensors, values):
+    """Per rewritten input, whether its new value simply becomes its storage's
+    buffer (``access.write``'s whole-storage case): the inputs' and the
+    values' geometry is the signature's, so the answer holds for every call
+    with the signature (only a lazy conj/neg bit is not in it: checked per call)."""
+    return [not t.is_cpu and access.becomes_buffer(t, buffers.get_buffer(t.untyped_storage()), v)
+            for t, v in zip(tensors, values)]
+
+
+def _write_inputs(tensors, values, swaps=()):
+    """Store a graph's new values into the inputs it mutates: the new buffer
+    itself where ``swaps`` says so, else through ``access.write`` (which hands
+    a whole-storage input the new buffer too, after asking); CPU inputs (e.g.
+    an optimizer's step counts) are read back in one transfer."""
     cpu = []
-    for t, value in zip(tensors, values):
-        if t.is_cpu:
+    for t, value, swap in itertools.zip_longest(tensors, values, swaps):
+        if swap and not t.is_conj() and not t.is_neg():
+            buffers.set_buffer(t.untyped_storage(), value)
+        elif t.is_cpu:
             cpu.append((t, value))
         else:
             access.write(t, value)

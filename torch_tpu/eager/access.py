@@ -69,14 +69,15 @@ def can_donate(inputs, positions, owners, held=0) -> bool:
     if modes.is_fused():
         return False
     global donations
+    array, fewest = _array_type(), 1 + 1 + held + 2  # (once per call: a compiled optimizer asks for ~100 buffers)
     for p, owner in zip(positions, owners, strict=True):
         buf = inputs[p]
-        if (type(buf) is not _array_type() or buf.is_deleted()
+        if (type(buf) is not array or buf.is_deleted()
                 or buffers.get_buffer(owner.untyped_storage()) is not buf):  # e.g. a LazyBuffer holds it
             return False
         # references: the storage, `inputs` (uses), the caller's, `buf` here, getrefcount's argument
         refs = sys.getrefcount(buf)
-        if refs == 1 + 1 + held + 2:  # the fewest there can be: used once, not queued (no scans)
+        if refs == fewest:  # the fewest there can be: used once, not queued (no scans)
             continue
         uses = sum(map(operator.is_, inputs, [buf] * len(inputs)))
         if uses != 1 or refs != 1 + uses + held + 2 + pending.count(buf):
@@ -202,14 +203,20 @@ def _weak(buf):
         return None
 
 
+def becomes_buffer(t, buf, value) -> bool:
+    """Whether writing ``value`` through tpu tensor ``t`` over its storage's
+    buffer ``buf`` is handing the storage ``value`` as its new buffer: ``t``
+    is the whole storage, row-major, of ``value``'s shape and dtype."""
+    old, new = getattr(buf, "aval", buf), getattr(value, "aval", value)  # shape, dtype as attributes
+    return (new.dtype == old.dtype and not t.storage_offset() and new.shape == t.shape
+            and t.numel() == math.prod(old.shape) and t.is_contiguous()
+            and new.dtype == dtypes.TORCH_TO_NP[t.dtype] and not t.is_conj() and not t.is_neg())
+
+
 def write(t, value) -> None:
     """Store ``value`` (broadcast and cast as needed) through tpu tensor ``t``."""
     st = t.untyped_storage()
-    buf = buffers.get_buffer(st)
-    old, new = getattr(buf, "aval", buf), getattr(value, "aval", value)  # shape, dtype as attributes
-    if (new.dtype == old.dtype and not t.storage_offset() and new.shape == t.shape
-            and t.numel() == math.prod(old.shape) and t.is_contiguous()
-            and new.dtype == dtypes.TORCH_TO_NP[t.dtype] and not t.is_conj() and not t.is_neg()):
+    if becomes_buffer(t, buffers.get_buffer(st), value):
         # the whole storage, row-major (a compiled graph's new parameter or
         # optimizer state): the value becomes the buffer, with no need to
         # wait for the old contents

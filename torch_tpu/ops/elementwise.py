@@ -20,6 +20,7 @@ import torch
 from jax import lax
 
 from .. import dtypes
+from . import scalar_checks
 from .registry import PROMOTE, compute_dtype, guard, out_dtype, register
 
 DEFAULT, INT_TO_FLOAT, ALWAYS_BOOL = PROMOTE.DEFAULT, PROMOTE.INT_TO_FLOAT, PROMOTE.ALWAYS_BOOL
@@ -174,12 +175,15 @@ def _alpha(alpha):
     return _round_to(jnp.asarray(alpha, dtypes.opmath(dt)), dt)
 
 
-@register("add.Tensor", "add.Scalar", promote=DEFAULT, first_call_check=_check_alpha)
+@register("add.Tensor", "add.Scalar", promote=DEFAULT, first_call_check=_check_alpha, checked_scalars=("alpha",))
 def add(self, other, alpha=1):
     return self + other * _alpha(alpha)
 
 
-@register("sub.Tensor", "sub.Scalar", promote=DEFAULT, first_call_check=_check_alpha)
+@register("sub.Tensor", promote=DEFAULT, checked_scalars=("alpha",),  # (a bool operand: the CPU's own error)
+          first_call_check=_both(_check_alpha, _dtype_rules_on_cpu(torch.ops.aten.sub.Tensor)))
+@register("sub.Scalar", promote=DEFAULT, checked_scalars=("alpha",),
+          first_call_check=_both(_check_alpha, _dtype_rules_on_cpu(torch.ops.aten.sub.Scalar)))
 def sub(self, other, alpha=1):
     return self - other * _alpha(alpha)
 
@@ -329,9 +333,12 @@ def pow_scalar_base(a, b):
 
 
 def _check_int_pow(args, kwargs):
-    """An integer tensor to a negative integer power: the CPU's error, raised
-    before tracing (the exponent is part of the key: a first-call check)."""
+    """An integer tensor to a negative integer power, or an exponent out of
+    float16/bfloat16's range (the CPU converts it to the dtype there): the CPU's
+    error, raised before tracing (the exponent is part of the key: a first-call check)."""
     self, exponent = args[0], args[1] if len(args) > 1 else kwargs["exponent"]
+    if self.dtype in (torch.float16, torch.bfloat16) and not isinstance(exponent, complex):
+        scalar_checks.check_values((exponent,), self.dtype)
     if isinstance(exponent, numbers.Integral) and not isinstance(exponent, bool) and exponent < 0:
         result = torch.result_type(self, exponent)
         if not (result.is_floating_point or result.is_complex):
@@ -568,24 +575,25 @@ def fmin(self, other):
 
 def _clamp(x, lo, hi):
     # max first, then min: with min > max every element becomes max, as PyTorch
+    # (astype: a negative int bound of a uint8 tensor wraps, as the CPU's conversion)
     if lo is not None:
-        x = _maximum(x, jnp.asarray(lo, x.dtype))
+        x = _maximum(x, jnp.asarray(lo).astype(x.dtype))
     if hi is not None:
-        x = _minimum(x, jnp.asarray(hi, x.dtype))
+        x = _minimum(x, jnp.asarray(hi).astype(x.dtype))
     return x
 
 
-@register("clamp.default", "clamp.Tensor", promote=DEFAULT)
+@register("clamp.default", "clamp.Tensor", promote=DEFAULT, checked_scalars=("min", "max"))
 def clamp(self, min=None, max=None):
     return _clamp(self, min, max)
 
 
-@register("clamp_min.default", "clamp_min.Tensor", promote=DEFAULT)
+@register("clamp_min.default", "clamp_min.Tensor", promote=DEFAULT, checked_scalars=("min",))
 def clamp_min(self, min):
     return _clamp(self, min, None)
 
 
-@register("clamp_max.default", "clamp_max.Tensor", promote=DEFAULT)
+@register("clamp_max.default", "clamp_max.Tensor", promote=DEFAULT, checked_scalars=("max",))
 def clamp_max(self, max):
     return _clamp(self, None, max)
 
@@ -732,7 +740,7 @@ def where(condition, self, other):
     return jnp.where(jnp.asarray(condition).astype(jnp.bool_), _cast(dt, self), _cast(dt, other))
 
 
-@register("masked_fill.Scalar", "masked_fill.Tensor")
+@register("masked_fill.Scalar", "masked_fill.Tensor", checked_scalars=("value",))
 def masked_fill(self, mask, value):
     return jnp.where(mask.astype(jnp.bool_), jnp.asarray(value).astype(self.dtype), self)
 
@@ -746,7 +754,7 @@ def relu(self):
     return _maximum(self, jnp.zeros((), self.dtype))
 
 
-@register("hardtanh.default")
+@register("hardtanh.default", checked_scalars=("min_val", "max_val"))
 def hardtanh(self, min_val=-1, max_val=1):
     ct = _ct()
     return _clamp(self.astype(ct), jnp.asarray(min_val, ct), jnp.asarray(max_val, ct))
@@ -869,7 +877,7 @@ def softplus_backward(g, x, b, t):
     return jnp.where(x * b > t, g, g * z / (z + 1))
 
 
-@register("threshold.default", opmath=True)
+@register("threshold.default", opmath=True, checked_scalars=("threshold", "value"))
 def threshold(x, t, v):
     return jnp.where(x <= t, v, x)
 

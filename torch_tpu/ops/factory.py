@@ -20,7 +20,7 @@ from .. import dtypes
 from ..unsupported import UnsupportedOnTpu
 from ..eager import access
 from ..eager.launch import launch
-from . import errors, out_checks
+from . import errors, out_checks, scalar_checks
 from .registry import register_raw
 
 _aten = torch.ops.aten
@@ -182,6 +182,7 @@ def _fma64(a, b, c):
 
 def _ends(start, end, out):
     """start/end as host arrays the way the CPU kernel sees them, and the step dtype."""
+    scalar_checks.check_values((start, end), out.dtype)  # int8 linspace(0, 300): the CPU's overflow error
     npdtype = dtypes.to_np(out.dtype)
     start_v, end_v = np.asarray(_number(start)), np.asarray(_number(end))
     if out.dtype.is_floating_point or out.dtype.is_complex:

@@ -322,7 +322,7 @@ _REDUCE = {"add": "add", "sum": "add", "multiply": "multiply", "prod": "multiply
            "amax": "max", "amin": "min"}
 
 
-@register("scatter.src", "scatter.value")
+@register("scatter.src", "scatter.value", checked_scalars=("value",))
 def scatter(self, dim, index, src=None, value=None):
     return _scatter(self, dim, index, src if value is None else value, "set")
 
@@ -394,7 +394,7 @@ def index_copy(self, dim, index, source):
     return out.at[_along(dim, out.ndim, index)].set(_as_1d(source)).reshape(self.shape)
 
 
-@register("index_fill.int_Scalar", "index_fill.int_Tensor")
+@register("index_fill.int_Scalar", "index_fill.int_Tensor", checked_scalars=("value",))
 def index_fill(self, dim, index, value):
     out = _as_1d(self)
     return out.at[_along(dim, out.ndim, index)].set(jnp.asarray(value).astype(self.dtype)).reshape(self.shape)
@@ -482,7 +482,7 @@ def masked_fill(self, mask, value):
 
 # The elementwise module may own masked_fill; it is imported first, so keep its kernel.
 if resolve("masked_fill.Scalar") not in KERNELS:
-    register("masked_fill.Scalar", "masked_fill.Tensor")(masked_fill)
+    register("masked_fill.Scalar", "masked_fill.Tensor", checked_scalars=("value",))(masked_fill)
 
 
 @register("masked_scatter.default")

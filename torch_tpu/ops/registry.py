@@ -39,7 +39,7 @@ from ..eager.fusion import LazyBuffer
 from ..eager.launch import launch
 from ..storage import buffers, numbers, views
 from ..storage.views import OutSpec, ViewSpec
-from . import errors, out_checks, random_bits
+from . import errors, out_checks, random_bits, scalar_checks
 from .. import logs as _logs
 
 log = logging.getLogger("torch_tpu.ops")
@@ -98,6 +98,9 @@ class Options:
     first_call_check: object = None
     # the same, run before the meta kernel (whose error would otherwise come first)
     precheck: object = None
+    # Scalar arguments the CPU converts to the result's dtype with an overflow
+    # check, checked at every call (ops/scalar_checks.py)
+    checked_scalars: tuple = ()
 
 
 # ---- what an implementation can ask while it is traced --------------------
@@ -398,6 +401,8 @@ class Kernel:
         self.offset_entries = 0  # cache entries of views at one offset (bounded: see _build)
         self.lock = threading.Lock()
         self.check_overlap = out_checks.checks_overlap(self)
+        self.checked_scalars = tuple(sorted((self.arg_names.index(n), n) for n in opts.checked_scalars
+                                            if n in self.arg_names))
         # outputs _finish returns as the one wrapped tensor
         self.returns_one = mode == "functional" and not self.returns_list
 
@@ -524,6 +529,8 @@ class Kernel:
                 self.cache[key] = entry
                 if fast:
                     self.cache.by_fn[entry.fn] = (entry, key)
+        if self.checked_scalars and (kwargs or len(args) > self.checked_scalars[0][0]):  # (add's alpha: keyword only)
+            scalar_checks.check(self, entry, args, kwargs)
         if entry.offsets:  # views read at run-time offsets
             inputs += entry.offsets
         if self.opts.rng:  # its random words (random_bits.py)
@@ -602,6 +609,8 @@ class Kernel:
         if self.opts.precheck is not None:
             self.opts.precheck(args, kwargs)
         meta_out = self._meta(args, kwargs) if self.opts.meta else None
+        if self.mode == "inplace" and self.opts.promote is not None and not self.writes_list:
+            _check_in_place_cast(self, args, kwargs)
         if self.opts.first_call_check is not None:
             self.opts.first_call_check(args, kwargs)
         single = not isinstance(meta_out, (tuple, list))
@@ -777,6 +786,18 @@ class MaskedOutputs:
         wanted = [d for d, m in zip(out_dtypes or [None] * len(mask), mask) if m]
         outs = iter(self.inner.apply(args, kwargs, None, wanted, key))
         return [next(outs) if m else None for m in mask]
+
+
+def _check_in_place_cast(kernel, args, kwargs):
+    """The CPU's refusal of an in-place result its tensor cannot hold
+    (``int_tensor.mul_(1.5)``): PyTorch's meta kernels of most in-place
+    pointwise ops do not check it, and the cast would truncate silently."""
+    operands = [to_meta(a) for a in _flat(args) + _flat(list(kwargs.values()))
+                if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
+    _, result = elementwise_dtypes(*operands, type_promotion_kind=kernel.opts.promote)
+    if not torch.can_cast(result, args[0].dtype):
+        raise RuntimeError(f"result type {errors.scalar_type_name(result)} can't be cast to the desired "
+                           f"output type {errors.scalar_type_name(args[0].dtype)}")
 
 
 def _fast_list(xs, traced, inputs, fused):

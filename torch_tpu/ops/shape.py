@@ -23,7 +23,7 @@ from .registry import guard, out_dtype, register, register_raw
 # ---- writes of one value ----------------------------------------------------
 # The registry derives fill_/zero_ from these and writes through views.
 
-@register("fill.Scalar", "fill.Tensor")
+@register("fill.Scalar", "fill.Tensor", checked_scalars=("value",))
 def fill(self, value):
     return jnp.broadcast_to(jnp.asarray(value).astype(out_dtype()), self.shape)
 
