@@ -18,7 +18,7 @@ from jax import lax
 from .. import dtypes, precision
 from ..dtypes import opmath, to_opmath
 from ..eager import access, checks
-from . import indexing
+from . import indexing, random_bits
 from .registry import guard, kernel, register, register_raw, rng_key
 
 HIGHEST = lax.Precision.HIGHEST
@@ -805,7 +805,7 @@ def binary_cross_entropy_with_logits(self, target, weight=None, pos_weight=None,
 def native_dropout(input, p, train):
     if train is not None and not train:
         return input, jnp.ones(input.shape, bool)
-    keep = jax.random.bernoulli(rng_key(), 1.0 - p, input.shape)
+    keep = random_bits.uniform(input.shape, np.float32, rng_key()) < 1.0 - p
     scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
     return input * keep.astype(input.dtype) * jnp.asarray(scale, input.dtype), keep
 

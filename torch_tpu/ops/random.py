@@ -1,18 +1,19 @@
-"""Random ops.  Each call draws a fresh JAX key from the device stream
+"""Random ops.  Each call draws fresh random words from the device stream
 (device/rng.py: ``torch.manual_seed`` resets it) or from a CPU
-``torch.Generator`` passed as ``generator=``; the registry (``rng=True``) wires
-the key in as ``rng_key()``.  rand/randn/randint arrive as empty + uniform_/
+``torch.Generator`` passed as ``generator=``; the registry (``rng=True``) draws
+them (random_bits.py: no threefry compile per shape) and the kernels here turn
+them into their distribution.  rand/randn/randint arrive as empty + uniform_/
 normal_/random_.
 
-The streams are JAX's, so values differ from PyTorch's CPU generator; the
-distributions are the same.
+The streams are JAX's threefry, so values differ from PyTorch's CPU
+generator; the distributions are the same.
 """
 import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
 
-from . import indexing
+from . import indexing, random_bits
 from .registry import guard, out_dtype, register, register_raw, rng_key
 
 aten = torch.ops.aten
@@ -31,11 +32,11 @@ def _uniform01(shape, fine=False):
     result is drawn on its own grid, so rounding can never produce 1.0."""
     d = out_dtype()
     grid = d if (not fine and jnp.issubdtype(d, jnp.floating) and d.itemsize < 4) else _float_dtype()
-    return jax.random.uniform(rng_key(), shape, grid).astype(_float_dtype())
+    return random_bits.uniform(shape, grid, rng_key()).astype(_float_dtype())
 
 
 def _normal01(shape):
-    return jax.random.normal(rng_key(), shape, _float_dtype())
+    return random_bits.normal(shape, _float_dtype(), rng_key())
 
 
 @register("uniform.default", rng=True)
@@ -83,7 +84,7 @@ def _int_bounds(dtype):
 def _randint(shape, low, high_exclusive):
     """Integers in [low, high): int64 draws, so any 64-bit range fits."""
     span = np.uint64(high_exclusive - low) if high_exclusive - low < 2 ** 64 else None
-    bits = jax.random.bits(rng_key(), shape, np.uint64)
+    bits = random_bits.bits64(shape, rng_key())
     offset = bits if span is None else bits % span
     return np.int64(low) + offset.astype(np.int64)
 
@@ -147,7 +148,7 @@ def cauchy(self, median=0.0, sigma=1.0, *, generator=None):
 
 
 def _randperm(n, *, generator=None, **_):
-    return jax.random.permutation(rng_key(), n)
+    return random_bits.permutation(n, rng_key())
 
 
 register("randperm.generator_out", "randperm.out", mode="out", rng=True)(_randperm)
@@ -157,13 +158,13 @@ register("randperm.generator_out", "randperm.out", mode="out", rng=True)(_randpe
 def multinomial(self, num_samples, replacement=False, *, generator=None):
     probs = self.astype(_float_dtype())
     logits = jnp.where(probs > 0, jnp.log(probs), -jnp.inf)
-    batch = logits.shape[:-1]
     if replacement:
-        draws = jax.random.categorical(rng_key(), logits, axis=-1, shape=(num_samples,) + batch)
-        return jnp.moveaxis(draws, 0, -1)
+        # the Gumbel-max trick, one draw per sample (as jax.random.categorical)
+        noise = random_bits.gumbel((num_samples,) + logits.shape, logits.dtype, rng_key())
+        return jnp.moveaxis(jnp.argmax(logits + noise, axis=-1), 0, -1)
     # Without replacement: the top-k of Gumbel-perturbed logits is a draw
     # of k distinct categories with PyTorch's sequential probabilities.
-    gumbel = jax.random.gumbel(rng_key(), logits.shape, logits.dtype)
+    gumbel = random_bits.gumbel(logits.shape, logits.dtype, rng_key())
     return jax.lax.top_k(logits + gumbel, num_samples)[1]
 
 
@@ -178,7 +179,7 @@ def _draw_dtype(dtype):
 @register("_standard_gamma.default", rng=True)
 def _standard_gamma(self, generator=None):
     alpha = self.astype(_draw_dtype(self.dtype))
-    sample = jax.random.gamma(rng_key(), alpha, dtype=alpha.dtype)
+    sample = jax.random.gamma(random_bits.jax_key(rng_key()), alpha, dtype=alpha.dtype)
     # the CPU never returns 0: a sample is at least the smallest normal number
     return jnp.maximum(sample, jnp.finfo(self.dtype).tiny).astype(self.dtype)
 
@@ -192,7 +193,7 @@ def _sample_dirichlet(self, generator=None):
 @register("poisson.default", rng=True)
 def poisson(self, generator=None):
     rate = self.astype(_draw_dtype(self.dtype))
-    return jax.random.poisson(rng_key(), rate, dtype=np.int64).astype(self.dtype)
+    return jax.random.poisson(random_bits.jax_key(rng_key()), rate, dtype=np.int64).astype(self.dtype)
 
 
 @jax.jit
@@ -214,7 +215,7 @@ guard("poisson.default", prepare=_check_rate)
 def binomial(count, prob, generator=None):
     dtype = _draw_dtype(count.dtype)
     n, p = count.astype(dtype), prob.astype(dtype)
-    draws = jax.random.binomial(rng_key(), jnp.maximum(n, 0), jnp.clip(p, 0, 1), dtype=dtype)
+    draws = jax.random.binomial(random_bits.jax_key(rng_key()), jnp.maximum(n, 0), jnp.clip(p, 0, 1), dtype=dtype)
     # the CPU's edge cases: no trials or p <= 0 give 0, p >= 1 gives every trial
     return jnp.where((n <= 0) | (p <= 0), 0, jnp.where(p >= 1, n, draws)).astype(count.dtype)
 

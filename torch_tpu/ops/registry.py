@@ -16,6 +16,7 @@ Later calls with the same signature go straight to the cached executable.
 Python numbers in ``Scalar`` positions are traced, not baked in, so a
 changing learning rate does not recompile.
 """
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -38,7 +39,7 @@ from ..eager.fusion import LazyBuffer
 from ..eager.launch import launch
 from ..storage import buffers, numbers, views
 from ..storage.views import OutSpec, ViewSpec
-from . import errors, out_checks, scalar_checks
+from . import errors, out_checks, random_bits, scalar_checks
 from .. import logs as _logs
 
 log = logging.getLogger("torch_tpu.ops")
@@ -317,7 +318,7 @@ def _install(op, kernel, graph=None, dispatch_key="PrivateUse1") -> None:
 # ---- the kernel wrapper -----------------------------------------------------
 
 class _Entry:
-    __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors", "donor", "offsets")
+    __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors", "donor", "offsets", "rng")
 
     def __init__(self, fn, out_specs, single, out_buffers, donor=None):
         self.fn = fn
@@ -334,6 +335,7 @@ class _Entry:
         # from the first call's results, as wrap would (one executable's
         # results always have the same shapes and dtypes)
         self.out_tensors = None
+        self.rng = None  # a random kernel's random_bits.Plan
 
     def at_offsets(self, offsets):
         """This entry (of a signature whose views' offsets are None) for views at ``offsets``."""
@@ -543,8 +545,8 @@ class Kernel:
             scalar_checks.check(self, entry, args, kwargs)
         if entry.offsets:  # views read at run-time offsets
             inputs += entry.offsets
-        if self.opts.rng:
-            inputs.append(_rng_material(args, kwargs))
+        if self.opts.rng:  # its random words (random_bits.py)
+            inputs.append(entry.rng.words(_rng_material(args, kwargs), launch))
         fn = entry.fn
         if entry.donor is not None and access.can_donate(inputs, entry.donor[1], args[:1]):  # a write into part of a large buffer
             fn = entry.donor[0]
@@ -639,7 +641,8 @@ class Kernel:
             # which run-time offset each destination has (they are decoded first), or None
             dynamic = list(itertools.accumulate((s.offset is None for s in in_place_specs), initial=0))
             in_place_offsets = [dynamic[i] if s.offset is None else None for i, s in enumerate(in_place_specs)]
-        n_inputs = len(inputs)  # the arrays and numbers; then n_offsets offsets, then the rng key
+        n_inputs = len(inputs)  # the arrays and numbers; then n_offsets offsets, then the random words
+        rng_plan = None
         out_specs = None
         if mode == "inplace":
             out_specs = [OutSpec(spec.size, None, spec.dtype) for spec in in_place_specs]
@@ -660,9 +663,9 @@ class Kernel:
             at = iter(offs)
             a = [_decode(t, it, at) for t in pos_t]
             k = {name: _decode(t, it, at) for name, t in kw_t}
-            key = make_key(inputs[n_inputs + n_offsets]) if rng else None
-            with precision.tracing(matmul_precision):  # the setting this entry is cached under
-                outs = apply(a, k, promote_dtype, [s.dtype for s in out_specs] if out_specs else None, key)
+            with (random_bits.drawing(inputs[n_inputs + n_offsets], rng_plan) if rng else contextlib.nullcontext()), \
+                    precision.tracing(matmul_precision):  # the setting this entry is cached under
+                outs = apply(a, k, promote_dtype, [s.dtype for s in out_specs] if out_specs else None)
             if mode == "inplace":  # write each result back through its destination view
                 # Destinations that share a storage (views of one flat buffer)
                 # are written one after another into the same buffer.
@@ -679,12 +682,18 @@ class Kernel:
 
         traced.__name__ = self.name  # names the op in fused-chain logs and XLA traces
         fn = jax.jit(traced)
+        rng_words = []  # a random kernel: a stand-in of its words input
+        if rng:  # count the words it takes: they are drawn before it runs
+            n_words = random_bits.counted(lambda: jax.eval_shape(
+                traced, *inputs, *[_offset_arg(0)] * n_offsets, np.zeros(0, np.uint32)))
+            rng_plan = random_bits.plan(n_words)
+            rng_words = [rng_plan.dummy()]
         if out_specs is None:  # no meta kernel: shapes from tracing our implementation,
             # as jit's own trace, which the first call then reuses.  When layout_from
             # may change the specs after, the probe traces a stand-in function:
             # jit's trace cache is keyed on the function (and its name), and the
             # first call must trace again with the final specs.
-            probe = list(inputs) + [_offset_arg(0)] * n_offsets + ([_rng_material(args, kwargs)] if rng else [])
+            probe = list(inputs) + [_offset_arg(0)] * n_offsets + rng_words
             shapes = (jax.eval_shape(lambda *xs: traced(*xs), *probe) if self.opts.layout_from
                       else fn.trace(*probe).out_info)
             shapes = shapes if isinstance(shapes, (tuple, list)) else [shapes]
@@ -702,10 +711,11 @@ class Kernel:
             out_buffers = [(views.buffer_shape(s), s.dtype) for s in out_specs]
         donate = access.worth_donating(in_place_specs, groups) if mode == "inplace" and not self.writes_list else ()
         donor = (jax.jit(traced, donate_argnums=donate), donate) if donate else None
-        if not rng:  # (a random op's key material would be drawn from its generator)
-            # (the offsets too: without them the trace fails and views never get the cheaper compile)
-            fn = runtime.small_program_jit(fn, traced, list(inputs) + [_offset_arg(0)] * n_offsets)
-        return _Entry(fn, out_specs, single, out_buffers, donor)
+        # (the offsets too: without them the trace fails and views never get the cheaper compile)
+        fn = runtime.small_program_jit(fn, traced, list(inputs) + [_offset_arg(0)] * n_offsets + rng_words)
+        entry = _Entry(fn, out_specs, single, out_buffers, donor)
+        entry.rng = rng_plan
+        return entry
 
     def promote_dtype(self, args, kwargs):
         """PyTorch's computation dtype for the operands (``torch._refs`` rules), or None."""
@@ -1015,7 +1025,6 @@ def _rng_material(args, kwargs):
 
 def make_key(material):
     """The jax key of one random op (or graph call) from its (seed, seed, counter) material."""
-    key = jax.random.fold_in(jax.random.key(material[0]), material[1])
-    return jax.random.fold_in(key, material[2])
+    return random_bits.key(material)
 
 
