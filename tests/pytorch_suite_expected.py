@@ -49,9 +49,9 @@ RANDOM_INPUTS_BOTH = (
     "(measured over 40 draws: CPU 30 failures, tpu 19), so it passes or fails by chance on either device")
 COMPLEX32_AS_RUNTIME_ERROR = (
     "float16 with a 0-d complex tensor or a Python complex promotes to complex32, which tpu refuses with "
-    "UnsupportedOnTpu; that is a NotImplementedError, so a RuntimeError to Python, and the test then expects "
-    "torch.promote_types to refuse the pair too (it does not: the promotion itself is valid). Counted as "
-    "failures, not unsupported skips, since the test never reaches the test base's skip")
+    "UnsupportedOnTpu (a NotImplementedError, so a RuntimeError to Python); the test catches it and then "
+    "expects torch.promote_types to refuse the pair too. The test base skips a test that fails after a "
+    "refusal it caught")
 UNSUPPORTED_FEATURES = (QUANTIZED, SPARSE, COMPLEX32, QUANTIZED_EMPTY)
 FIRST_CALL_COMPILE = (
     "runs ops on hundreds of new shapes; each new shape compiles an XLA executable (~0.04-0.1 s each on "
@@ -114,11 +114,6 @@ EXPECTED_FAILURES = {
     "test_indexing.py": {
         "TestIndexingTPU::test_index_put_accumulate_duplicate_indices_tpu": DRAWS_PER_SIZE,
     },
-    "test_type_promotion.py": {
-        **{f"TestTypePromotionTPU::test_result_type_tpu_{a}_{b}": COMPLEX32_AS_RUNTIME_ERROR
-           for a, b in (("complex128", "float16"), ("complex64", "float16"), ("float16", "complex128"),
-                        ("float16", "complex64"))},
-    },
     # suitesa's files
     "test_tensor_creation_ops.py": {
         "TestTensorCreationTPU::test_logspace_vs_numpy_complex_tpu_complex64": RANDOM_INPUTS_BOTH,
@@ -160,6 +155,9 @@ EXPECTED_UNSUPPORTED_SKIPS = {
             *(f"test_sparse_div_promotion_tpu_{d}" for d in ("bool", "int16", "int32", "int64", "uint8")))},
         **{f"TestTypePromotionTPU::{t}": COMPLEX32 for t in (
             "test_complex_half_tpu", "test_complex_promotion_tpu", "test_complex_assertraises_tpu")},
+        **{f"TestTypePromotionTPU::test_result_type_tpu_{a}_{b}": COMPLEX32_AS_RUNTIME_ERROR
+           for a, b in (("complex128", "float16"), ("complex64", "float16"), ("float16", "complex128"),
+                        ("float16", "complex64"))},
     },
     "test_view_ops.py": {
         "TestViewOpsTPU::test_view_as_real_tpu_complex32": COMPLEX32,
