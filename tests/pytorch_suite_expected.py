@@ -74,10 +74,6 @@ XLA_IGAMMA = (
     "SciPy where the CPU's Cephes port is within 1e-5; float64: the 500x500 XLA igamma runs past the "
     "180 s per-test timeout")
 
-HALF_WITH_PYTHON_FLOAT = (
-    "float16 tensor with a Python float (fmod(x, 2.3)): the CPU rounds the number to float16 first, tpu "
-    "computes with it unrounded: a silent difference in ~70% of elements (add/sub/pow with a Python float "
-    "differ too); found at the session's end, not fixed")
 CUDA_DIVISION_BY_ZERO = (
     "integer fmod/remainder by zero: the test expects the CPU's ZeroDivisionError only on the CPU and CUDA's "
     "undefined bit patterns on every other device; tpu raises the CPU's error")
@@ -137,7 +133,6 @@ EXPECTED_FAILURES = {
         "TestBinaryUfuncsTPU::test_binary_ops_with_scalars_tpu": MANY_TINY_OPS,
         "TestBinaryUfuncsTPU::test_comparison_ops_type_promotion_and_broadcasting_tpu_bfloat16_bfloat16":
             FIRST_CALL_COMPILE,
-        "TestBinaryUfuncsTPU::test_fmod_remainder_tpu_float16": HALF_WITH_PYTHON_FLOAT,
         **{f"TestBinaryUfuncsTPU::test_fmod_remainder_by_zero_integral_tpu_{dt}": CUDA_DIVISION_BY_ZERO
            for dt in ("int16", "uint8", "int64")},
     },

@@ -302,6 +302,7 @@ _HALF_AND_NUMBER = {
     "add": lambda a: a + 0.1, "rsub": lambda a: 0.1 - a, "add_": lambda a: a.clone().add_(0.1),
     "fmod": lambda a: torch.fmod(a, 0.1), "remainder": lambda a: a % 0.1, "eq": lambda a: a == 0.1,
     "where": lambda a: torch.where(a > 0, a, 0.1),
+    "number % tensor": lambda a: torch.remainder(3.14, a), "xlogy(number, tensor)": lambda a: torch.xlogy(3.14, a.abs()),
     # these read the number unrounded on the CPU
     "mul": lambda a: a * 0.1, "div": lambda a: a / 0.1, "floor_divide": lambda a: a // 0.1,
     "div_trunc": lambda a: torch.div(a, 0.1, rounding_mode="trunc"),

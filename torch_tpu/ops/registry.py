@@ -939,7 +939,7 @@ def _narrowing(kernel, args, kwargs, operands, compute):
             return not (unrounded and name == "other" and value.dim() == 0)
         if type(value) not in _SCALAR_TYPES:
             return False
-        if name == "other":
+        if name in ("other", "self"):  # an operand (remainder.Scalar_Tensor's Scalar self: wrapped, then cast)
             return not unrounded
         return name not in kernel.scalar_args  # a wrapped number in a Tensor position
 
