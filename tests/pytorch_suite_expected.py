@@ -49,9 +49,9 @@ RANDOM_INPUTS_BOTH = (
     "(measured over 40 draws: CPU 30 failures, tpu 19), so it passes or fails by chance on either device")
 COMPLEX32_AS_RUNTIME_ERROR = (
     "float16 with a 0-d complex tensor or a Python complex promotes to complex32, which tpu refuses with "
-    "UnsupportedOnTpu; that is a NotImplementedError, so a RuntimeError to Python, and the test then expects "
-    "torch.promote_types to refuse the pair too (it does not: the promotion itself is valid). Counted as "
-    "failures, not unsupported skips, since the test never reaches the test base's skip")
+    "UnsupportedOnTpu (a NotImplementedError, so a RuntimeError to Python); the test catches it and then "
+    "expects torch.promote_types to refuse the pair too. The test base skips a test that fails after a "
+    "refusal it caught")
 UNSUPPORTED_FEATURES = (QUANTIZED, SPARSE, COMPLEX32, QUANTIZED_EMPTY)
 FIRST_CALL_COMPILE = (
     "runs ops on hundreds of new shapes; each new shape compiles an XLA executable (~0.04-0.1 s each on "
@@ -74,10 +74,6 @@ XLA_IGAMMA = (
     "SciPy where the CPU's Cephes port is within 1e-5; float64: the 500x500 XLA igamma runs past the "
     "180 s per-test timeout")
 
-HALF_WITH_PYTHON_FLOAT = (
-    "float16 tensor with a Python float (fmod(x, 2.3)): the CPU rounds the number to float16 first, tpu "
-    "computes with it unrounded: a silent difference in ~70% of elements (add/sub/pow with a Python float "
-    "differ too); found at the session's end, not fixed")
 CUDA_DIVISION_BY_ZERO = (
     "integer fmod/remainder by zero: the test expects the CPU's ZeroDivisionError only on the CPU and CUDA's "
     "undefined bit patterns on every other device; tpu raises the CPU's error")
@@ -114,11 +110,6 @@ EXPECTED_FAILURES = {
     "test_indexing.py": {
         "TestIndexingTPU::test_index_put_accumulate_duplicate_indices_tpu": DRAWS_PER_SIZE,
     },
-    "test_type_promotion.py": {
-        **{f"TestTypePromotionTPU::test_result_type_tpu_{a}_{b}": COMPLEX32_AS_RUNTIME_ERROR
-           for a, b in (("complex128", "float16"), ("complex64", "float16"), ("float16", "complex128"),
-                        ("float16", "complex64"))},
-    },
     # suitesa's files
     "test_tensor_creation_ops.py": {
         "TestTensorCreationTPU::test_logspace_vs_numpy_complex_tpu_complex64": RANDOM_INPUTS_BOTH,
@@ -142,7 +133,6 @@ EXPECTED_FAILURES = {
         "TestBinaryUfuncsTPU::test_binary_ops_with_scalars_tpu": MANY_TINY_OPS,
         "TestBinaryUfuncsTPU::test_comparison_ops_type_promotion_and_broadcasting_tpu_bfloat16_bfloat16":
             FIRST_CALL_COMPILE,
-        "TestBinaryUfuncsTPU::test_fmod_remainder_tpu_float16": HALF_WITH_PYTHON_FLOAT,
         **{f"TestBinaryUfuncsTPU::test_fmod_remainder_by_zero_integral_tpu_{dt}": CUDA_DIVISION_BY_ZERO
            for dt in ("int16", "uint8", "int64")},
     },
@@ -160,6 +150,9 @@ EXPECTED_UNSUPPORTED_SKIPS = {
             *(f"test_sparse_div_promotion_tpu_{d}" for d in ("bool", "int16", "int32", "int64", "uint8")))},
         **{f"TestTypePromotionTPU::{t}": COMPLEX32 for t in (
             "test_complex_half_tpu", "test_complex_promotion_tpu", "test_complex_assertraises_tpu")},
+        **{f"TestTypePromotionTPU::test_result_type_tpu_{a}_{b}": COMPLEX32_AS_RUNTIME_ERROR
+           for a, b in (("complex128", "float16"), ("complex64", "float16"), ("float16", "complex128"),
+                        ("float16", "complex64"))},
     },
     "test_view_ops.py": {
         "TestViewOpsTPU::test_view_as_real_tpu_complex32": COMPLEX32,

@@ -302,6 +302,7 @@ _HALF_AND_NUMBER = {
     "add": lambda a: a + 0.1, "rsub": lambda a: 0.1 - a, "add_": lambda a: a.clone().add_(0.1),
     "fmod": lambda a: torch.fmod(a, 0.1), "remainder": lambda a: a % 0.1, "eq": lambda a: a == 0.1,
     "where": lambda a: torch.where(a > 0, a, 0.1),
+    "number % tensor": lambda a: torch.remainder(3.14, a), "xlogy(number, tensor)": lambda a: torch.xlogy(3.14, a.abs()),
     # these read the number unrounded on the CPU
     "mul": lambda a: a * 0.1, "div": lambda a: a / 0.1, "floor_divide": lambda a: a // 0.1,
     "div_trunc": lambda a: torch.div(a, 0.1, rounding_mode="trunc"),
@@ -354,3 +355,33 @@ def test_sqrt_is_correctly_rounded_where_the_cpu_is_not():
     # float64's root rounded to float32 is float32's correctly rounded root
     assert torch.equal(got, torch.sqrt(x.double()).float())
     assert (got.view(torch.int32) - torch.sqrt(x).view(torch.int32)).abs().max() <= 1
+
+
+_HALF_AND_OTHER_TENSOR = {
+    "add 0-d float32": lambda a: a + _on(a, torch.tensor(0.1)),
+    "0-d float64 - x": lambda a: _on(a, torch.tensor(0.1, dtype=torch.float64)) - a,
+    "atan2 0-d": lambda a: torch.atan2(a, _on(a, torch.tensor(2.3))),
+    "hypot 0-d": lambda a: torch.hypot(a, _on(a, torch.tensor(0.1))),
+    "add int tensor": lambda a: a + _on(a, torch.arange(3001, 3001 + 601)),
+    "where 0-d": lambda a: torch.where(a > 0, a, _on(a, torch.tensor(0.1))),
+    # read unrounded on the CPU, as a number
+    "mul 0-d": lambda a: a * _on(a, torch.tensor(0.1)),
+    # the log of a reduced float is rounded to it before the product
+    "xlogy": lambda a: torch.xlogy(a, a.abs() + 0.5),
+    "xlog1py": lambda a: torch.special.xlog1py(a, a.abs() + 0.5),
+}
+
+
+def _on(like, t):
+    return t.to(like.device)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op", sorted(_HALF_AND_OTHER_TENSOR))
+def test_reduced_float_with_a_tensor_of_another_dtype_as_on_cpu(op, dtype):
+    """TensorIterator casts every operand to the common dtype first: a 0-d
+    float32 tensor or an int tensor with a float16 tensor is rounded to float16
+    before the float32 computation (mul: not, as with a number)."""
+    a = (torch.linspace(-3, 3, 601) + 0.0123).to(dtype)
+    fn = _HALF_AND_OTHER_TENSOR[op]
+    assert torch.equal(fn(a.to("tpu")).cpu(), fn(a))

@@ -27,6 +27,19 @@ GENERIC_TESTS = textwrap.dedent('''
         def test_half_plus_complex(self, device):
             self.assertEqual((torch.ones(2, device=device, dtype=torch.half) + 1j).dtype, torch.complex32)
 
+        def test_refusal_caught_then_failing(self, device):
+            try:
+                torch.ones(2, device=device, dtype=torch.half) + 1j
+            except RuntimeError:
+                self.fail("the sum was refused")
+
+        def test_refusal_caught_then_passing(self, device):
+            try:
+                torch.ones(2, device=device, dtype=torch.half) + 1j
+            except RuntimeError:
+                pass
+            self.assertEqual(torch.ones(2, device=device).sum().item(), 2)
+
         def test_other_not_implemented(self, device):
             raise NotImplementedError("not a tpu refusal")
 
@@ -56,7 +69,12 @@ def test_tpu_classes_skip_unsupported_features_only(tmp_path):
     assert tpu["test_sparse_tpu"][0] == "skipped"
     assert "sparse COO tensors are not supported on tpu" in tpu["test_sparse_tpu"][1]
     assert tpu["test_half_plus_complex_tpu"][0] == "skipped"
+    assert tpu["test_refusal_caught_then_failing_tpu"][0] == "skipped"
+    assert "complex32" in tpu["test_refusal_caught_then_failing_tpu"][1]
+    assert "then failed: AssertionError" in tpu["test_refusal_caught_then_failing_tpu"][1]
+    assert tpu["test_refusal_caught_then_passing_tpu"] == ("pass", "")
     assert tpu["test_other_not_implemented_tpu"][0] == "failure"
     cpu = {name: kind for (cls, name), (kind, _) in outcomes.items() if cls == "TestBaseCPU"}
     assert cpu == {"test_zeros_cpu_float32": "pass", "test_zeros_cpu_complex32": "pass", "test_sparse_cpu": "pass",
-                   "test_half_plus_complex_cpu": "pass", "test_other_not_implemented_cpu": "failure"}
+                   "test_half_plus_complex_cpu": "pass", "test_refusal_caught_then_failing_cpu": "pass",
+                   "test_refusal_caught_then_passing_cpu": "pass", "test_other_not_implemented_cpu": "failure"}

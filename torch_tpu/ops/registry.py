@@ -939,9 +939,10 @@ def _offset_free(t, offsets):
 
 
 class _Narrowing(NamedTuple):
-    """A float16/bfloat16 op computed in float32 with Python-number operands:
-    PyTorch's CPU kernels round such a number to the tensors' dtype before
-    computing (TensorIterator casts a wrapped number to the common dtype), so
+    """A float16/bfloat16 op computed in float32 with Python-number operands
+    (or tensor operands of another dtype): PyTorch's CPU kernels round such a
+    number to the tensors' dtype before computing (TensorIterator casts a
+    wrapped number, and any operand, to the common dtype), so
     ``half + 0.1`` adds 0.0999755859375.  ``mul`` and ``div`` (every rounding
     mode) read the number unrounded (their reduced-float scalar paths), as do Scalar
     arguments that are not operands (``alpha``, ``pow``'s exponent)."""
@@ -953,7 +954,7 @@ class _Narrowing(NamedTuple):
     def apply(self, args, kwargs):
         args = list(args)
         for i in self.positions:
-            args[i] = jnp.asarray(args[i]).astype(self.common)
+            args[i] = jnp.asarray(args[i]).astype(self.common)  # (a traced tensor too)
         kwargs = {n: jnp.asarray(v).astype(self.common) if n in self.names else v for n, v in kwargs.items()}
         return self.compute, args, kwargs
 
@@ -964,19 +965,24 @@ _UNROUNDED_SCALAR_OPS = frozenset(("mul", "mul_", "div", "div_", "true_divide", 
 
 def _narrowing(kernel, args, kwargs, operands, compute):
     """The ``_Narrowing`` of a float32 computation whose common dtype is
-    float16/bfloat16 and that has Python-number operands, or None."""
-    if not any(type(a) in _SCALAR_TYPES for a in operands):
-        return None
+    float16/bfloat16 and that has Python-number operands or tensors of
+    another dtype (a 0-d float32 tensor, an integer tensor), or None."""
     _, common = elementwise_dtypes(*operands, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
     if common not in (torch.float16, torch.bfloat16):
+        return None
+    if all(isinstance(a, torch.Tensor) and a.dtype == common for a in operands):
         return None
     base = str(kernel.op).split(".")[1]  # aten.mul.Tensor
     unrounded = base in _UNROUNDED_SCALAR_OPS  # (every overload: the rounding modes' kernels too)
 
     def rounds(name, value):
+        if isinstance(value, torch.Tensor):  # TensorIterator casts it to the common dtype too
+            if value.dtype == common:
+                return False
+            return not (unrounded and name == "other" and value.dim() == 0)
         if type(value) not in _SCALAR_TYPES:
             return False
-        if name == "other":
+        if name in ("other", "self"):  # an operand (remainder.Scalar_Tensor's Scalar self: wrapped, then cast)
             return not unrounded
         return name not in kernel.scalar_args  # a wrapped number in a Tensor position
 
