@@ -222,7 +222,7 @@ def test_sparse_coo_tensors_are_refused_by_name(make):
 
 @pytest.mark.parametrize("dtype,args,low,high", [
     (torch.float16, (32752,), 0, 32736),  # 32751 rounds up to 32752: the CPU draws below 32736
-    (torch.float16, (-32745, 5), -32736, 4),  # -32744 rounds down past from: from moves up
+    (torch.float16, (-32751, 5), -32736, 4),  # from + 1 = -32750 rounds down past from: from moves up to -32736
     (torch.bfloat16, (1000,), 0, 996),
 ])
 def test_random_of_a_float_dtype_stays_inside_its_ends(dtype, args, low, high):
