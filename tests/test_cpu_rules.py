@@ -64,6 +64,8 @@ def test_out_with_internal_overlap_raises():
     assert err[0] is RuntimeError and "single memory location" in err[1]
     same_on_both(lambda d: torch.sin(torch.ones(4, device=d), out=torch.zeros(1, device=d).expand(4)))
     same_on_both(lambda d: torch.ones(1, device=d).expand(3).add_(1))
+    err = same_on_both(lambda d: torch.cat([torch.ones(3, 3, device=d)] * 2, out=torch.empty(1, 3, device=d).expand(6, 3)))
+    assert err[0] is RuntimeError and "single memory location" in err[1]
 
 
 def test_fill_of_expanded_tensor_is_allowed():
