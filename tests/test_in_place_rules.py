@@ -34,3 +34,11 @@ def test_in_place_result_dtype_rules_are_the_cpus(x, op, other):
     else:
         assert isinstance(got, torch.Tensor), got
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_sub_into_an_out_of_another_dtype_computes_in_the_operands_dtype():
+    # the bool-operand check runs the CPU's sub on stand-ins, out= included
+    def run(d):
+        a, b = torch.tensor(5, dtype=torch.uint8, device=d), torch.tensor(8, dtype=torch.uint8, device=d)
+        return torch.sub(a, b, out=torch.empty(0, dtype=torch.float64, device=d)).cpu()
+    assert torch.equal(run("tpu"), run("cpu"))  # 253: uint8 wraps before the cast

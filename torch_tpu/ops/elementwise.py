@@ -180,10 +180,8 @@ def add(self, other, alpha=1):
     return self + other * _alpha(alpha)
 
 
-@register("sub.Tensor", promote=DEFAULT, checked_scalars=("alpha",),  # (a bool operand: the CPU's own error)
-          first_call_check=_both(_check_alpha, _dtype_rules_on_cpu(torch.ops.aten.sub.Tensor)))
-@register("sub.Scalar", promote=DEFAULT, checked_scalars=("alpha",),
-          first_call_check=_both(_check_alpha, _dtype_rules_on_cpu(torch.ops.aten.sub.Scalar)))
+@register("sub.Tensor", "sub.Scalar", promote=DEFAULT, checked_scalars=("alpha",),  # (a bool operand: the CPU's error)
+          first_call_check=_both(_check_alpha, _dtype_rules_on_cpu(torch.sub)))
 def sub(self, other, alpha=1):
     return self - other * _alpha(alpha)
 
