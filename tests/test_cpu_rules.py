@@ -387,3 +387,14 @@ def test_reduced_float_with_a_tensor_of_another_dtype_as_on_cpu(op, dtype):
     a = (torch.linspace(-3, 3, 601) + 0.0123).to(dtype)
     fn = _HALF_AND_OTHER_TENSOR[op]
     assert torch.equal(fn(a.to("tpu")).cpu(), fn(a))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reduced_float_pow_rounds_an_operand_of_another_dtype_first(dtype):
+    # TensorIterator casts a 0-d float32 exponent, an int tensor or a Python
+    # number base to the common dtype before the kernel computes in float32
+    base = (torch.arange(1, 257) / 64).to(dtype)
+    for other in (torch.tensor(2.3), torch.tensor(2.3, dtype=torch.float64), torch.arange(256) % 4, torch.tensor(3)):
+        same_on_both(lambda d: torch.pow(base.to(d), other.to(d)))
+        same_on_both(lambda d: torch.pow(other.to(d), base.to(d)))
+    same_on_both(lambda d: torch.pow(2.3, base.to(d)))

@@ -320,13 +320,25 @@ def _pow(a, b):
     return _int_pow(a, b) if _is_exact(a) else lax.pow(a, b)
 
 
+def _operands_in_result_dtype(*xs):
+    """float16/bfloat16 pow: TensorIterator casts every operand (a 0-d float32
+    exponent, a Python number base) to the common dtype before the kernel
+    computes in float32, so each is rounded to it first (a no-op for operands
+    already of that dtype)."""
+    dt = np.dtype(out_dtype())
+    if dt not in _HALF:
+        return xs
+    return tuple(_round_to(jnp.asarray(x).astype(dtypes.opmath(dt)), dt) for x in xs)
+
+
 @register("pow.Tensor_Tensor", opmath=True)
 def pow_tensor(a, b):
-    return _pow(a, b)
+    return _pow(*_operands_in_result_dtype(a, b))
 
 
 @register("pow.Scalar", opmath=True)
 def pow_scalar_base(a, b):
+    a, b = _operands_in_result_dtype(a, b)
     return _pow(jnp.broadcast_to(a, b.shape), b)
 
 
