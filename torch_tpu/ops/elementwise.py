@@ -651,9 +651,7 @@ def logaddexp2(self, other):
 @register("xlogy.Tensor", "xlogy.Scalar_Self", "xlogy.Scalar_Other", promote=INT_TO_FLOAT)
 def xlogy(self, other):
     self, other = jnp.broadcast_arrays(self, other)
-    log = jnp.log(other)
-    if out_dtype() in (jnp.float16, jnp.bfloat16):  # the CPU's log of a reduced float is one too (then x * it)
-        log = log.astype(out_dtype()).astype(log.dtype)
+    log = _round_to(jnp.log(other), out_dtype())  # the CPU's log of a reduced float is one too (then x * it)
     out = jnp.where(self == 0, jnp.zeros_like(self), self * log)
     return jnp.where(jnp.isnan(other), other, out)
 
@@ -662,9 +660,7 @@ def xlogy(self, other):
           promote=INT_TO_FLOAT)
 def xlog1py(self, other):
     self, other = jnp.broadcast_arrays(self, other)
-    log1p = jnp.log1p(other)
-    if out_dtype() in (jnp.float16, jnp.bfloat16):  # as xlogy's log
-        log1p = log1p.astype(out_dtype()).astype(log1p.dtype)
+    log1p = _round_to(jnp.log1p(other), out_dtype())  # as xlogy's log
     out = jnp.where(self == 0, jnp.zeros_like(self), self * log1p)
     return jnp.where(jnp.isnan(other), other, out)
 

@@ -406,8 +406,9 @@ class Kernel:
         # outputs _finish returns as the one wrapped tensor
         self.returns_one = mode == "functional" and not self.returns_list
         # a predicted fused op goes straight to recording: no rng material, no
-        # out= write (fused mode never donates), and no scalar to check: fewer
-        # positional arguments than the first checked one's position
+        # out= write (fused mode never donates), and no scalar to check.  A call
+        # with at most plain_arity positional arguments (and no keywords) passes
+        # no checked scalar (the first one's position)
         self.records_plainly = not opts.rng and mode != "out"
         self.plain_arity = self.checked_scalars[0][0] if self.checked_scalars else len(self.arg_names)
 
@@ -541,7 +542,7 @@ class Kernel:
                 self.cache[key] = entry
                 if fast:
                     self.cache.by_fn[entry.fn] = (entry, key)
-        if self.checked_scalars and (kwargs or len(args) > self.checked_scalars[0][0]):  # (add's alpha: keyword only)
+        if self.checked_scalars and (kwargs or len(args) > self.plain_arity):  # (add's alpha: keyword only)
             scalar_checks.check(self, entry, args, kwargs)
         if entry.offsets:  # views read at run-time offsets
             inputs += entry.offsets
@@ -722,8 +723,7 @@ class Kernel:
         if self.opts.promote is None:
             return None
         kwargs = {k: v for k, v in kwargs.items() if k not in self.out_names}  # out= does not promote
-        operands = [to_meta(a) for a in _flat(args) + _flat(list(kwargs.values()))
-                    if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
+        operands = _promotion_operands(args, kwargs)
         compute, _ = elementwise_dtypes(*operands, type_promotion_kind=self.opts.promote)
         compute = dtypes.to_np(compute)
         if compute != np.float32:
@@ -804,12 +804,18 @@ def _check_in_place_cast(kernel, args, kwargs):
     """The CPU's refusal of an in-place result its tensor cannot hold
     (``int_tensor.mul_(1.5)``): PyTorch's meta kernels of most in-place
     pointwise ops do not check it, and the cast would truncate silently."""
-    operands = [to_meta(a) for a in _flat(args) + _flat([v for k, v in kwargs.items() if k != "alpha"])
-                if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]  # (alpha does not promote)
+    operands = _promotion_operands(args, {k: v for k, v in kwargs.items() if k != "alpha"})  # (alpha does not promote)
     _, result = elementwise_dtypes(*operands, type_promotion_kind=kernel.opts.promote)
     if not torch.can_cast(result, args[0].dtype):
         raise RuntimeError(f"result type {errors.scalar_type_name(result)} can't be cast to the desired "
                            f"output type {errors.scalar_type_name(args[0].dtype)}")
+
+
+def _promotion_operands(args, kwargs):
+    """Meta stand-ins of the tensors and Python numbers among an op's
+    arguments (lists flattened): what its type promotion reads."""
+    return [to_meta(a) for a in _flat(args) + _flat(list(kwargs.values()))
+            if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
 
 
 def _fast_list(xs, traced, inputs, fused):

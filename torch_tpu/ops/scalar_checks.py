@@ -10,6 +10,8 @@ complex parts, and fill_'s one-element shortcut, which skips the check for
 float16) are the CPU's own: a value is tried once on a small CPU tensor of the
 dtype, and remembered when it passes.
 """
+import math
+
 import torch
 
 from .. import dtypes
@@ -25,7 +27,7 @@ def check(kernel, entry, args, kwargs):
     spec = entry.out_specs[0]
     values = [args[position] if position < len(args) else kwargs.get(name)
               for position, name in kernel.checked_scalars]
-    one = kernel.op._schema.name.startswith("aten::fill") and _numel(spec.size) == 1
+    one = kernel.op._schema.name.startswith("aten::fill") and math.prod(spec.size) == 1
     check_values(values, dtypes.NP_TO_TORCH[spec.dtype], one)
 
 
@@ -42,9 +44,3 @@ def check_values(values, dtype, one=False):
         if len(_passed) < _MAX_PASSED:
             _passed[key] = True
 
-
-def _numel(size):
-    n = 1
-    for s in size:
-        n *= s
-    return n
