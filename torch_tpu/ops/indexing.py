@@ -314,8 +314,15 @@ def _scatter(self, dim, index, src, how):
     if jnp.ndim(src):
         src = _as_1d(src)[tuple(slice(0, s) for s in index.shape)]  # src may be larger than index
     src = jnp.broadcast_to(jnp.asarray(src).astype(out.dtype), index.shape)
+    if out.dtype == jnp.bool_ and how in _BOOL_REDUCE:  # XLA has no bool add/multiply scatter
+        return _scatter(out.astype(jnp.uint8), dim, index, src.astype(jnp.uint8),
+                        _BOOL_REDUCE[how]).astype(jnp.bool_).reshape(shape)
     at = out.at[_scatter_coords(index, dim)]
     return getattr(at, how)(src).reshape(shape)
+
+
+# bool sums and products, as the CPU computes them: or and and
+_BOOL_REDUCE = {"add": "max", "multiply": "min"}
 
 
 _REDUCE = {"add": "add", "sum": "add", "multiply": "multiply", "prod": "multiply",
@@ -385,6 +392,9 @@ def index_select(self, dim, index):
 def index_add(self, dim, index, source, *, alpha=1):
     out = _as_1d(self)
     update = (_as_1d(source) * alpha).astype(self.dtype)
+    if out.dtype == jnp.bool_:  # (XLA has no bool add scatter) or, as the CPU's bool sum
+        added = out.astype(jnp.uint8).at[_along(dim, out.ndim, index)].max(update.astype(jnp.uint8))
+        return added.astype(jnp.bool_).reshape(self.shape)
     return out.at[_along(dim, out.ndim, index)].add(update).reshape(self.shape)
 
 

@@ -39,7 +39,7 @@ from ..eager.fusion import LazyBuffer
 from ..eager.launch import launch
 from ..storage import buffers, numbers, views
 from ..storage.views import OutSpec, ViewSpec
-from . import errors, out_checks, random_bits, scalar_checks
+from . import dtype_support, errors, out_checks, random_bits, scalar_checks
 from .. import logs as _logs
 
 log = logging.getLogger("torch_tpu.ops")
@@ -554,7 +554,10 @@ class Kernel:
         if (self.mode == "out" and entry.single and len(self.out_names) == 1  # out= in the op's own program
                 and access.write_result(self.name, fn, inputs, entry.out_specs[0], kwargs[self.out_names[0]])):
             return kwargs[self.out_names[0]] if self.op._schema.returns else None
-        results = launch(self.name, fn, inputs, entry.out_buffers)
+        try:
+            results = launch(self.name, fn, inputs, entry.out_buffers)
+        except RuntimeError as e:  # XLA refused it: the CPU's error names the problem as users know it
+            raise (dtype_support.cpu_error(self.op, args, kwargs) or e) from None
         metas = entry.out_tensors
         if metas is not None and entry.single and self.returns_one:  # most ops: _finish's first case, inline
             return _wrap_as(results[0], *metas[0])
@@ -621,6 +624,7 @@ class Kernel:
             out_checks.check_out_dtype_like_cpu(self, args, kwargs)
         if self.opts.precheck is not None:
             self.opts.precheck(args, kwargs)
+        dtype_support.check(self.op, args, kwargs)  # (before the meta kernel: its refs may refuse otherwise)
         meta_out = self._meta(args, kwargs) if self.opts.meta else None
         if self.opts.first_call_check is not None:
             self.opts.first_call_check(args, kwargs)
