@@ -643,3 +643,33 @@ def test_compiled_training_graphs_run_at_once_in_debug_mode():
         loss.backward()
         assert fusion.pending_ops() == 0
     torch.testing.assert_close(model[0].weight.grad.cpu(), want)
+
+
+def test_graphs_on_rows_of_a_tensor_compile_once():
+    # A view input's storage offset is a run-time argument of the executable
+    # (as the eager kernels take it), not part of its signature: iterating
+    # over rows, a window or a slot of a buffer compiles once, not per row.
+    x = torch.randn(6, 5)
+    w = torch.randn(5, requires_grad=True)
+    on_tpu, w_tpu = x.to("tpu"), w.detach().to("tpu").requires_grad_()
+    read = torch.compile(lambda t: t * 2 + 1, backend="tpu")
+    loss = torch.compile(lambda t, v: (t * v).sin().sum(), backend="tpu")
+    bump = torch.compile(lambda t: t.mul_(2).add_(1), backend="tpu")  # (exact: no fma rounding)
+    compiles = []
+    for i in range(6):
+        before = stats.compiles
+        assert torch.equal(read(on_tpu[i]).cpu(), x[i] * 2 + 1)
+        assert torch.equal(read(on_tpu[:, i % 5]).cpu(), x[:, i % 5] * 2 + 1)  # a strided column
+        loss(on_tpu[i], w_tpu).backward()
+        loss(x[i], w).backward()
+        compiles.append(stats.compiles - before)
+    torch.testing.assert_close(w_tpu.grad.cpu(), w.grad, rtol=1e-6, atol=1e-6)
+    assert compiles[0] > 0 and compiles[1:] == [0] * 5, compiles
+    want, written = x.clone(), on_tpu.clone()
+    before = stats.compiles
+    with torch.no_grad():
+        for i in range(6):
+            bump(written[i])
+            want[i].mul_(2).add_(1)
+    assert stats.compiles - before <= 2  # the first row (offset 0) compiles like any other
+    assert torch.equal(written.cpu(), want)
