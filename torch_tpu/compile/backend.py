@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import itertools
 import logging
+import math
 import threading
 import time
 import warnings
@@ -460,6 +461,8 @@ def _view_input(t, buf, spec, offsets):
     and the offset joins ``offsets``, so ``for row in x: f(row)`` compiles once."""
     if len(spec.buf_shape) == 1 and spec.buf_shape != spec.size and views.covers_buffer(spec):
         return _shaped_like(t, fusion.resolve(buf), spec)
+    if not spec.offset and spec.dtype == spec.buf_dtype and math.prod(spec.size) == math.prod(spec.buf_shape):
+        return buf, spec  # its whole buffer, permuted (a weight's transpose): split_offset's answer, cheaper
     free, offset = views.split_offset(spec)
     if offset is None:
         return buf, spec
