@@ -172,6 +172,14 @@ def test_cpu_only_part_of_a_graph_runs_on_the_host(monkeypatch):
         written_back.extend(t.device.type for t in tensors)
         write_inputs(tensors, values, swaps)
     monkeypatch.setattr(backend, "_write_inputs", spy)
+    host_code = []
+    real_init = backend.CompiledGraph.__init__
+
+    def keep_host_code(self, gm, name, **kwargs):
+        real_init(self, gm, name, **kwargs)
+        if self.host:
+            host_code.append(self.host._fn.code)
+    monkeypatch.setattr(backend.CompiledGraph, "__init__", keep_host_code)
 
     def run(compiled):
         torch.manual_seed(0)
@@ -195,6 +203,8 @@ def test_cpu_only_part_of_a_graph_runs_on_the_host(monkeypatch):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
     assert [s.device.type for s in got[2]] == ["cpu"] * 4 and [s.item() for s in got[2]] == [4.0] * 4
     assert "tpu" in written_back and "cpu" not in written_back  # parameters went in place, counts on the host
+    # the counts' add-then-copy-back runs as one in-place foreach dispatch
+    assert len(host_code) == 1 and "_foreach_add_." in host_code[0] and "_foreach_copy_" not in host_code[0]
 
 
 def test_compiled_optimizer_step_donates_buffers_nothing_else_holds():
