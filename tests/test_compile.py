@@ -172,6 +172,14 @@ def test_cpu_only_part_of_a_graph_runs_on_the_host(monkeypatch):
         written_back.extend(t.device.type for t in tensors)
         write_inputs(tensors, values, swaps)
     monkeypatch.setattr(backend, "_write_inputs", spy)
+    host_code = []
+    real_init = backend.CompiledGraph.__init__
+
+    def keep_host_code(self, gm, name, **kwargs):
+        real_init(self, gm, name, **kwargs)
+        if self.host:
+            host_code.append(self.host._fn.code)
+    monkeypatch.setattr(backend.CompiledGraph, "__init__", keep_host_code)
 
     def run(compiled):
         torch.manual_seed(0)
@@ -195,6 +203,8 @@ def test_cpu_only_part_of_a_graph_runs_on_the_host(monkeypatch):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
     assert [s.device.type for s in got[2]] == ["cpu"] * 4 and [s.item() for s in got[2]] == [4.0] * 4
     assert "tpu" in written_back and "cpu" not in written_back  # parameters went in place, counts on the host
+    # the counts' add-then-copy-back runs as one in-place foreach dispatch
+    assert len(host_code) == 1 and "_foreach_add_." in host_code[0] and "_foreach_copy_" not in host_code[0]
 
 
 def test_compiled_optimizer_step_donates_buffers_nothing_else_holds():
@@ -643,3 +653,33 @@ def test_compiled_training_graphs_run_at_once_in_debug_mode():
         loss.backward()
         assert fusion.pending_ops() == 0
     torch.testing.assert_close(model[0].weight.grad.cpu(), want)
+
+
+def test_graphs_on_rows_of_a_tensor_compile_once():
+    # A view input's storage offset is a run-time argument of the executable
+    # (as the eager kernels take it), not part of its signature: iterating
+    # over rows, a window or a slot of a buffer compiles once, not per row.
+    x = torch.randn(6, 5)
+    w = torch.randn(5, requires_grad=True)
+    on_tpu, w_tpu = x.to("tpu"), w.detach().to("tpu").requires_grad_()
+    read = torch.compile(lambda t: t * 2 + 1, backend="tpu")
+    loss = torch.compile(lambda t, v: (t * v).sin().sum(), backend="tpu")
+    bump = torch.compile(lambda t: t.mul_(2).add_(1), backend="tpu")  # (exact: no fma rounding)
+    compiles = []
+    for i in range(6):
+        before = stats.compiles
+        assert torch.equal(read(on_tpu[i]).cpu(), x[i] * 2 + 1)
+        assert torch.equal(read(on_tpu[:, i % 5]).cpu(), x[:, i % 5] * 2 + 1)  # a strided column
+        loss(on_tpu[i], w_tpu).backward()
+        loss(x[i], w).backward()
+        compiles.append(stats.compiles - before)
+    torch.testing.assert_close(w_tpu.grad.cpu(), w.grad, rtol=1e-6, atol=1e-6)
+    assert compiles[0] > 0 and compiles[1:] == [0] * 5, compiles
+    want, written = x.clone(), on_tpu.clone()
+    before = stats.compiles
+    with torch.no_grad():
+        for i in range(6):
+            bump(written[i])
+            want[i].mul_(2).add_(1)
+    assert stats.compiles - before <= 2  # the first row (offset 0) compiles like any other
+    assert torch.equal(written.cpu(), want)

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import itertools
 import logging
+import math
 import threading
 import time
 import warnings
@@ -116,18 +117,18 @@ class CompiledGraph:
             # recorded work (a deferred training graph) runs first, as one
             # program; a flush, not a host read: no read point is learnt
             fusion.flush("compiled graph")
-        arrays, signature = [], []
+        arrays, signature, offsets = [], [], []
         for i, a in enumerate(args):
             if i in self.host_inputs:
                 signature.append(_ON_HOST)
             elif isinstance(a, torch.Tensor):
-                arrays.append(_input_buffer(a, signature, defer))
+                arrays.append(_input_buffer(a, signature, offsets, defer))
             else:
                 signature.append(a)
         signature.append(precision.current)  # torch.tpu.precision is traced into the executable
         signature = tuple(signature)
         if defer:
-            return self._record(signature, arrays, args)
+            return self._record(signature, arrays + offsets if offsets else arrays, args)
         donate = None  # the argument positions this call donates (None: the default executable)
         plan = self._donation(signature, arrays) if self.donate_when_safe else None
         if plan is not None and plan.may(arrays, args):
@@ -142,6 +143,8 @@ class CompiledGraph:
         if self.host:  # after the inputs are read: it updates host-only inputs in place
             host_values, packs = self.host.run(args)
             arrays.extend(packs)
+        if offsets:  # last: the views' run-time storage offsets (see program)
+            arrays.extend(offsets)
         if exe is None:
             with self.lock:
                 try:
@@ -221,13 +224,24 @@ class CompiledGraph:
         signature, matmul_precision = key[:-1], key[-1]
         fn = self.fn
         readers = [views.reader(e.spec) if type(e) is TpuInput else None for e in signature]
+        # views that read their storage offset at run time: the offsets come last
+        n_offsets = sum(type(e) is TpuInput and e.spec.offset is None for e in signature)
         layouts = [plan.layout for plan in self.out_plans]
         scalars = {}
 
         def with_statics(material, *arrays_):
-            it = iter(arrays_)
-            full = [(readers[i](next(it)) if readers[i] else next(it)) if _is_tensor_entry(e) else e
-                    for i, e in enumerate(signature)]
+            if n_offsets:
+                arrays_, offsets = arrays_[:-n_offsets], iter(arrays_[-n_offsets:])
+            it, full = iter(arrays_), []
+            for i, e in enumerate(signature):
+                if not _is_tensor_entry(e):
+                    full.append(e)
+                elif readers[i] is None:  # a CPU input
+                    full.append(next(it))
+                elif e.spec.offset is None:
+                    full.append(readers[i](next(it), next(offsets)))
+                else:
+                    full.append(readers[i](next(it)))
             with precision.tracing(matmul_precision):
                 outputs, new_values = fn(material, *full, *it)  # the rest: host values
             outputs = [views.to_storage_layout(o, lay) if lay is not None and o is not None else o
@@ -404,26 +418,26 @@ def _is_tensor_entry(e):
     return type(e) is TpuInput or type(e) is CpuInput
 
 
-def _input_buffer(t, signature, lazy=False):
-    """The array passed for graph input ``t``; appends its signature entry
+def _input_buffer(t, signature, offsets, lazy=False):
+    """The array passed for graph input ``t``; appends its signature entry,
+    and to ``offsets`` the storage offset of a view that reads it at run time
     (``lazy``: a pending fused result is passed as it is, for recording)."""
     # The common case first, with no helper calls: a tpu tensor whose storage
     # holds its buffer (C++-made alias storages and CPU tensors lack _tpu_buf).
     buf = getattr(t.untyped_storage(), "_tpu_buf", None)
     if buf is None or t.is_conj() or t.is_neg():
-        return _input_buffer_general(t, signature)
+        return _input_buffer_general(t, signature, offsets)
     if type(buf) is fusion.LazyBuffer and (not lazy or buf.value is not None):
         buf = fusion.resolve(buf)
-    shape, aval = tuple(t.shape), getattr(buf, "aval", buf)
-    spec = _new(views.ViewSpec, (aval.shape, aval.dtype, shape, t.stride(), t.storage_offset(),
-                                 dtypes.TORCH_TO_NP[t.dtype]))
-    if len(spec.buf_shape) == 1 and spec.buf_shape != shape and views.covers_buffer(spec):
-        buf, spec = _shaped_like(t, fusion.resolve(buf), spec)
+    shape, aval, offset = tuple(t.shape), getattr(buf, "aval", buf), t.storage_offset()
+    spec = _new(views.ViewSpec, (aval.shape, aval.dtype, shape, t.stride(), offset, dtypes.TORCH_TO_NP[t.dtype]))
+    if offset or shape != spec.buf_shape:  # (else its whole buffer)
+        buf, spec = _view_input(t, buf, spec, offsets)
     signature.append(_new(TpuInput, (spec,)))
     return buf
 
 
-def _input_buffer_general(t, signature):
+def _input_buffer_general(t, signature, offsets):
     if t.device.type != "tpu":
         host = dtypes.numpy_from_cpu_tensor(t)
         signature.append(CpuInput(host.shape, host.dtype))
@@ -435,12 +449,38 @@ def _input_buffer_general(t, signature):
                                                  0, value.dtype)))
         return value
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
-    spec = views.ViewSpec._make(spec)
-    buf = fusion.resolve(buf)
-    if len(spec.buf_shape) == 1 and spec.buf_shape != spec.size and views.covers_buffer(spec):
-        buf, spec = _shaped_like(t, buf, spec)
+    buf, spec = _view_input(t, fusion.resolve(buf), views.ViewSpec._make(spec), offsets)
     signature.append(TpuInput(spec))
     return buf
+
+
+def _view_input(t, buf, spec, offsets):
+    """``(buf, spec)`` of an input that may not be its whole buffer.  A view
+    that could sit elsewhere in its buffer (a row, a column, a window) reads
+    its offset at run time, as the eager kernels do: its spec's offset is None
+    and the offset joins ``offsets``, so ``for row in x: f(row)`` compiles once."""
+    if len(spec.buf_shape) == 1 and spec.buf_shape != spec.size and views.covers_buffer(spec):
+        return _shaped_like(t, fusion.resolve(buf), spec)
+    if not spec.offset and spec.dtype == spec.buf_dtype and math.prod(spec.size) == math.prod(spec.buf_shape):
+        return buf, spec  # its whole buffer, permuted (a weight's transpose): split_offset's answer, cheaper
+    free, offset = views.split_offset(spec)
+    if offset is None:
+        return buf, spec
+    offsets.append(_offset_arg(offset))
+    return buf, _new(views.ViewSpec, free)
+
+
+def _offset_arg(offset):
+    """The device scalar passed for a view's storage offset, made once per offset."""
+    arg = _offset_args.get(offset)
+    if arg is None:
+        if len(_offset_args) >= 4096:  # a loop over a huge buffer: start over
+            _offset_args.clear()
+        arg = _offset_args[offset] = jax.device_put(np.int64(offset))  # (jit would copy an int per call)
+    return arg
+
+
+_offset_args = {}
 
 
 def _shaped_like(t, buf, spec):

@@ -56,6 +56,42 @@ def _batchable(copies, computed):
     return not computed or min(order[c] for c in copies) > max(order[n] for n in computed)
 
 
+# Out-of-place foreach ops whose in-place form writes the same values
+_IN_PLACE = {aten._foreach_add.Scalar: aten._foreach_add_.Scalar}
+
+
+def _in_place_update(copies, computed):
+    """The foreach node of ``computed`` that ``copies`` write back into its own
+    list inputs, element for element (AdamW's step counts: ``steps + 1``, then
+    a copy into each count), when it may run in place instead: one dispatch
+    instead of two, no new tensors.  None otherwise."""
+    nodes = [n for n in computed if n.target in _IN_PLACE]
+    if len(nodes) != 1 or not copies:
+        return None
+    node = nodes[0]
+    inputs = node.args[0]
+    if not isinstance(inputs, (list, tuple)) or len(set(inputs)) != len(inputs) or len(copies) != len(inputs):
+        return None
+    items = {}  # getitem node -> its index
+    for user in node.users:
+        if user.target is not operator.getitem or any(u.op == "output" for u in user.users):
+            return None  # (an output would be the input itself, not a new tensor)
+        items[user] = user.args[1]
+    written = {}
+    for c in copies:
+        k = items.get(c.args[1])
+        if k is None or inputs[k] is not c.args[0] or k in written:
+            return None
+        src, dst = c.args[1].meta.get("val"), c.args[0].meta.get("val")
+        if src.dtype != dst.dtype or src.shape != dst.shape:  # copy_ would cast or broadcast
+            return None
+        written[k] = c
+    # the inputs are read by nothing else (the update would reach it earlier than the copies did)
+    if any(u is not node and u not in copies for p in inputs for u in p.users):
+        return None
+    return node
+
+
 class HostPart:
     """The host nodes of ``gm`` (``nodes``) and one generated function that
     computes them.
@@ -118,9 +154,18 @@ class HostPart:
         env = {}
         for p in cpu_inputs:
             env[p] = graph.placeholder(p.name)
+        in_place = _in_place_update(copies, computed)
         for node in computed:
-            env[node] = graph.node_copy(node, lambda n: env[n])
-        if _batchable(copies, computed):  # one dispatch for all of them (AdamW: one per parameter)
+            if node is in_place:  # its items are then the updated inputs themselves
+                args = torch.fx.map_arg(node.args, lambda n: env[n])
+                graph.call_function(_IN_PLACE[node.target], args, dict(node.kwargs))
+            elif in_place is not None and node.target is operator.getitem and node.args[0] is in_place:
+                env[node] = env[in_place.args[0][node.args[1]]]
+            else:
+                env[node] = graph.node_copy(node, lambda n: env[n])
+        if in_place is not None:
+            pass  # it did the copies
+        elif _batchable(copies, computed):  # one dispatch for all of them (AdamW: one per parameter)
             graph.call_function(aten._foreach_copy_.default,
                                 ([env[c.args[0]] for c in copies], [env[c.args[1]] for c in copies]))
         else:
