@@ -448,8 +448,10 @@ class Kernel:
         for x, traced in zip(args, self.traced_positions):
             if isinstance(x, Tensor):
                 buf = getattr(x.untyped_storage(), "_tpu_buf", None)  # None: a C++-made alias (storage_of)
+                if buf is None:
+                    return None
                 np_dtype = _TORCH_TO_NP[x.dtype]
-                if buf is None or x.is_neg() or (np_dtype.kind == "c" and x.is_conj()):  # (only complex can be conj)
+                if x.is_neg() or (np_dtype.kind == "c" and x.is_conj()):  # (only a complex tensor can be conj)
                     return None
                 aval = getattr(buf, "aval", buf)  # shape and dtype as attributes
                 pos.append((TENSOR, _new(ViewSpec, (aval.shape, aval.dtype, tuple(x.shape), x.stride(),
@@ -827,11 +829,14 @@ def _fast_list(xs, traced, inputs, fused):
     for x in xs:
         if isinstance(x, Tensor):
             buf = getattr(x.untyped_storage(), "_tpu_buf", None)
-            if buf is None or x.is_conj() or x.is_neg():
+            if buf is None:
+                return None
+            np_dtype = _TORCH_TO_NP[x.dtype]
+            if x.is_neg() or (np_dtype.kind == "c" and x.is_conj()):  # (only a complex tensor can be conj)
                 return None
             aval = getattr(buf, "aval", buf)
             out.append((TENSOR, _new(ViewSpec, (aval.shape, aval.dtype, tuple(x.shape), x.stride(),
-                                                x.storage_offset(), _TORCH_TO_NP[x.dtype]))))
+                                                x.storage_offset(), np_dtype))))
             inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
         elif traced and type(x) in _SCALAR_TYPES:
             inputs.append(x)  # a list's numbers (bias corrections) change every step
