@@ -219,8 +219,9 @@ def test_fused_recording_of_a_repeated_program_checks_each_op_against_last_time(
 def test_fused_predicted_op_is_checked_against_its_signature(monkeypatch):
     """An op that recording predicts (it followed the same program point last
     time) reuses that op's signature only if its arguments match it: another
-    stride, offset, dtype, number type, static argument or default dtype,
-    in a list too (and a written list whose tensors share a storage), takes
+    stride, offset, dtype, conjugate bit, number type, static
+    argument or default dtype, in a list too (and a written list whose
+    tensors share a storage), takes
     the full encoding and computes its own values."""
     from torch_tpu.ops import registry
     outcomes = []
@@ -233,6 +234,7 @@ def test_fused_predicted_op_is_checked_against_its_signature(monkeypatch):
     monkeypatch.setattr(registry.Kernel, "_predicted", spy)
     gen = torch.Generator().manual_seed(0)
     sq, big, i0 = torch.randn(6, 6, generator=gen), torch.randn(5, 6, generator=gen), torch.arange(24).reshape(4, 6)
+    cz = torch.complex(*torch.randint(-3, 4, (2, 6, 6), generator=gen).float())  # (small integers: mm exact)
 
     def scaled(a):
         return torch.tril(a * 2.0, 1)
@@ -256,6 +258,8 @@ def test_fused_predicted_op_is_checked_against_its_signature(monkeypatch):
         (doubled, lambda d: [sq.to(d), sq.to(d) + 1]), (doubled, lambda d: [sq.to(d), (sq.to(d) + 1).t()]),
         (lambda a: a.amax([0]), lambda d: sq.to(d)), (lambda a: a.amax([1]), lambda d: sq.to(d)),
         (written_rows, lambda d: (big.clone().to(d), big.clone().to(d))), (written_rows, lambda d: (big.clone().to(d),) * 2),
+        # a conjugate bit (mm reads conjugate views as they are; the check asks only complex tensors)
+        (lambda a: torch.mm(a, a), lambda d: cz.to(d)), (lambda a: torch.mm(a, a), lambda d: cz.to(d).conj()),
         (scaled, lambda d: sq.to(d)),
     ]
     default = torch.get_default_dtype()

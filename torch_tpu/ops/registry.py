@@ -448,11 +448,14 @@ class Kernel:
         for x, traced in zip(args, self.traced_positions):
             if isinstance(x, Tensor):
                 buf = getattr(x.untyped_storage(), "_tpu_buf", None)  # None: a C++-made alias (storage_of)
-                if buf is None or x.is_conj() or x.is_neg():
+                if buf is None:
+                    return None
+                np_dtype = _TORCH_TO_NP[x.dtype]
+                if x.is_neg() or (np_dtype.kind == "c" and x.is_conj()):  # (only a complex tensor can be conj)
                     return None
                 aval = getattr(buf, "aval", buf)  # shape and dtype as attributes
                 pos.append((TENSOR, _new(ViewSpec, (aval.shape, aval.dtype, tuple(x.shape), x.stride(),
-                                                    x.storage_offset(), _TORCH_TO_NP[x.dtype]))))
+                                                    x.storage_offset(), np_dtype))))
                 inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
             elif traced and type(x) in _SCALAR_TYPES:
                 inputs.append(x if fused else numbers.on_device(x))  # fused mode records numbers as they are
@@ -487,13 +490,13 @@ class Kernel:
                         if not isinstance(x, Tensor):
                             break
                         buf = getattr(x.untyped_storage(), "_tpu_buf", None)
-                        if buf is None or x.is_conj() or x.is_neg():
-                            break
                         spec = e[1]
+                        if (buf is None or _TORCH_TO_NP[x.dtype] is not spec[5] or x.is_neg()
+                                or (spec[5].kind == "c" and x.is_conj())):  # a real tensor is never conj
+                            break
                         aval = getattr(buf, "aval", buf)
                         if (aval.shape != spec[0] or aval.dtype != spec[1] or x.shape != spec[2]
-                                or x.stride() != spec[3] or x.storage_offset() != spec[4]
-                                or _TORCH_TO_NP[x.dtype] != spec[5]):
+                                or x.stride() != spec[3] or x.storage_offset() != spec[4]):
                             break
                         inputs.append(buf)
                     elif tag is NUMBER and type(x) is e[1]:  # a traced number, recorded as it is
@@ -830,11 +833,14 @@ def _fast_list(xs, traced, inputs, fused):
     for x in xs:
         if isinstance(x, Tensor):
             buf = getattr(x.untyped_storage(), "_tpu_buf", None)
-            if buf is None or x.is_conj() or x.is_neg():
+            if buf is None:
+                return None
+            np_dtype = _TORCH_TO_NP[x.dtype]
+            if x.is_neg() or (np_dtype.kind == "c" and x.is_conj()):  # (only a complex tensor can be conj)
                 return None
             aval = getattr(buf, "aval", buf)
             out.append((TENSOR, _new(ViewSpec, (aval.shape, aval.dtype, tuple(x.shape), x.stride(),
-                                                x.storage_offset(), _TORCH_TO_NP[x.dtype]))))
+                                                x.storage_offset(), np_dtype))))
             inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
         elif traced and type(x) in _SCALAR_TYPES:
             inputs.append(x)  # a list's numbers (bias corrections) change every step
@@ -857,12 +863,13 @@ def _list_matches(xs, entry, inputs):
                 if not isinstance(x, Tensor):
                     return False
                 buf = getattr(x.untyped_storage(), "_tpu_buf", None)
-                if buf is None or x.is_conj() or x.is_neg():
-                    return False
                 spec = e[1]
+                if (buf is None or _TORCH_TO_NP[x.dtype] is not spec[5] or x.is_neg()
+                        or (spec[5].kind == "c" and x.is_conj())):  # a real tensor is never conj
+                    return False
                 aval = getattr(buf, "aval", buf)
                 if (aval.shape != spec[0] or aval.dtype != spec[1] or x.shape != spec[2] or x.stride() != spec[3]
-                        or x.storage_offset() != spec[4] or _TORCH_TO_NP[x.dtype] != spec[5]):
+                        or x.storage_offset() != spec[4]):
                     return False
                 inputs.append(buf)
             elif e[0] is NUMBER and type(x) is e[1]:
