@@ -288,6 +288,9 @@ def test_level0_tier_bounds_and_contraction_guard():
                lambda x: x @ x[:4].reshape(16, 4)]:  # a product reaching an add
         assert _tier(fn, f32(8, 16)) == "fast"
     assert _tier(lambda x: (x * 2).astype(jnp.int32) + 1, f32(8, 16)) == "tiny"  # an integer add: exact
+    assert _tier(lambda x, y: x + y * 1.0, f32(8, 16), f32(8, 16)) == "tiny"  # add's alpha: y * 1 is y
+    assert _tier(lambda x, y: x - y * -1.0, f32(8, 16), f32(8, 16)) == "tiny"
+    assert _tier(lambda x, y: x + y * 1.5, f32(8, 16), f32(8, 16)) == "fast"
     assert _tier(lambda x: x + 1, np.zeros((8,), np.complex64)) == "fast"
     assert _tier(lambda x: jnp.cumsum(x), f32(scan_n)) == "tiny"
     assert _tier(lambda x: jnp.cumsum(x), f32(scan_n + 1)) == "fast"
@@ -313,7 +316,8 @@ def test_level0_would_change_a_contracted_result():
 # Programs the level-0 tier admits, over every kind of primitive EXACT_PRIMITIVES
 # lists (x, y of shape (6, 10)): same bits as XLA's defaults.
 TINY_PROGRAMS = {
-    "arith": lambda x, y: (x + y - 1, x * y, x / (jnp.abs(y) + 1), -x, jnp.maximum(x, y), jnp.minimum(x, y)),
+    "arith": lambda x, y: (x + y - 1, x * y, x / (jnp.abs(y) + 1), -x, jnp.maximum(x, y), jnp.minimum(x, y),
+              x + y * 1.0, x - y * -1.0),
     "round": lambda x, y: (jnp.floor(x), jnp.ceil(x), jnp.round(x), jnp.sign(x), jnp.sqrt(jnp.abs(x))),
     "rem": lambda x, y: (jnp.fmod(x, y + 3), jnp.remainder(x, y + 3), x ** 3, x * x),
     "compare": lambda x, y: (jnp.where(x > y, x, y - 2), x == y, jnp.isfinite(x / y), jnp.clip(x, -1, 1)),

@@ -9,7 +9,7 @@ import os
 import threading
 
 import jax
-from jax.extend.core import Var
+from jax.extend.core import Literal, Var
 import numpy as np
 import torch
 
@@ -268,7 +268,7 @@ def _tiny(jaxpr, limit, scan_limit, products_in=False):
             return False, False
         if name in _SUMS and float_out and (fed or name == "dot_general"):
             return False, False
-        makes = name in _PRODUCTS and float_out
+        makes = name in _PRODUCTS and float_out and not _times_one(eqn)
         for sub in jax.core.jaxprs_in_params(eqn.params):
             ok, sub_products = _tiny(sub, limit, scan_limit, fed)
             if not ok:
@@ -279,8 +279,14 @@ def _tiny(jaxpr, limit, scan_limit, products_in=False):
     return True, any(v in products for v in jaxpr.outvars if isinstance(v, Var))
 
 
+def _times_one(eqn) -> bool:
+    # ``x * 1`` (add's alpha) is x exactly: an FMA of it rounds once, as the add does
+    return eqn.primitive.name == "mul" and any(
+        isinstance(v, Literal) and np.ndim(v.val) == 0 and abs(v.val) == 1 for v in eqn.invars)
+
+
 def _has_product(jaxpr) -> bool:
-    return any((e.primitive.name in _PRODUCTS and any(_kind(v) == "f" for v in e.outvars))
+    return any((e.primitive.name in _PRODUCTS and any(_kind(v) == "f" for v in e.outvars) and not _times_one(e))
                or any(_has_product(s) for s in jax.core.jaxprs_in_params(e.params)) for e in jaxpr.eqns)
 
 
