@@ -171,7 +171,7 @@ def test_compile_options_only_for_small_exact_programs(monkeypatch):
         assert _options_of(fn, (256, 8)) == runtime.FAST_COMPILE_OPTIONS  # above the level-0 tier's bound
     for fn in [jnp.sin, jnp.exp, jnp.tanh, lambda x: x ** 0.5 + 1, lambda x: jnp.log(x).sum(),
                lambda x: x.T + 1, lambda x: x.at[jnp.array([1, 1])].add(1.0)]:  # slower launches: see runtime
-        assert _options_of(fn, (64, 8)) is None
+        assert _options_of(fn, (256, 8)) is None  # (a scatter this small gets the level-0 tier: below)
     assert _options_of(lambda x: x + 1, (limit,)) is not None
     assert _options_of(lambda x: x + 1, (limit + 1,)) is None
     assert _options_of(lambda x: jnp.broadcast_to(x, (2, limit)).sum(0), (limit,)) is None  # an intermediate counts
@@ -292,6 +292,10 @@ def test_level0_tier_bounds_and_contraction_guard():
     assert _tier(lambda x, y: x - y * -1.0, f32(8, 16), f32(8, 16)) == "tiny"
     assert _tier(lambda x, y: x + y * 1.5, f32(8, 16), f32(8, 16)) == "fast"
     assert _tier(lambda x: x + 1, np.zeros((8,), np.complex64)) == "fast"
+    scatter_add = lambda x, v: x.at[jnp.array([1, 1, 3])].add(v)  # noqa: E731  (tiny tier only)
+    assert _tier(scatter_add, f32(n), f32(3)) == "tiny"
+    assert _tier(scatter_add, f32(n + 1), f32(3)) == "default"
+    assert _tier(lambda x, v: x.at[jnp.array([1, 1, 3])].add(v * 2), f32(8), f32(3)) != "tiny"  # a product added
     assert _tier(lambda x: jnp.cumsum(x), f32(scan_n)) == "tiny"
     assert _tier(lambda x: jnp.cumsum(x), f32(scan_n + 1)) == "fast"
 
@@ -333,6 +337,8 @@ TINY_PROGRAMS = {
                            jnp.pad(x, 1), x[::-1], jax.lax.dynamic_slice(x, (1, 2), (2, 3)),
                            jax.lax.dynamic_update_slice(x, y[:2, :2], (1, 1)), jnp.sort(x, 1), jnp.argsort(x[0])),
     "iota": lambda x, y: (jnp.arange(60, dtype=x.dtype).reshape(6, 10) - x, jnp.eye(6, 10, dtype=x.dtype) + y),
+    "scatter": lambda x, y: (x.reshape(-1).at[jnp.array([3, 3, 0, 59, 3, -1])].add(y.reshape(-1)[:6]),
+                             x.at[jnp.array([1, 1, 4])].set(y[:3]), jnp.zeros(7, x.dtype).at[jnp.array([2, 2, 2])].add(x[0, 3:6])),
     "int": lambda x, y: ((x * 100).astype(jnp.int64) % 7, (x * 100).astype(jnp.int32) // 3,
                          jnp.cumsum((x * 9).astype(jnp.int64), 1), ((x * 9).astype(jnp.int32) & 5) ^ 3),
 }
