@@ -24,10 +24,13 @@ Small exact programs compile with cheaper XLA:CPU options
 bare ``jax.jit`` given the same options by the same rule
 (``runtime.compile_options``), so both comparisons stay honest.
 ``--fast-compile both`` runs a first child with them off
-(``TORCH_TPU_FAST_COMPILE=0``: before) and one with them on (after).
+(``TORCH_TPU_FAST_COMPILE=0``: before) and one with them on (after);
+``--fast-compile emitters`` a first child without the level-0 tier for tiny
+programs (``runtime.TINY_COMPILE_OPTIONS``), which only shapes of at most
+``runtime.TINY_COMPILE_MAX_ELEMENTS`` elements get: ``--rows 20 --cols 8``.
 
     python benchmarks/first_call.py [--shapes 5] [--modes strict,fused,debug] [--warm-cache [--cache-min-secs 0]]
-                                    [--fast-compile on|off|both]
+                                    [--fast-compile on|off|both|emitters] [--rows 1000 --cols 24]
 """
 import argparse
 import json
@@ -41,22 +44,24 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def ops():
-    """name -> (make inputs on the CPU for shape n, torch function, jnp function).
+def ops(cols=24):
+    """name -> (make inputs on the CPU for shape (n, cols), torch function, jnp function).
     The jnp function is what a user would jit for the same result."""
     import jax.numpy as jnp
     import torch
 
     def two(n):
-        return torch.randn(n, 24), torch.randn(n, 24)
+        return torch.randn(n, cols), torch.randn(n, cols)
 
     def index_inputs(n):
-        return torch.randn(n, 24), torch.randint(0, n, (n // 2,))
+        return torch.randn(n, cols), torch.randint(0, n, (n // 2,))
 
     return {
         "add": (two, lambda a, b: a + b, lambda a, b: a + b),
         "sin": (two, lambda a, b: torch.sin(a), lambda a, b: jnp.sin(a)),
         "sum(dim=1)": (two, lambda a, b: a.sum(1), lambda a, b: a.sum(1)),
+        "abs().max()": (two, lambda a, b: a.abs().max(), lambda a, b: jnp.abs(a).max()),
+        "cumsum(0)": (two, lambda a, b: a.cumsum(0), lambda a, b: jnp.cumsum(a, 0)),
         "index (tensor)": (index_inputs, lambda a, i: a[i], lambda a, i: a[i]),
         "t().contiguous()": (two, lambda a, b: a.t().contiguous(), lambda a, b: a.T),
         "mm": (two, lambda a, b: a @ b.t(), lambda a, b: a @ b.T),
@@ -79,15 +84,16 @@ class _Shapes:
         return self.n
 
 
-def measure(k, modes, names=None):
-    """{op: {side: {"wall": [s], "cpu": [s], "compiles": [n]}}} for ``k`` fresh shapes each."""
+def measure(k, modes, names=None, rows=1000, cols=24):
+    """{op: {side: {"wall": [s], "cpu": [s], "compiles": [n]}}} for ``k`` fresh shapes
+    (``rows`` + 1, + 2, ... by ``cols``) each."""
     import jax
     import torch
     import torch_tpu  # noqa: F401
     from torch_tpu import profiler, runtime
 
-    table = ops()
-    shapes = _Shapes()
+    table = ops(cols)
+    shapes = _Shapes(rows)
     warm = torch.ones(3, device="tpu")
     (warm + warm).cpu()  # start the platform and the op table outside the timings
     results = {}
@@ -152,33 +158,41 @@ def render(results, title):
     return "\n".join(lines)
 
 
-def _child(shapes, modes, ops, cache_dir, min_secs=None, fast="on"):
+_FAST_ENV = {"off": "0", "emitters": "emitters"}  # --fast-compile -> TORCH_TPU_FAST_COMPILE
+
+
+def _child(shapes, modes, ops, cache_dir, min_secs=None, fast="on", rows=1000, cols=24):
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache_dir)
-    if fast == "off":
-        env["TORCH_TPU_FAST_COMPILE"] = "0"
+    if fast in _FAST_ENV:
+        env["TORCH_TPU_FAST_COMPILE"] = _FAST_ENV[fast]
     if min_secs is not None:
         env["TORCH_TPU_CACHE_MIN_COMPILE_SECS"] = str(min_secs)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--shapes", str(shapes),
-           "--modes", modes] + (["--ops", ops] if ops else [])
+           "--modes", modes, "--rows", str(rows), "--cols", str(cols)] + (["--ops", ops] if ops else [])
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def run(shapes=5, modes="strict,fused,debug", ops="", warm_cache=False, min_secs=None, fast="on") -> str:
+def run(shapes=5, modes="strict,fused,debug", ops="", warm_cache=False, min_secs=None, fast="on",
+        rows=1000, cols=24) -> str:
     """The markdown tables: a first run on an empty persistent cache (and a
     second run on what it left, with ``warm_cache``), each in a fresh process.
-    ``fast="both"``: first a run with the cheaper compile options off, on its own empty cache."""
+    ``fast="both"``: first a run with the cheaper compile options off, on its
+    own empty cache; "emitters": the cheaper emitters without the level-0 tier."""
     out = []
-    if fast in ("off", "both"):
+    shape = f"shapes ({rows}+k, {cols})"
+    if fast in ("off", "both", "emitters"):
         with tempfile.TemporaryDirectory() as cache:
-            out.append(render(_child(shapes, modes, ops, cache, min_secs, "off"),
-                              "empty persistent cache, cheaper compile options off (TORCH_TPU_FAST_COMPILE=0)"))
+            before = "off" if fast != "emitters" else "emitters"
+            out.append(render(_child(shapes, modes, ops, cache, min_secs, before, rows, cols),
+                              f"empty persistent cache, {shape}, TORCH_TPU_FAST_COMPILE={_FAST_ENV[before]}"))
         if fast == "off":
             return out[0]
     with tempfile.TemporaryDirectory() as cache:
-        out.append(render(_child(shapes, modes, ops, cache, min_secs), "empty persistent cache (first run)"))
+        out.append(render(_child(shapes, modes, ops, cache, min_secs, "on", rows, cols),
+                          f"empty persistent cache (first run), {shape}"))
         if warm_cache:
-            out.append(render(_child(shapes, modes, ops, cache, min_secs),
+            out.append(render(_child(shapes, modes, ops, cache, min_secs, "on", rows, cols),
                               "second run, same shapes, on the cache the first run wrote"))
     return "\n\n".join(out)
 
@@ -192,16 +206,20 @@ def main():
                    help="also time a second run on the persistent cache the first run wrote")
     p.add_argument("--cache-min-secs", type=float,
                    help="TORCH_TPU_CACHE_MIN_COMPILE_SECS for both runs (0: every executable is written)")
-    p.add_argument("--fast-compile", default="on", choices=["on", "off", "both"],
-                   help="cheaper XLA:CPU options for small exact programs: on (default), off, or both (before/after)")
+    p.add_argument("--fast-compile", default="on", choices=["on", "off", "both", "emitters"],
+                   help="cheaper XLA:CPU options for small exact programs: on (default), off, or both "
+                        "(before/after); emitters: a first run without the level-0 tier, then on")
+    p.add_argument("--rows", type=int, default=1000, help="fresh shapes are (rows + 1, cols), (rows + 2, cols)...")
+    p.add_argument("--cols", type=int, default=24)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     names = [n for n in args.ops.split(",") if n]
     if args.child:
-        print(json.dumps(measure(args.shapes, modes, names)))
+        print(json.dumps(measure(args.shapes, modes, names, args.rows, args.cols)))
         return
-    print(run(args.shapes, args.modes, args.ops, args.warm_cache, args.cache_min_secs, args.fast_compile))
+    print(run(args.shapes, args.modes, args.ops, args.warm_cache, args.cache_min_secs, args.fast_compile,
+              args.rows, args.cols))
 
 
 if __name__ == "__main__":

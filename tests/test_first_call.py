@@ -5,6 +5,7 @@ of an index or divisor that is already computed (``eager.checks`` looks at
 those on the host).  Counted, not timed: ``benchmarks/first_call.py`` times it."""
 import itertools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -167,15 +168,18 @@ def test_compile_options_only_for_small_exact_programs(monkeypatch):
     exact = [lambda x: x * 2 + 1, lambda x: x.sum(0), lambda x: jnp.where(x > 0, x, -x)[::2],
              lambda x: jnp.cumsum(x.astype(jnp.int64), 0), lambda x: x @ x[:8], lambda x: x[jnp.array([3, 1])]]
     for fn in exact:
-        assert _options_of(fn, (64, 8)) == runtime.FAST_COMPILE_OPTIONS
+        assert _options_of(fn, (256, 8)) == runtime.FAST_COMPILE_OPTIONS  # above the level-0 tier's bound
     for fn in [jnp.sin, jnp.exp, jnp.tanh, lambda x: x ** 0.5 + 1, lambda x: jnp.log(x).sum(),
                lambda x: x.T + 1, lambda x: x.at[jnp.array([1, 1])].add(1.0)]:  # slower launches: see runtime
-        assert _options_of(fn, (64, 8)) is None
+        assert _options_of(fn, (256, 8)) is None  # (a scatter this small gets the level-0 tier: below)
     assert _options_of(lambda x: x + 1, (limit,)) is not None
     assert _options_of(lambda x: x + 1, (limit + 1,)) is None
     assert _options_of(lambda x: jnp.broadcast_to(x, (2, limit)).sum(0), (limit,)) is None  # an intermediate counts
     monkeypatch.setenv("TORCH_TPU_FAST_COMPILE", "all")
-    assert _options_of(lambda x: x + 1, (limit + 1,)) is not None
+    assert _options_of(lambda x: x + 1, (limit + 1,)) == runtime.TINY_COMPILE_OPTIONS
+    assert _options_of(lambda x: x * 2 + 1, (limit + 1,)) == runtime.FAST_COMPILE_OPTIONS
+    monkeypatch.setenv("TORCH_TPU_FAST_COMPILE", "emitters")
+    assert _options_of(lambda x: x + 1, (8,)) == runtime.FAST_COMPILE_OPTIONS
     assert _options_of(jnp.sin, (8,)) is None
     monkeypatch.setenv("TORCH_TPU_FAST_COMPILE", "0")
     assert _options_of(lambda x: x + 1, (8,)) is None
@@ -254,3 +258,130 @@ def test_an_out_kernel_built_with_options_writes_through_out():
     assert torch.equal(out.cpu(), a.cpu() * 2)
     torch.mul(a[:, :3], 3, out=out[:, :3])  # into a view of out
     assert torch.equal(out.cpu()[:, :3], a.cpu()[:, :3] * 3)
+
+
+# -- the level-0 tier for tiny programs -----------------------------------------
+
+def _tier(fn, *args):
+    import jax
+    from torch_tpu import runtime
+    options = runtime.compile_options(jax.make_jaxpr(fn)(*args))
+    return {None: "default", "fast": "fast", "tiny": "tiny"}[
+        options and ("tiny" if options == runtime.TINY_COMPILE_OPTIONS else "fast")]
+
+
+def test_level0_tier_bounds_and_contraction_guard():
+    """Level 0 goes to tiny exact programs (scans: tinier) with no float
+    product that can reach a float add in the same program (LLVM would fuse
+    the pair into one FMA at level 2, not at 0) and no complex numbers."""
+    from torch_tpu import runtime
+    n, scan_n = runtime.TINY_COMPILE_MAX_ELEMENTS, runtime.TINY_SCAN_MAX_ELEMENTS
+    f32 = lambda *shape: np.zeros(shape, np.float32)  # noqa: E731
+    tiny = [lambda x: x + 1, lambda x: x * 2, lambda x: jnp.abs(x).max(), lambda x: x.sum(0) / 3,
+            lambda x: (x.astype(jnp.int64) * 3 + 1), lambda x: jnp.where(x > 0, x, -x)[::2] - 1,
+            lambda x: x[jnp.array([3, 1])] + x[0], lambda x: x.mean(), lambda x: (x * 2).max(0)]
+    for fn in tiny:
+        assert _tier(fn, f32(8, 16)) == "tiny"
+        assert _tier(fn, f32(n // 8 + 1, 8)) == "fast"  # over the bound
+    for fn in [lambda x: x * 2 + 1, lambda x: 1 - x / 3, lambda x: (x * x).sum(), lambda x: -(x * 2) + x,
+               lambda x: jnp.where(x > 0, x * 2, x) + 1, lambda x: x.mean() + 1, lambda x: jnp.cumsum(x ** 2),
+               lambda x: x @ x[:4].reshape(16, 4)]:  # a product reaching an add
+        assert _tier(fn, f32(8, 16)) == "fast"
+    assert _tier(lambda x: (x * 2).astype(jnp.int32) + 1, f32(8, 16)) == "tiny"  # an integer add: exact
+    assert _tier(lambda x, y: x + y * 1.0, f32(8, 16), f32(8, 16)) == "tiny"  # add's alpha: y * 1 is y
+    assert _tier(lambda x, y: x - y * -1.0, f32(8, 16), f32(8, 16)) == "tiny"
+    assert _tier(lambda x, y: x + y * 1.5, f32(8, 16), f32(8, 16)) == "fast"
+    assert _tier(lambda x: x + 1, np.zeros((8,), np.complex64)) == "fast"
+    scatter_add = lambda x, v: x.at[jnp.array([1, 1, 3])].add(v)  # noqa: E731  (tiny tier only)
+    assert _tier(scatter_add, f32(n), f32(3)) == "tiny"
+    assert _tier(scatter_add, f32(n + 1), f32(3)) == "default"
+    assert _tier(lambda x, v: x.at[jnp.array([1, 1, 3])].add(v * 2), f32(8), f32(3)) != "tiny"  # a product added
+    assert _tier(lambda x: jnp.cumsum(x), f32(scan_n)) == "tiny"
+    assert _tier(lambda x: jnp.cumsum(x), f32(scan_n + 1)) == "fast"
+
+
+def test_level0_would_change_a_contracted_result():
+    """Why the guard exists: ``x * y + z`` is one FMA at level 2 and two
+    roundings at level 0, and some elements differ; the guard keeps such a
+    program at level 2, whose bits are today's."""
+    import jax
+    from torch_tpu import runtime
+    rng = np.random.default_rng(1)
+    x, y, z = (jnp.asarray(rng.standard_normal(256), jnp.float32) for _ in range(3))
+    fn = lambda x, y, z: x * y + z  # noqa: E731
+    default = np.asarray(jax.jit(fn)(x, y, z))
+    level0 = np.asarray(jax.jit(fn, compiler_options=runtime.TINY_COMPILE_OPTIONS)(x, y, z))
+    assert (default != level0).any()  # if XLA ever stops contracting, the guard may go
+    assert _tier(fn, x, y, z) == "fast"
+    fast = np.asarray(jax.jit(fn, compiler_options=runtime.FAST_COMPILE_OPTIONS)(x, y, z))
+    assert default.tobytes() == fast.tobytes()
+
+
+# Programs the level-0 tier admits, over every kind of primitive EXACT_PRIMITIVES
+# lists (x, y of shape (6, 10)): same bits as XLA's defaults.
+TINY_PROGRAMS = {
+    "arith": lambda x, y: (x + y - 1, x * y, x / (jnp.abs(y) + 1), -x, jnp.maximum(x, y), jnp.minimum(x, y),
+              x + y * 1.0, x - y * -1.0),
+    "round": lambda x, y: (jnp.floor(x), jnp.ceil(x), jnp.round(x), jnp.sign(x), jnp.sqrt(jnp.abs(x))),
+    "rem": lambda x, y: (jnp.fmod(x, y + 3), jnp.remainder(x, y + 3), x ** 3, x * x),
+    "compare": lambda x, y: (jnp.where(x > y, x, y - 2), x == y, jnp.isfinite(x / y), jnp.clip(x, -1, 1)),
+    "cast": lambda x, y: ((x * 1000).astype(jnp.int32), (x * 1000).astype(jnp.int64) >> 3, x.astype(jnp.float16),
+                          x.astype(jnp.int64) * 7 + 3, jax.lax.bitcast_convert_type(x, jnp.uint8 if x.dtype.itemsize == 1
+                                                                                   else jnp.int16 if x.dtype.itemsize == 2
+                                                                                   else jnp.int32 if x.dtype.itemsize == 4 else jnp.int64)),
+    "reduce": lambda x, y: (x.sum(), x.sum(0), x.sum(1), x.max(1), x.min(0), x.argmax(1), x.argmin(0), x.prod(1),
+                            x.mean(0), (x > 0).any(1), (x > 0).all(0)),
+    "scan": lambda x, y: (jnp.cumsum(x, 0), jnp.cumsum(x[:2], 1), jnp.cumprod(jnp.abs(x[:2]) + 0.5, 1),
+                          jax.lax.cummax(x, 0), jax.lax.cummin(x, 1)),
+    "index": lambda x, y: (x[jnp.array([3, 0, 5, 3])], x[::-2, 1::3] + 1, jnp.concatenate([x, y], 1),
+                           jnp.pad(x, 1), x[::-1], jax.lax.dynamic_slice(x, (1, 2), (2, 3)),
+                           jax.lax.dynamic_update_slice(x, y[:2, :2], (1, 1)), jnp.sort(x, 1), jnp.argsort(x[0])),
+    "iota": lambda x, y: (jnp.arange(60, dtype=x.dtype).reshape(6, 10) - x, jnp.eye(6, 10, dtype=x.dtype) + y),
+    "scatter": lambda x, y: (x.reshape(-1).at[jnp.array([3, 3, 0, 59, 3, -1])].add(y.reshape(-1)[:6]),
+                             x.at[jnp.array([1, 1, 4])].set(y[:3]), jnp.zeros(7, x.dtype).at[jnp.array([2, 2, 2])].add(x[0, 3:6])),
+    "int": lambda x, y: ((x * 100).astype(jnp.int64) % 7, (x * 100).astype(jnp.int32) // 3,
+                         jnp.cumsum((x * 9).astype(jnp.int64), 1), ((x * 9).astype(jnp.int32) & 5) ^ 3),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_level0_tier_gives_the_same_bits(dtype):
+    import jax
+    from torch_tpu import runtime
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((6, 10)) * 5, dtype)
+    y = jnp.asarray(rng.standard_normal((6, 10)), dtype)
+    x = x.at[0, :3].set(jnp.asarray([np.inf, -np.inf, np.nan], dtype))  # special values too
+    for name, fn in TINY_PROGRAMS.items():
+        assert _tier(fn, x, y) == "tiny", name
+        default = jax.jit(fn)(x, y)
+        level0 = jax.jit(fn, compiler_options=runtime.TINY_COMPILE_OPTIONS)(x, y)
+        for k, (a, b) in enumerate(zip(jax.tree.leaves(default), jax.tree.leaves(level0))):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (name, k, dtype)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_level0_tier_in_eager_modes_matches_the_cpu(mode, monkeypatch):
+    """Tiny eager ops (kernels at level 0) and a fused chain of them give
+    PyTorch's CPU bits.  (A float cumsum is left out: the CPU accumulates
+    float32 in double, XLA does not, at every level; a float sum is
+    summed in another order: both compared across tiers above.)"""
+    from torch_tpu import runtime
+    tiers, real = [], runtime.compile_options
+
+    def spy(jaxpr):
+        out = real(jaxpr)
+        tiers.append(out == runtime.TINY_COMPILE_OPTIONS)
+        return out
+    monkeypatch.setattr(runtime, "compile_options", spy)
+    a = torch.randn(7, 9 + mode.startswith("f")) * 4  # a shape of its own per mode: compiled here
+    b = torch.randn(a.shape)
+    ta, tb = a.to("tpu"), b.to("tpu")
+    with torch.tpu.set_eager_mode(mode):
+        got = [(ta + tb - 1).cpu(), ta.abs().amax(1).cpu(), ta.long().cumsum(0).cpu(), (ta / (tb.abs() + 1)).cpu(),
+               ta.long().sum(0).cpu(), ta.long().cpu(), torch.where(ta > tb, ta, tb).cpu(), ta.max().cpu()]
+    want = [a + b - 1, a.abs().amax(1), a.long().cumsum(0), a / (b.abs() + 1), a.long().sum(0), a.long(),
+            torch.where(a > b, a, b), a.max()]
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert torch.equal(g, w), k
+    assert any(tiers), tiers  # the level-0 tier was used

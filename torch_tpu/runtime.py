@@ -9,6 +9,8 @@ import os
 import threading
 
 import jax
+from jax.extend.core import Literal, Var
+import numpy as np
 import torch
 
 # int64 indices and float64 must be exact, as on PyTorch's CPU (on a TPU XLA
@@ -184,9 +186,34 @@ EXACT_PRIMITIVES = frozenset("""
 """.split())
 
 
+# A cheaper tier for tiny programs: LLVM at optimization level 0 (no IR
+# optimization passes, fast instruction selection) compiles them in ~40-60%
+# of the time above (cumsum 63 -> 26 ms, abs().max() 39 -> 23 ms), but its
+# unoptimized loops cost ~2 ns more per element per launch (~30 ns for the
+# scans: cumsum, cummax...), hence the small bounds (benchmarks/first_call.py
+# and tests/test_first_call.py).  At level 2 LLVM contracts a float multiply
+# feeding an add into one fused multiply-add (XLA allows it, and no option
+# turns it off); at level 0 it does not: a program where that can happen, or
+# with complex numbers (whose multiply is such a pair), keeps level 2, so no
+# result changes.
+TINY_COMPILE_OPTIONS = dict(FAST_COMPILE_OPTIONS, xla_backend_optimization_level=0)
+TINY_COMPILE_MAX_ELEMENTS = 1 << 10  # per array
+TINY_SCAN_MAX_ELEMENTS = 1 << 7
+_SCANS = frozenset("cumsum cumprod cummax cummin cumlogsumexp".split())
+# Exact, but slower per launch from the older emitters at the sizes above:
+# at these sizes a scatter costs <= ~3 us more per launch (1024 elements) and
+# compiles in half the time (index_put's accumulate 45 -> 22 ms).
+TINY_ONLY_PRIMITIVES = frozenset("scatter scatter-add scatter_add".split())
+# Float results that are products (the multiply of a possible FMA), and the
+# primitives whose float adds could take one as an addend (dot_general is both).
+_PRODUCTS = frozenset("mul div integer_pow square reduce_prod cumprod dot_general".split())
+_SUMS = frozenset("add sub add_any reduce_sum cumsum dot_general scatter-add scatter_add".split())
+
+
 def _fast_compile_mode() -> str:
-    # TORCH_TPU_FAST_COMPILE: "small" (default), "0" (never), "all" (any size:
-    # to check that results do not change)
+    # TORCH_TPU_FAST_COMPILE: "small" (default), "0" (never), "emitters" (the
+    # cheaper emitters without the level-0 tier), "all" (any size: to check
+    # that results do not change)
     return os.environ.get("TORCH_TPU_FAST_COMPILE", "small").strip().lower()
 
 
@@ -197,30 +224,90 @@ def _on_cpu() -> bool:
         return False
 
 
-def _small_and_exact(jaxpr, limit) -> bool:
+def _size(v) -> int:
+    return getattr(getattr(v, "aval", None), "size", 0)
+
+
+def _small_and_exact(jaxpr, limit, allowed=EXACT_PRIMITIVES) -> bool:
     for v in jaxpr.invars:
-        if limit is not None and getattr(v.aval, "size", 0) > limit:
+        if limit is not None and _size(v) > limit:
             return False
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name not in EXACT_PRIMITIVES:
+        if eqn.primitive.name not in allowed:
             return False
         for v in eqn.outvars:
-            if limit is not None and getattr(v.aval, "size", 0) > limit:
+            if limit is not None and _size(v) > limit:
                 return False
         for sub in jax.core.jaxprs_in_params(eqn.params):
-            if not _small_and_exact(sub, limit):
+            if not _small_and_exact(sub, limit, allowed):
                 return False
     return True
 
 
+def _kind(v) -> str:
+    dtype = getattr(getattr(v, "aval", None), "dtype", None)
+    if dtype is None:
+        return ""
+    if jax.dtypes.issubdtype(dtype, np.complexfloating):
+        return "c"
+    return "f" if jax.dtypes.issubdtype(dtype, np.floating) else ""  # bfloat16's numpy kind is "V"
+
+
+def _tiny(jaxpr, limit, scan_limit, products_in=False):
+    """(qualifies, outputs may carry a product): every array within the
+    bounds, no complex number, and no float add that a product may reach
+    (through any chain of float results: conservative)."""
+    products = set(jaxpr.invars) if products_in else set()
+    for v in jaxpr.invars:
+        if _kind(v) == "c" or (limit is not None and _size(v) > limit):
+            return False, False
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        fed = any(isinstance(v, Var) and v in products for v in eqn.invars)
+        float_out = any(_kind(v) == "f" for v in eqn.outvars)
+        if any(_kind(v) == "c" for v in eqn.invars + eqn.outvars):
+            return False, False
+        bound = scan_limit if name in _SCANS else limit
+        if bound is not None and any(_size(v) > bound for v in eqn.outvars + eqn.invars):
+            return False, False
+        if name in _SUMS and float_out and (fed or name == "dot_general"):
+            return False, False
+        makes = name in _PRODUCTS and float_out and not _times_one(eqn)
+        for sub in jax.core.jaxprs_in_params(eqn.params):
+            ok, sub_products = _tiny(sub, limit, scan_limit, fed)
+            if not ok:
+                return False, False
+            makes = makes or sub_products or _has_product(sub)
+        if (fed or makes) and float_out:
+            products.update(v for v in eqn.outvars if _kind(v) == "f")
+    return True, any(v in products for v in jaxpr.outvars if isinstance(v, Var))
+
+
+def _times_one(eqn) -> bool:
+    # ``x * 1`` (add's alpha) is x exactly: an FMA of it rounds once, as the add does
+    return eqn.primitive.name == "mul" and any(
+        isinstance(v, Literal) and np.ndim(v.val) == 0 and abs(v.val) == 1 for v in eqn.invars)
+
+
+def _has_product(jaxpr) -> bool:
+    return any((e.primitive.name in _PRODUCTS and any(_kind(v) == "f" for v in e.outvars) and not _times_one(e))
+               or any(_has_product(s) for s in jax.core.jaxprs_in_params(e.params)) for e in jaxpr.eqns)
+
+
 def compile_options(closed_jaxpr):
-    """XLA compile options for this traced program: the cheaper emitters for a
-    small, exact program on the CPU platform, else None (XLA's defaults)."""
+    """XLA compile options for this traced program on the CPU platform: the
+    level-0 tier for a tiny exact program without a possible multiply-add
+    contraction, the cheaper emitters for a small exact one, else None
+    (XLA's defaults)."""
     mode = _fast_compile_mode()
     if mode in ("0", "off", "false", "no") or not _on_cpu():
         return None
     limit = None if mode == "all" else FAST_COMPILE_MAX_ELEMENTS
     jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
+    tiny = (None, None) if mode == "all" else (TINY_COMPILE_MAX_ELEMENTS, TINY_SCAN_MAX_ELEMENTS)
+    if (mode != "emitters" and _small_and_exact(jaxpr, tiny[0], EXACT_PRIMITIVES | TINY_ONLY_PRIMITIVES)
+            and _tiny(jaxpr, *tiny)[0]):
+        return dict(TINY_COMPILE_OPTIONS)
     return dict(FAST_COMPILE_OPTIONS) if _small_and_exact(jaxpr, limit) else None
 
 
