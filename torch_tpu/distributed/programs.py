@@ -3,8 +3,10 @@
 Each rank passes its local array; the program is ``shard_map``'ed over the
 group's mesh, so XLA runs the collective (Gloo between CPU processes, ICI/DCN
 on TPU).  Every program checks that all ranks asked for the same collective
-on the same shapes (see Plan and folded.py); a small one is that check and
-nothing else.
+on the same shapes: a checked one (Plan) exchanges the signatures first (see
+folded.py; a small one is that exchange and nothing else), a predicted one
+(FastPlan, see stream.py) reduces a "missed the prediction" mark per rank
+with its payload, in one collective.
 """
 import concurrent.futures
 import functools
@@ -205,6 +207,9 @@ def plan(kind, static, devices, shape, dtype, block=None, out_shape=None):
 
 
 FAST_OPS = ("sum", "avg", "max", "min")
+# Up to this payload the marks ride in the payload's buffer (one round trip,
+# one copy of the payload); above it they get their own tiny reduce.
+JOINT_BYTES = 1 << 20
 
 
 def fast_capable(kind, static, block, out_shape):
@@ -214,21 +219,25 @@ def fast_capable(kind, static, block, out_shape):
 
 class FastPlan(_Layout):
     """An all_reduce of a signature every rank predicted (see stream.py) as
-    ONE collective: the payload with ``world`` marker slots appended, reduced
-    by the same op.  Rank r's slot says whether rank r called something else
-    than predicted (``missed``; its payload is then zeros): the ranks'
-    programs have the same shapes whatever they called, so a wrong guess
-    costs a wasted round, never a transport mismatch.  The second output:
-    every rank's missed flag (int32, one per rank), then the cost padding."""
+    ONE collective: the payload with ``world`` marker slots appended.  Rank
+    r's slot says whether rank r called something else than predicted (its
+    payload is then zeros).  Hitting and missing ranks run the same
+    executable, the mark being an input: whatever the ranks called, their
+    collectives have the same shapes, so a wrong guess costs a wasted round,
+    never a transport mismatch.  (The marks ride in the payload's buffer: a
+    separate or tuple reduce is a second collective, and with a constant
+    mark XLA would drop it.)  The second output: every rank's missed flag
+    (int32, one per rank), then the cost padding."""
 
-    def __init__(self, static, devices, shape, dtype, missed):
+    def __init__(self, static, devices, shape, dtype):
         super().__init__(devices, shape, dtype)
         world = len(devices)
         op, scale = static
         local = tuple(shape) or (1,)
         n = int(np.prod(local))
+        joint = n * self.dtype.itemsize <= JOINT_BYTES
 
-        def body(x):
+        def body(x, flag):
             dt = x.dtype
             flat = x.reshape(-1)
             red = op
@@ -237,34 +246,48 @@ class FastPlan(_Layout):
             if scale is not None:  # PREMUL_SUM
                 flat = (flat * scale).astype(flat.dtype)
             mine = jnp.arange(world) == jax.lax.axis_index(AXIS)
-            flag = 1 if missed else 0
             # min: the others' slots hold 1 and mine 1 - flag; else 0 and flag
             marks = jnp.where(mine, 1 - flag, 1) if red == "min" else jnp.where(mine, flag, 0)
-            buf = jnp.concatenate([flat, marks.astype(flat.dtype)])
-            if red in ("sum", "avg"):
-                y = jax.lax.psum(buf, AXIS)
-            else:
-                y = (jax.lax.pmax if red == "max" else jax.lax.pmin)(buf, AXIS)
-            out, marks = y[:n], y[n:]
+            reduce = jax.lax.psum if red in ("sum", "avg") else \
+                jax.lax.pmax if red == "max" else jax.lax.pmin
+            if joint:
+                y = reduce(jnp.concatenate([flat, marks.astype(flat.dtype)]), AXIS)
+                out, marks = y[:n], y[n:]
+            else:  # copying a large payload costs more than a second, tiny round
+                out, marks = reduce(flat, AXIS), reduce(marks.astype(jnp.int32), AXIS)
             if red == "avg":
                 out = out // world if jnp.issubdtype(dt, jnp.integer) else out / world
-            out = out.astype(dt).reshape(local)
-            gone = (marks == 0) if red == "min" else (marks != 0)
-            gone = gone.astype(jnp.int32)
+            gone = ((marks == 0) if red == "min" else (marks != 0)).astype(jnp.int32)
             # see _not_cheap: an iota the size of the inline threshold, scaled
             # by the collective's output so XLA cannot fold it away
             pad = jnp.sum(jnp.arange(2 * INLINE_FLOPS, dtype=jnp.int32) * (jnp.sum(gone) + 1),
                           keepdims=True)
-            return out, jnp.concatenate([gone, pad])
+            return out.astype(dt).reshape(local), jnp.concatenate([gone, pad])
 
-        self.program = jax.jit(jax.shard_map(body, mesh=self.spec.mesh, in_specs=P(AXIS),
+        self.program = jax.jit(jax.shard_map(body, mesh=self.spec.mesh, in_specs=(P(AXIS), P(AXIS)),
                                              out_specs=(P(AXIS), P(AXIS)), check_vma=False))
+        self._marks = {}
+
+    def mark(self, x, missed):
+        """The global mark input, built once per device and value."""
+        key = (next(iter(x.devices())), missed)
+        m = self._marks.get(key)
+        if m is None:
+            local = jax.device_put(np.array([1 if missed else 0], np.int32), key[0])
+            aval = core.update_aval_with_sharding(
+                core.ShapedArray((len(self.spec.mesh.devices),), np.int32, weak_type=False), self.spec)
+            m = self._marks[key] = ArrayImpl(aval, self.spec, [local], committed=True)
+        return m
+
+    def launch(self, x, missed=False):
+        out, check = self.program(self.assemble(x), self.mark(x, missed))
+        return out._arrays[0], check._arrays[0]
 
 
 @functools.lru_cache(maxsize=1024)
-def fast_plan(static, devices, shape, dtype, missed=False):
+def fast_plan(static, devices, shape, dtype):
     counts["plans"] += 1
-    return FastPlan(static, devices, shape, dtype, missed)
+    return FastPlan(static, devices, shape, dtype)
 
 
 def missed_ranks(check):

@@ -114,9 +114,9 @@ def _missed(s, guess, sig, devices, x, timeout_s):
     """Run the predicted FastPlan with zeros, marked missed, and wait: its
     Launched if some rank did call ``guess`` (the verdict raises the
     mismatch), None if every rank missed (the caller runs the checked one)."""
-    p = programs.fast_plan(guess[1], devices, guess[2], guess[3], missed=True)
+    p = programs.fast_plan(guess[1], devices, guess[2], guess[3])
     zeros = jax.device_put(np.zeros(guess[2], guess[3]), _device(x))
-    launched = programs.Launched(p.launch(zeros), _verdict(guess, sig, devices, x))
+    launched = programs.Launched(p.launch(zeros, missed=True), _verdict(guess, sig, devices, x))
     try:
         _, check = launched.result(timeout_s)
     except concurrent.futures.TimeoutError:
@@ -143,13 +143,11 @@ def _verdict(guess, mine, devices, x):
     """A FastPlan's check: None if no rank missed the prediction ``guess``;
     else every rank's call as far as this rank knows it (``mine``: what
     this rank called when it missed)."""
-    me = devices.index(_device(x))
-
     def mismatch(check):
         missed = programs.missed_ranks(check)
         if not missed:
             return None
-        rows = []
+        me, rows = devices.index(_device(x)), []
         for i in range(len(devices)):
             if i not in missed:
                 rows.append(f"rank {i}: {_describe(guess)}")
