@@ -396,16 +396,19 @@ def _collectives_in(plan, x):
 
 def _check_costs(torch, dist, dev):
     # What a collective costs besides the transport, counted: a repeated call
-    # builds nothing (plan, sharding, program cached), and a small call is one
-    # round trip with its signature check folded in; a large one is two.
+    # builds nothing (plan, sharding, program cached) and is predicted (one
+    # collective, stream.py); a checked small call is one round trip with its
+    # signature check folded in; a checked large one is two.
     from torch_tpu.distributed import programs
     t = torch.ones(1000, device=dev)
-    dist.all_reduce(t)
-    plans, launches = programs.counts["plans"], programs.counts["launches"]
+    for _ in range(3):  # checked, checked (learns that t follows t), predicted
+        dist.all_reduce(t)
+    plans, launches, fast = (programs.counts[k] for k in ("plans", "launches", "fast"))
     for _ in range(3):
         dist.all_reduce(t)
     assert programs.counts["plans"] == plans, programs.counts
     assert programs.counts["launches"] == launches + 3, programs.counts
+    assert programs.counts["fast"] == fast + 3, programs.counts
     # a work's future completes by itself (DDP's reducer never waits the work)
     w = dist.get_world_size()
     works = [dist.all_reduce(torch.full((3,), 1.0 + k, device=dev), async_op=True) for k in range(3)]

@@ -37,7 +37,14 @@ class _Stream:
         self.follows = {}  # agreed signature -> the agreed one that came next
         self.last = None  # the previous call's agreed signature, when known
         self.unsettled = None  # (Launched, previous signature, its signature)
+        self.running = []  # launched, not yet seen done: a timeout among them breaks the stream
         self.broken = False
+
+    def check_timeouts(self):
+        if self.running:
+            self.running = [one for one in self.running if not one.done()]
+            if any(one.timed_out for one in self.running):
+                self.broken = True
 
     def settle(self, timeout_s):
         """Learn what the last checked call agreed on (all ranks do this at
@@ -90,24 +97,31 @@ def submit(kind, static, devices, x, block=None, out_shape=None, timeout_s=None)
            None if block is None else tuple(block), None if out_shape is None else tuple(out_shape))
     s = _stream(devices)
     with s.lock:
+        s.check_timeouts()
         s.settle(timeout_s)
-        before, guess = s.last, s.predicted()
-        if guess is not None:
-            s.last = guess  # every rank steps along the same prediction
-            programs.counts["launches"] += 1
-            if guess == sig:
-                programs.counts["fast"] += 1
-                p = programs.fast_plan(static, devices, sig[2], sig[3])
-                return programs.Launched(p.launch(x), _verdict(guess, None, devices, x))
-            launched = _missed(s, guess, sig, devices, x, timeout_s)
-            if launched is not None:
-                return launched
-            del s.follows[before]  # every rank missed: the pattern changed
-        launched = programs.submit(kind, static, devices, x, block, out_shape)
-        s.last = None
-        if programs.fast_capable(kind, static, block, out_shape):
-            s.unsettled = (launched, before, sig)  # settled at the next launch
+        launched = _launch(s, sig, kind, static, devices, x, block, out_shape, timeout_s)
+        s.running.append(launched)
         return launched
+
+
+def _launch(s, sig, kind, static, devices, x, block, out_shape, timeout_s):
+    before, guess = s.last, s.predicted()
+    if guess is not None:
+        s.last = guess  # every rank steps along the same prediction
+        programs.counts["launches"] += 1
+        if guess == sig:
+            programs.counts["fast"] += 1
+            p = programs.fast_plan(static, devices, sig[2], sig[3])
+            return programs.Launched(p.launch(x), _verdict(guess, None, devices, x))
+        launched = _missed(s, guess, sig, devices, x, timeout_s)
+        if launched is not None:
+            return launched
+        del s.follows[before]  # every rank missed: the pattern changed
+    launched = programs.submit(kind, static, devices, x, block, out_shape)
+    s.last = None
+    if programs.fast_capable(kind, static, block, out_shape):
+        s.unsettled = (launched, before, sig)  # settled at the next launch
+    return launched
 
 
 def _missed(s, guess, sig, devices, x, timeout_s):

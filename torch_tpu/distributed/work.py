@@ -131,6 +131,8 @@ class XlaWork(dist.Work):
         done = []
         for fut, writer in self._pending:
             try:  # the future completes when the program has (programs.submit)
+                if fut.timed_out:  # given up on before (stream.py waits for a missed guess)
+                    raise concurrent.futures.TimeoutError
                 out, sigs = fut.result(timeout=max(0.0, deadline - time.monotonic()))
             except concurrent.futures.TimeoutError:
                 _gave_up(self._pending)
