@@ -31,10 +31,14 @@ import numpy as np
 from . import programs
 
 
+MAX_MISSES = 2
+
+
 class _Stream:
     def __init__(self):
         self.lock = threading.Lock()  # DDP launches from autograd's thread
         self.follows = {}  # agreed signature -> the agreed one that came next
+        self.misses = {}  # agreed signature -> how often every rank missed after it
         self.last = None  # the previous call's agreed signature, when known
         self.unsettled = None  # (Launched, previous signature, its signature)
         self.running = []  # launched, not yet seen done: a timeout among them breaks the stream
@@ -68,7 +72,7 @@ class _Stream:
             self.broken = True
             return
         if agreed:
-            if before is not None:
+            if before is not None and self.misses.get(before, 0) < MAX_MISSES:
                 self.follows[before] = sig
             self.last = sig
 
@@ -116,7 +120,10 @@ def _launch(s, sig, kind, static, devices, x, block, out_shape, timeout_s):
         launched = _missed(s, guess, sig, devices, x, timeout_s)
         if launched is not None:
             return launched
-        del s.follows[before]  # every rank missed: the pattern changed
+        # every rank missed: the pattern changed (after MAX_MISSES changes,
+        # calls after ``before`` stop being predicted: each miss costs a round)
+        del s.follows[before]
+        s.misses[before] = s.misses.get(before, 0) + 1
     launched = programs.submit(kind, static, devices, x, block, out_shape)
     s.last = None
     if programs.fast_capable(kind, static, block, out_shape):
