@@ -363,9 +363,13 @@ class Launched:
         return all(a.is_ready() for a in self.value)
 
     def result(self, timeout=None):
+        # done() first, even with a wait handed off already: the waiter thread
+        # itself asks (a work completing there) while that wait is queued
+        # behind it, and must not wait for its own queue (stream.py's settle
+        # hands off a wait for a collective whose future completes there)
+        if self.done():
+            return self.value
         if self._waited is None:
-            if self.done():
-                return self.value
             self._waited = _pool().submit(jax.block_until_ready, self.value)
         self._waited.result(timeout)
         return self.value

@@ -135,6 +135,16 @@ def _missed(s, guess, sig, devices, x, timeout_s):
     """Run the predicted FastPlan with zeros, marked missed, and wait: its
     Launched if some rank did call ``guess`` (the verdict raises the
     mismatch), None if every rank missed (the caller runs the checked one)."""
+    # XLA:CPU starts a program once its inputs are ready: zeros, ready at
+    # once, could overtake this rank's earlier collectives (waiting on their
+    # inputs) and meet a peer's other collective.  So the earlier ones first.
+    try:
+        for one in s.running:
+            one.result(timeout_s)
+    except concurrent.futures.TimeoutError:
+        s.broken = True
+    except Exception:  # noqa: BLE001 -- a failed program; its work reports it
+        s.broken = True
     p = programs.fast_plan(guess[1], devices, guess[2], guess[3])
     zeros = jax.device_put(np.zeros(guess[2], guess[3]), _device(x))
     launched = programs.Launched(p.launch(zeros, missed=True), _verdict(guess, sig, devices, x))
