@@ -100,7 +100,8 @@ class _Torch:
 
             def call():
                 dist.reduce_scatter_tensor(out, x, group=g)
-        call()  # compile, connect
+        for _ in range(3):  # compile, connect; tpu_dist: learn the repeated call (stream.py)
+            call()
         sync = torch.tpu.synchronize if self.device == "tpu" else (lambda: None)
         sync()
         return call, sync

@@ -208,6 +208,8 @@ def scenario_default():
     print(f"collectives ok transport={transport}")
     _check_costs(torch, dist, dev)
     print("costs ok")
+    _check_prediction(torch, dist, r, w, dev)
+    print("prediction ok")
     _check_ddp(torch, dist, r, w, dev)
     dist.destroy_process_group()
     print("ddp ok")
@@ -394,16 +396,19 @@ def _collectives_in(plan, x):
 
 def _check_costs(torch, dist, dev):
     # What a collective costs besides the transport, counted: a repeated call
-    # builds nothing (plan, sharding, program cached), and a small call is one
-    # round trip with its signature check folded in; a large one is two.
+    # builds nothing (plan, sharding, program cached) and is predicted (one
+    # collective, stream.py); a checked small call is one round trip with its
+    # signature check folded in; a checked large one is two.
     from torch_tpu.distributed import programs
     t = torch.ones(1000, device=dev)
-    dist.all_reduce(t)
-    plans, launches = programs.counts["plans"], programs.counts["launches"]
+    for _ in range(3):  # checked, checked (learns that t follows t), predicted
+        dist.all_reduce(t)
+    plans, launches, fast = (programs.counts[k] for k in ("plans", "launches", "fast"))
     for _ in range(3):
         dist.all_reduce(t)
     assert programs.counts["plans"] == plans, programs.counts
     assert programs.counts["launches"] == launches + 3, programs.counts
+    assert programs.counts["fast"] == fast + 3, programs.counts
     # a work's future completes by itself (DDP's reducer never waits the work)
     w = dist.get_world_size()
     works = [dist.all_reduce(torch.full((3,), 1.0 + k, device=dev), async_op=True) for k in range(3)]
@@ -425,6 +430,103 @@ def _check_costs(torch, dist, dev):
     p = programs.plan("all_reduce", ("sum", None), devices, (1,), "int32")
     flops = p.program.lower(p.assemble(x)).compile().cost_analysis()["flops"]
     assert flops >= programs.INLINE_FLOPS, flops
+
+
+def scenario_predict():
+    torch, dist, r, w, dev = _init()
+    _check_prediction(torch, dist, r, w, dev)
+    dist.destroy_process_group()
+    print("prediction ok")
+
+
+def _check_prediction(torch, dist, r, w, dev):
+    # A repeated pattern of all_reduces runs as one collective per call (a
+    # FastPlan, predicted from the calls before); when every rank changes the
+    # pattern the checked program runs instead; when one rank does, every
+    # rank raises the mismatch, and the group goes on.
+    import re
+
+    from torch_tpu.distributed import bootstrap, programs
+    from torch_tpu.eager import access
+    R = dist.ReduceOp
+    tri = sum(range(w))
+
+    def a(k=0):
+        t = torch.full((300,), float(r + k), device=dev)
+        dist.all_reduce(t)
+        _eq(t, [float(tri + w * k)] * 300)
+
+    def b():
+        t = torch.tensor([r, -r, 7], device=dev)  # int64, MAX
+        dist.all_reduce(t, op=R.MAX)
+        _eq(t, [w - 1, 0, 7])
+
+    def c():
+        t = torch.full((5,), r + 1.0, dtype=torch.bfloat16, device=dev)
+        dist.all_reduce(t, op=R.AVG)
+        _eq(t, torch.full((5,), (w + 1) / 2, dtype=torch.bfloat16))
+
+    for k in range(3):  # learn the pattern a, b
+        a(k)
+        b()
+    fast, launches = programs.counts["fast"], programs.counts["launches"]
+    for k in range(3):
+        a(k)
+        b()
+    assert programs.counts["fast"] == fast + 6, programs.counts
+    assert programs.counts["launches"] == launches + 6, programs.counts
+    works = [dist.all_reduce(torch.full((300,), 1.0, device=dev), async_op=True),
+             dist.all_reduce(torch.tensor([r, -r, 7], device=dev), op=R.MAX, async_op=True)]
+    futs = [wk.get_future() for wk in works]
+    _eq(futs[0].wait()[0], [float(w)] * 300)
+    _eq(futs[1].wait()[0], [w - 1, 0, 7])
+    c()  # every rank leaves the pattern: checked, correct
+    for _ in range(3):
+        a()
+        b()
+        c()
+    fast = programs.counts["fast"]
+    a()
+    assert programs.counts["fast"] == fast + 1, programs.counts
+    # the predicted program is one collective, never cheap enough to run
+    # inline, and the same executable whether this rank hit or missed
+    devices = tuple(bootstrap.device_of_rank(k) for k in range(w))
+    p = programs.fast_plan(("sum", None), devices, (300,), "float32")
+    x = access.read(torch.ones(300, device=dev))
+    compiled = p.program.lower(p.assemble(x), p.mark(x, True)).compile()
+    assert len(re.findall(r"= \S+ all-reduce\(", compiled.as_text())) == 1, compiled.as_text()
+    assert compiled.cost_analysis()["flops"] >= programs.INLINE_FLOPS
+    b()
+    # rank 1 leaves the pattern alone (c is predicted): every rank raises
+    bad = torch.ones(4, device=dev) if r == 1 else torch.full((5,), 1.0, dtype=torch.bfloat16, device=dev)
+    try:
+        dist.all_reduce(bad, op=R.AVG if r != 1 else R.SUM)
+        raise AssertionError("mismatched all_reduce did not fail")
+    except RuntimeError as e:
+        assert "mismatched" in str(e), e
+        mine = "rank 1: all_reduce shape (4,) float32" if r == 1 else "rank 1: another call than"
+        assert mine in str(e), e
+        print("predicted mismatch:", e)
+    t = torch.ones(2, device=dev)
+    dist.all_reduce(t)
+    _eq(t, [float(w)] * 2)
+    a()
+    b()
+    # a pattern that keeps changing after one call (d, then e or f) stops
+    # being predicted there: every miss costs a wasted round
+    from torch_tpu.distributed import stream
+
+    def n(size):
+        t = torch.full((size,), 1.0, device=dev)
+        dist.all_reduce(t)
+        _eq(t, [float(w)] * size)
+    for _ in range(2 * stream.MAX_MISSES + 2):
+        for size in (11, 12, 11, 13):
+            n(size)
+    fast = programs.counts["fast"]
+    for size in (11, 12, 11, 13):
+        n(size)
+    assert programs.counts["fast"] == fast + 2, programs.counts  # 12 -> 11, 13 -> 11
 
 
 def _mlp(torch):
@@ -596,7 +698,8 @@ def scenario_straggler():
     torch, dist, r, w, dev = _init(timeout_s=4)
     dist.barrier()
     t = torch.ones(2, device=dev)
-    dist.all_reduce(t)
+    for _ in range(3):  # the third is predicted (stream.py), and so is rank 0's next
+        dist.all_reduce(t)
     if r == 0:
         for fresh in (t, torch.ones(3, device=dev)):
             try:

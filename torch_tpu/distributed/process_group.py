@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
 from ..eager import fusion
-from . import bootstrap, programs, spmd, tensors
+from . import bootstrap, spmd, stream, tensors
 from .work import CopyBackWork, XlaWork
 
 _R = dist.ReduceOp.RedOpType
@@ -84,7 +84,7 @@ class ProcessGroupTpu(ProcessGroup):
         ``block``; its local result shaped ``out_shape``): a future."""
         if not spmd.active():
             fusion.flush("collective")  # ranks must not fuse different op chains around it
-        return programs.submit(kind, static, self._devices, x, block, out_shape)
+        return stream.submit(kind, static, self._devices, x, block, out_shape, self._timeout_s)
 
     def _jax(self, t):
         return tensors.to_jax(t, self._device)

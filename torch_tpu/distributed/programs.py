@@ -3,8 +3,10 @@
 Each rank passes its local array; the program is ``shard_map``'ed over the
 group's mesh, so XLA runs the collective (Gloo between CPU processes, ICI/DCN
 on TPU).  Every program checks that all ranks asked for the same collective
-on the same shapes (see Plan and folded.py); a small one is that check and
-nothing else.
+on the same shapes: a checked one (Plan) exchanges the signatures first (see
+folded.py; a small one is that exchange and nothing else), a predicted one
+(FastPlan, see stream.py) reduces a "missed the prediction" mark per rank
+with its payload, in one collective.
 """
 import concurrent.futures
 import functools
@@ -107,7 +109,36 @@ def _kernel(kind, static, world):
     return f
 
 
-class Plan:
+class _Layout:
+    """How a rank's local block becomes the global array a program takes:
+    the sharding and aval, derived once per signature."""
+
+    def __init__(self, devices, shape, dtype):
+        world = len(devices)
+        self.spec = NamedSharding(Mesh(np.array(devices, dtype=object), (AXIS,)), P(AXIS))
+        self.dtype = jnp.dtype(dtype)
+        local = tuple(shape) or (1,)  # a sharded global array needs a leading dim
+        self.global_shape = (world * local[0],) + local[1:]
+        # what make_array_from_single_device_arrays derives on every call, once
+        self.aval = core.update_aval_with_sharding(
+            core.ShapedArray(self.global_shape, self.dtype, weak_type=False), self.spec)
+
+    def assemble(self, x):
+        """The global array whose block on this rank is ``x``."""
+        if x.ndim == 0:
+            x = x.reshape(1)
+        # jax.make_array_from_single_device_arrays without rebuilding the aval
+        # and re-checking the dtype each call (the plan is keyed on both)
+        return ArrayImpl(self.aval, self.spec, [x], committed=True)
+
+    def launch(self, x):
+        """Start the program on this rank's block ``x``: (local result, check
+        output), both possibly still running."""
+        out, sigs = self.program(self.assemble(x))
+        return out._arrays[0], sigs._arrays[0]  # the one local shard (addressable_data(0), unchecked)
+
+
+class Plan(_Layout):
     """One collective signature, built once and cached: the sharding and
     global shape the rank's block is assembled with, and the compiled program.
 
@@ -119,14 +150,8 @@ class Plan:
     """
 
     def __init__(self, kind, static, devices, shape, dtype, block, out_shape):
+        super().__init__(devices, shape, dtype)
         world = len(devices)
-        self.spec = NamedSharding(Mesh(np.array(devices, dtype=object), (AXIS,)), P(AXIS))
-        self.dtype = jnp.dtype(dtype)
-        local = tuple(shape) or (1,)  # a sharded global array needs a leading dim
-        self.global_shape = (world * local[0],) + local[1:]
-        # what make_array_from_single_device_arrays derives on every call, once
-        self.aval = core.update_aval_with_sharding(
-            core.ShapedArray(self.global_shape, self.dtype, weak_type=False), self.spec)
         block = tuple(shape) if block is None else block
         size = folded.fold_bytes(world)
         self.folded = folded.nbytes(block, self.dtype) <= size
@@ -160,19 +185,6 @@ class Plan:
                                              out_specs=(P(AXIS), P(AXIS)),
                                              check_vma=False))
 
-    def assemble(self, x):
-        """The global array whose block on this rank is ``x``."""
-        if x.ndim == 0:
-            x = x.reshape(1)
-        # jax.make_array_from_single_device_arrays without rebuilding the aval
-        # and re-checking the dtype each call (the plan is keyed on both)
-        return ArrayImpl(self.aval, self.spec, [x], committed=True)
-
-    def launch(self, x):
-        """Start the collective on this rank's block ``x``: (local result, all
-        ranks' signatures), both possibly still running."""
-        out, sigs = self.program(self.assemble(x))
-        return out._arrays[0], sigs._arrays[0]  # the one local shard (addressable_data(0), unchecked)
 
 
 INLINE_FLOPS = 1000  # XLA:CPU runs a program estimated below this on the caller's thread
@@ -192,6 +204,95 @@ def _not_cheap(gathered):
 def plan(kind, static, devices, shape, dtype, block=None, out_shape=None):
     counts["plans"] += 1
     return Plan(kind, static, devices, shape, dtype, block, out_shape)
+
+
+FAST_OPS = ("sum", "avg", "max", "min")
+# Up to this payload the marks ride in the payload's buffer (one round trip,
+# one copy of the payload); above it they get their own tiny reduce.
+JOINT_BYTES = 1 << 20
+
+
+def fast_capable(kind, static, block, out_shape):
+    """Whether a call has a one-collective form (FastPlan)."""
+    return kind == "all_reduce" and static[0] in FAST_OPS and block is None and out_shape is None
+
+
+class FastPlan(_Layout):
+    """An all_reduce of a signature every rank predicted (see stream.py) as
+    ONE collective: the payload with ``world`` marker slots appended.  Rank
+    r's slot says whether rank r called something else than predicted (its
+    payload is then zeros).  Hitting and missing ranks run the same
+    executable, the mark being an input: whatever the ranks called, their
+    collectives have the same shapes, so a wrong guess costs a wasted round,
+    never a transport mismatch.  (The marks ride in the payload's buffer: a
+    separate or tuple reduce is a second collective, and with a constant
+    mark XLA would drop it.)  The second output: every rank's missed flag
+    (int32, one per rank), then the cost padding."""
+
+    def __init__(self, static, devices, shape, dtype):
+        super().__init__(devices, shape, dtype)
+        world = len(devices)
+        op, scale = static
+        local = tuple(shape) or (1,)
+        n = int(np.prod(local))
+        joint = n * self.dtype.itemsize <= JOINT_BYTES
+
+        def body(x, flag):
+            dt = x.dtype
+            flat = x.reshape(-1)
+            red = op
+            if dt == jnp.bool_:  # logical or / and, as _reduce
+                flat, red = flat.astype(jnp.uint8), ("min" if op == "min" else "max")
+            if scale is not None:  # PREMUL_SUM
+                flat = (flat * scale).astype(flat.dtype)
+            mine = jnp.arange(world) == jax.lax.axis_index(AXIS)
+            # min: the others' slots hold 1 and mine 1 - flag; else 0 and flag
+            marks = jnp.where(mine, 1 - flag, 1) if red == "min" else jnp.where(mine, flag, 0)
+            reduce = jax.lax.psum if red in ("sum", "avg") else \
+                jax.lax.pmax if red == "max" else jax.lax.pmin
+            if joint:
+                y = reduce(jnp.concatenate([flat, marks.astype(flat.dtype)]), AXIS)
+                out, marks = y[:n], y[n:]
+            else:  # copying a large payload costs more than a second, tiny round
+                out, marks = reduce(flat, AXIS), reduce(marks.astype(jnp.int32), AXIS)
+            if red == "avg":
+                out = out // world if jnp.issubdtype(dt, jnp.integer) else out / world
+            gone = ((marks == 0) if red == "min" else (marks != 0)).astype(jnp.int32)
+            # see _not_cheap: an iota the size of the inline threshold, scaled
+            # by the collective's output so XLA cannot fold it away
+            pad = jnp.sum(jnp.arange(2 * INLINE_FLOPS, dtype=jnp.int32) * (jnp.sum(gone) + 1),
+                          keepdims=True)
+            return out.astype(dt).reshape(local), jnp.concatenate([gone, pad])
+
+        self.program = jax.jit(jax.shard_map(body, mesh=self.spec.mesh, in_specs=(P(AXIS), P(AXIS)),
+                                             out_specs=(P(AXIS), P(AXIS)), check_vma=False))
+        self._marks = {}
+
+    def mark(self, x, missed):
+        """The global mark input, built once per device and value."""
+        key = (next(iter(x.devices())), missed)
+        m = self._marks.get(key)
+        if m is None:
+            local = jax.device_put(np.array([1 if missed else 0], np.int32), key[0])
+            aval = core.update_aval_with_sharding(
+                core.ShapedArray((len(self.spec.mesh.devices),), np.int32, weak_type=False), self.spec)
+            m = self._marks[key] = ArrayImpl(aval, self.spec, [local], committed=True)
+        return m
+
+    def launch(self, x, missed=False):
+        out, check = self.program(self.assemble(x), self.mark(x, missed))
+        return out._arrays[0], check._arrays[0]
+
+
+@functools.lru_cache(maxsize=1024)
+def fast_plan(static, devices, shape, dtype):
+    counts["plans"] += 1
+    return FastPlan(static, devices, shape, dtype)
+
+
+def missed_ranks(check):
+    """The ranks a FastPlan's check output says called something else."""
+    return [i for i, m in enumerate(np.asarray(check)[:-1]) if m]
 
 
 def signature(kind, static, shape, dtype):
@@ -217,7 +318,7 @@ def describe(sig_row):
     return f"shape {tuple(dims)}{'...' if ndim > SIG_DIMS else ''} {dtype}"
 
 
-counts = {"plans": 0, "launches": 0}  # deterministic: tests count them, not time them
+counts = {"plans": 0, "launches": 0, "fast": 0}  # deterministic: tests count them, not time them
 
 
 def rows(sigs):
@@ -228,6 +329,13 @@ def rows(sigs):
 def agrees(sigs):
     r = rows(sigs)
     return bool((r == r[0]).all())
+
+
+def mismatch_of_signatures(sigs):
+    """A checked program's verdict: None if every rank's signature agrees."""
+    if agrees(sigs):
+        return None
+    return "; ".join(f"rank {i}: {describe(r)}" for i, r in enumerate(rows(sigs)))
 
 
 _waiter = None
@@ -242,19 +350,26 @@ class Launched:
     wait to one waiter thread and waits on that with the timeout: a missing
     peer then costs the group timeout, not a hang.
     """
-    __slots__ = ("value", "_waited")
+    __slots__ = ("value", "_waited", "mismatch", "timed_out")
 
-    def __init__(self, value):
+    def __init__(self, value, mismatch=None):
         self.value = value
         self._waited = None
+        # mismatch(check output) -> None, or what the ranks disagreed on
+        self.mismatch = mismatch or mismatch_of_signatures
+        self.timed_out = False  # set by the work that gave up on it (stream.py reads it)
 
     def done(self):
         return all(a.is_ready() for a in self.value)
 
     def result(self, timeout=None):
+        # done() first, even with a wait handed off already: the waiter thread
+        # itself asks (a work completing there) while that wait is queued
+        # behind it, and must not wait for its own queue (stream.py's settle
+        # hands off a wait for a collective whose future completes there)
+        if self.done():
+            return self.value
         if self._waited is None:
-            if self.done():
-                return self.value
             self._waited = _pool().submit(jax.block_until_ready, self.value)
         self._waited.result(timeout)
         return self.value
@@ -283,8 +398,10 @@ def when_done(launched, fn):
 
 
 def submit(kind, static, devices, x, block=None, out_shape=None):
-    """Launch collective ``kind`` on this rank's block ``x``; returns a
-    ``Launched`` (a Future of (local result, every rank's signature)).
+    """Launch collective ``kind`` on this rank's block ``x`` as a checked
+    program (every rank's signature exchanged first); returns a ``Launched``
+    (a Future of (local result, every rank's signature)).  stream.submit
+    chooses between this and the one-collective FastPlan.
 
     ``block``: the shape the kernel sees ``x`` as; ``out_shape``: the local
     result's shape (both reshapes happen inside the program).

@@ -103,6 +103,13 @@ class _Deadlines:
 _deadlines = _Deadlines()
 
 
+def _gave_up(pending):
+    """Mark launched collectives a timeout gave up on: their group's stream
+    stops predicting (stream.py), as its ranks may now be out of step."""
+    for fut, _ in pending:
+        fut.timed_out = True
+
+
 class XlaWork(dist.Work):
     """Pending XLA collectives: (future of (result, signatures), writer) pairs."""
 
@@ -124,21 +131,23 @@ class XlaWork(dist.Work):
         done = []
         for fut, writer in self._pending:
             try:  # the future completes when the program has (programs.submit)
+                if fut.timed_out:  # given up on before (stream.py waits for a missed guess)
+                    raise concurrent.futures.TimeoutError
                 out, sigs = fut.result(timeout=max(0.0, deadline - time.monotonic()))
             except concurrent.futures.TimeoutError:
+                _gave_up(self._pending)
                 raise CollectiveTimeout(_late(self._what, timeout_s)) from None
-            done.append((out, sigs, writer))
+            done.append((out, sigs, writer, fut.mismatch))
         return done
 
     def _finish(self, done):
-        for _, sigs, _ in done:
-            if sigs is not None and not programs.agrees(sigs):
-                rows = programs.rows(sigs)
-                detail = "; ".join(f"rank {i}: {programs.describe(r)}" for i, r in enumerate(rows))
+        for _, sigs, _, mismatch in done:
+            detail = None if sigs is None else mismatch(sigs)
+            if detail is not None:
                 raise CollectiveMismatch(
                     f"tpu_dist: {self._what}: ranks called it with mismatched tensors or "
                     f"arguments ({detail})")
-        for out, _, writer in done:
+        for out, _, writer, _ in done:
             self.outputs.append(out)
             if writer is not None:
                 writer(out)
@@ -208,6 +217,7 @@ class XlaWork(dist.Work):
                 fut.set_exception(outcome)
 
     def _give_up(self, fut):
+        _gave_up(self._pending)
         with self._lock:
             if not fut.done():
                 fut.set_exception(CollectiveTimeout(_late(self._what, self._timeout_s)))
