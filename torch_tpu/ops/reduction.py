@@ -65,10 +65,18 @@ def sum_all(self, dtype=None):
 
 
 def _at_most_64_dims(args, kwargs):
-    # the CPU's reduction kernels index dims with a 64-bit mask; nansum's meta kernel lets 65 through
+    # the CPU's reduction kernels index dims with a 64-bit mask; the meta
+    # kernels of nansum, argmax/argmin and max/min.dim let 65 through
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
-    if args[0].dim() > 64 and dim:
+    if args[0].dim() > 64 and dim is not None and dim != []:
         raise RuntimeError("only tensors with up to 64 dims are supported")
+
+
+def _then_at_most_64_dims(precheck):
+    def check(args, kwargs):
+        precheck(args, kwargs)
+        _at_most_64_dims(args, kwargs)
+    return check
 
 
 @register("nansum.default", precheck=_at_most_64_dims)
@@ -165,12 +173,12 @@ def _arg_extreme(find, self, dim, keepdim):
     return find(self, axis=axis, keepdims=keepdim)
 
 
-@register("argmax.default", precheck=_nonempty("argmax():", _unspecified("argmax", IndexError, "")))
+@register("argmax.default", precheck=_then_at_most_64_dims(_nonempty("argmax():", _unspecified("argmax", IndexError, ""))))
 def argmax(self, dim=None, keepdim=False):
     return _arg_extreme(jnp.argmax, self, dim, keepdim)
 
 
-@register("argmin.default", precheck=_nonempty("argmin():", _unspecified("argmin", IndexError, "")))
+@register("argmin.default", precheck=_then_at_most_64_dims(_nonempty("argmin():", _unspecified("argmin", IndexError, ""))))
 def argmin(self, dim=None, keepdim=False):
     return _arg_extreme(jnp.argmin, self, dim, keepdim)
 
@@ -183,12 +191,12 @@ def _value_index(reduce, find, self, dim, keepdim):
             find(self, axis=axis, keepdims=keepdim))
 
 
-@register("max.dim", precheck=_nonempty("max():"))
+@register("max.dim", precheck=_then_at_most_64_dims(_nonempty("max():")))
 def max_dim(self, dim, keepdim=False):
     return _value_index(jnp.max, jnp.argmax, self, dim, keepdim)
 
 
-@register("min.dim", precheck=_nonempty("min():"))
+@register("min.dim", precheck=_then_at_most_64_dims(_nonempty("min():")))
 def min_dim(self, dim, keepdim=False):
     return _value_index(jnp.min, jnp.argmin, self, dim, keepdim)
 
