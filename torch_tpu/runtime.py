@@ -9,7 +9,7 @@ import os
 import threading
 
 import jax
-from jax.extend.core import Literal, Var
+from jax.extend.core import Literal, Var, jaxprs_in_params
 import numpy as np
 import torch
 
@@ -238,7 +238,7 @@ def _small_and_exact(jaxpr, limit, allowed=EXACT_PRIMITIVES) -> bool:
         for v in eqn.outvars:
             if limit is not None and _size(v) > limit:
                 return False
-        for sub in jax.core.jaxprs_in_params(eqn.params):
+        for sub in jaxprs_in_params(eqn.params):
             if not _small_and_exact(sub, limit, allowed):
                 return False
     return True
@@ -273,7 +273,7 @@ def _tiny(jaxpr, limit, scan_limit, products_in=False):
         if name in _SUMS and float_out and (fed or name == "dot_general"):
             return False, False
         makes = name in _PRODUCTS and float_out and not _times_one(eqn)
-        for sub in jax.core.jaxprs_in_params(eqn.params):
+        for sub in jaxprs_in_params(eqn.params):
             ok, sub_products = _tiny(sub, limit, scan_limit, fed)
             if not ok:
                 return False, False
@@ -291,7 +291,7 @@ def _times_one(eqn) -> bool:
 
 def _has_product(jaxpr) -> bool:
     return any((e.primitive.name in _PRODUCTS and any(_kind(v) == "f" for v in e.outvars) and not _times_one(e))
-               or any(_has_product(s) for s in jax.core.jaxprs_in_params(e.params)) for e in jaxpr.eqns)
+               or any(_has_product(s) for s in jaxprs_in_params(e.params)) for e in jaxpr.eqns)
 
 
 def compile_options(closed_jaxpr):
