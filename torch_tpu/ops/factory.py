@@ -242,18 +242,23 @@ def eye_out(n, *, out):
     return eye_m_out(n, n, out=out)
 
 
-# ---- ones_like / zeros_like / full_like: a cached launch --------------------------
-# PyTorch builds them as empty_like + fill_ (or zero_): two trips through the
+# ---- ones/zeros/full, their _like and new_ forms: a cached launch -----------------
+# PyTorch builds them as empty + fill_ (or zero_): two trips through the
 # dispatcher and the registry, ~75 Python calls each time, paid by every
-# backward's seed.  The first call with a (shape, dtype, value) takes that path
-# (its checks and errors as they are); once it has succeeded, later calls launch
-# one cached executable making the same values (the fill kernel's own
-# conversion of the same scalar array) into a fresh row-major buffer.  No
-# buffer is shared between tensors: each call gets its own.
+# backward's seed (ones_like).  Here one cached executable per (shape, dtype,
+# kind of value) makes the values (the fill kernel's own conversion of the same
+# scalar array) into a fresh row-major buffer.  The first call with a (shape,
+# dtype, value) still builds PyTorch's empty tensor and checks the value as
+# fill_ does, so every error is raised as before; anything unusual (another
+# layout or memory format, pinning, a NaN or complex value, a rare dtype) takes
+# PyTorch's path every time.  No buffer is shared between tensors.
 
 _FILLS: dict = {}  # (shape, dtype, value key) -> _Fill
 _MAX_FILLS = 1024
 _ROW_MAJOR_FORMATS = (None, torch.preserve_format, torch.contiguous_format)
+_PLAIN_DTYPES = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+                           torch.complex128, torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
+                           torch.int64))
 
 
 class _Fill:
@@ -262,12 +267,17 @@ class _Fill:
     def __init__(self, shape, dtype, value):
         npdtype = dtypes.to_np(dtype)
         self.value = jnp.asarray(value)  # the scalar as fill_ receives it (never a storage's buffer)
-        self.fn = jax.jit(lambda v: (jnp.broadcast_to(v.astype(npdtype), shape),))
+        self.fn = _fill_fn(shape, npdtype, self.value.dtype)
         self.out = [(shape, npdtype)]
         self.nbytes = math.prod(shape) * npdtype.itemsize
         # integer and bool results keep their host values known, as fill_ does (host_mirror)
         self.host = (None if dtype.is_floating_point or dtype.is_complex
                      else np.full(shape, np.asarray(value).astype(npdtype)))
+
+
+@functools.lru_cache(maxsize=None)
+def _fill_fn(shape, npdtype, value_dtype):  # (one executable for every value of a kind: ones and full(1.0))
+    return jax.jit(lambda v: (jnp.broadcast_to(v.astype(npdtype), shape),))
 
 
 def _value_key(value):
@@ -279,17 +289,19 @@ def _value_key(value):
     return (kind, value) if kind in (int, bool) else None
 
 
-def _filled(name, shape, dtype, value, slow):
-    """A fresh row-major ``shape`` tensor of ``dtype`` filled with ``value``:
-    ``slow()`` (PyTorch's way) the first time, the cached launch after."""
+def _filled(name, shape, dtype, value, empty):
+    """A fresh row-major ``shape`` tensor of ``dtype`` filled with ``value``;
+    ``empty()``: PyTorch's empty tensor that its own path would fill."""
     key = (shape, dtype, _value_key(value))
     fill = _FILLS.get(key)
     if fill is None:
-        out = slow()  # raises as PyTorch does; only a success is remembered
-        if key[2] is not None and len(_FILLS) < _MAX_FILLS:
-            _FILLS[key] = _Fill(shape, dtype, value)
-        return out
-    if tpu_dtypes.active:  # on a TPU: float64 warns, complex128 is refused
+        if key[2] is None or dtype not in _PLAIN_DTYPES or len(_FILLS) >= _MAX_FILLS:
+            t = empty()
+            return t.zero_() if name == "aten::zero_" else t.fill_(value)
+        empty()  # its checks and errors (size, dtype, device); the tensor is dropped
+        scalar_checks.check_values((value,), dtype, math.prod(shape) == 1)  # fill_'s overflow error
+        fill = _FILLS[key] = _Fill(shape, dtype, value)
+    elif tpu_dtypes.active:  # on a TPU: float64 warns, complex128 is refused (as empty does)
         tpu_dtypes.entering(dtype)
     (arr,) = launch(name, fill.fn, (fill.value,), fill.out)
     t = buffers.wrap_as(arr, dtype, fill.nbytes, shape, None)
@@ -298,25 +310,25 @@ def _filled(name, shape, dtype, value, slow):
     return t
 
 
-def _filled_like(name, self, value, slow, dtype, layout, device, pin_memory, memory_format):
+def _filled_like(name, self, value, empty, dtype, layout, device, pin_memory, memory_format):
     # Only the plain case (a row-major tensor, no device/layout/pinning asked):
     # anything else goes PyTorch's way every time.
     if (device is not None or pin_memory or (layout is not None and layout is not torch.strided)
             or memory_format not in _ROW_MAJOR_FORMATS or not self.is_contiguous()):
-        return slow()
+        return _filled(name, None, None, value, empty)
     shape = tuple(self.shape)
     if memory_format is not torch.contiguous_format and self.stride() != buffers.contiguous_strides(shape):
-        return slow()  # preserve_format keeps odd strides of size-1 dims
-    return _filled(name, shape, dtype or self.dtype, value, slow)
+        return _filled(name, None, None, value, empty)  # preserve_format keeps odd strides of size-1 dims
+    return _filled(name, shape, dtype or self.dtype, value, empty)
 
 
-def _filled_new(name, size, value, slow, dtype, layout, device, pin_memory):
+def _filled_new(name, size, value, empty, dtype, layout, device, pin_memory):
     """ones/zeros/full and new_*: row-major, so only the options matter."""
     if pin_memory or (layout is not None and layout is not torch.strided):
-        return slow()
+        return _filled(name, None, None, value, empty)
     if device is not None:
         runtime.check_device(device)
-    return _filled(name, tuple(size), dtype, value, slow)
+    return _filled(name, tuple(size), dtype, value, empty)
 
 
 def _like_kwargs(dtype, layout, device, pin_memory, memory_format=None):
@@ -330,57 +342,54 @@ def _new_kwargs(dtype, layout, device, pin_memory):
 @register_raw("ones_like.default")
 def ones_like(self, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     args = (dtype, layout, device, pin_memory, memory_format)
-    return _filled_like("aten::fill_", self, 1.0,
-                        lambda: torch.empty_like(self, **_like_kwargs(*args)).fill_(1.0), *args)
+    return _filled_like("aten::fill_", self, 1.0, lambda: torch.empty_like(self, **_like_kwargs(*args)), *args)
 
 
 @register_raw("zeros_like.default")
 def zeros_like(self, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     args = (dtype, layout, device, pin_memory, memory_format)
-    return _filled_like("aten::zero_", self, 0,
-                        lambda: torch.empty_like(self, **_like_kwargs(*args)).zero_(), *args)
+    return _filled_like("aten::zero_", self, 0, lambda: torch.empty_like(self, **_like_kwargs(*args)), *args)
 
 
 @register_raw("full_like.default")
 def full_like(self, fill_value, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     args = (dtype, layout, device, pin_memory, memory_format)
     return _filled_like("aten::fill_", self, fill_value,
-                        lambda: torch.empty_like(self, **_like_kwargs(*args)).fill_(fill_value), *args)
+                        lambda: torch.empty_like(self, **_like_kwargs(*args)), *args)
 
 
 @register_raw("new_ones.default")
 def new_ones(self, size, dtype=None, layout=None, device=None, pin_memory=None):
     args = (dtype, layout, device, pin_memory)
-    return _filled_new("aten::fill_", size, 1, lambda: self.new_empty(size, **_new_kwargs(*args)).fill_(1),
+    return _filled_new("aten::fill_", size, 1, lambda: self.new_empty(size, **_new_kwargs(*args)),
                        dtype or self.dtype, layout, device, pin_memory)
 
 
 @register_raw("new_zeros.default")
 def new_zeros(self, size, dtype=None, layout=None, device=None, pin_memory=None):
     args = (dtype, layout, device, pin_memory)
-    return _filled_new("aten::zero_", size, 0, lambda: self.new_empty(size, **_new_kwargs(*args)).zero_(),
+    return _filled_new("aten::zero_", size, 0, lambda: self.new_empty(size, **_new_kwargs(*args)),
                        dtype or self.dtype, layout, device, pin_memory)
 
 
 @register_raw("new_full.default")
 def new_full(self, size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
     args = (dtype, layout, device, pin_memory)
-    return _filled_new("aten::fill_", size, fill_value,
-                       lambda: self.new_empty(size, **_new_kwargs(*args)).fill_(fill_value),
+    return _filled_new("aten::fill_", size, fill_value, lambda: self.new_empty(size, **_new_kwargs(*args)),
                        dtype or self.dtype, layout, device, pin_memory)
 
 
 @register_raw("ones.default")
 def ones(size, dtype=None, layout=None, device=None, pin_memory=None):
     args = (dtype, layout, device, pin_memory)
-    return _filled_new("aten::fill_", size, 1, lambda: torch.empty(size, **_new_kwargs(*args)).fill_(1),
+    return _filled_new("aten::fill_", size, 1, lambda: torch.empty(size, **_new_kwargs(*args)),
                        dtype or torch.get_default_dtype(), layout, device, pin_memory)
 
 
 @register_raw("zeros.default")
 def zeros(size, dtype=None, layout=None, device=None, pin_memory=None):
     args = (dtype, layout, device, pin_memory)
-    return _filled_new("aten::zero_", size, 0, lambda: torch.empty(size, **_new_kwargs(*args)).zero_(),
+    return _filled_new("aten::zero_", size, 0, lambda: torch.empty(size, **_new_kwargs(*args)),
                        dtype or torch.get_default_dtype(), layout, device, pin_memory)
 
 
@@ -399,8 +408,7 @@ def _full_dtype(value):
 @register_raw("full.default")
 def full(size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
     args = (dtype or _full_dtype(fill_value), layout, device, pin_memory)
-    return _filled_new("aten::fill_", size, fill_value,
-                       lambda: torch.empty(size, **_new_kwargs(*args)).fill_(fill_value), *args)
+    return _filled_new("aten::fill_", size, fill_value, lambda: torch.empty(size, **_new_kwargs(*args)), *args)
 
 
 # ---- layouts tpu does not support: a clear refusal -------------------------------
