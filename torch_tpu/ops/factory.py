@@ -1,8 +1,9 @@
 """Factories that reach the backend as their own ops: arange, range, linspace,
 logspace, eye (all as ``out=`` overloads; PyTorch allocates with empty first).
 
-zeros/ones/full/scalar_tensor/*_like arrive as empty + fill_/zero_ (shape.py);
-torch.tensor arrives as a copy.  Every device argument goes through
+zeros/ones/full/scalar_tensor arrive as empty + fill_/zero_ (shape.py);
+ones_like/zeros_like/full_like take a cached shortcut after their first call
+(autograd seeds every backward with ones_like); torch.tensor arrives as a copy.  Every device argument goes through
 runtime.check_device, so ``tpu:1`` is a clear RuntimeError.
 
 Shapes and errors come from PyTorch's meta kernels; values follow PyTorch's CPU
@@ -16,11 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from .. import dtypes
+from .. import dtypes, runtime, tpu_dtypes
 from ..unsupported import UnsupportedOnTpu
 from ..eager import access
 from ..eager.launch import launch
-from . import errors, out_checks, scalar_checks
+from ..storage import buffers
+from . import errors, host_mirror, out_checks, scalar_checks
 from .registry import register_raw
 
 _aten = torch.ops.aten
@@ -238,6 +240,175 @@ def eye_m_out(n, m, *, out):
 @register_raw("eye.out")
 def eye_out(n, *, out):
     return eye_m_out(n, n, out=out)
+
+
+# ---- ones/zeros/full, their _like and new_ forms: a cached launch -----------------
+# PyTorch builds them as empty + fill_ (or zero_): two trips through the
+# dispatcher and the registry, ~75 Python calls each time, paid by every
+# backward's seed (ones_like).  Here one cached executable per (shape, dtype,
+# kind of value) makes the values (the fill kernel's own conversion of the same
+# scalar array) into a fresh row-major buffer.  The first call with a (shape,
+# dtype, value) still builds PyTorch's empty tensor and checks the value as
+# fill_ does, so every error is raised as before; anything unusual (another
+# layout or memory format, pinning, a NaN or complex value, a rare dtype) takes
+# PyTorch's path every time.  No buffer is shared between tensors.
+
+_FILLS: dict = {}  # (shape, dtype, value key) -> _Fill
+_MAX_FILLS = 1024
+_ROW_MAJOR_FORMATS = (None, torch.preserve_format, torch.contiguous_format)
+_PLAIN_DTYPES = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+                           torch.complex128, torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
+                           torch.int64))
+
+
+class _Fill:
+    __slots__ = ("fn", "value", "out", "nbytes", "host")
+
+    def __init__(self, shape, dtype, value):
+        npdtype = dtypes.to_np(dtype)
+        self.value = jnp.asarray(value)  # the scalar as fill_ receives it (never a storage's buffer)
+        self.fn = _fill_fn(shape, npdtype, self.value.dtype)
+        self.out = [(shape, npdtype)]
+        self.nbytes = math.prod(shape) * npdtype.itemsize
+        # integer and bool results keep their host values known, as fill_ does (host_mirror)
+        self.host = (None if dtype.is_floating_point or dtype.is_complex
+                     else np.full(shape, np.asarray(value).astype(npdtype)))
+
+
+@functools.lru_cache(maxsize=None)
+def _fill_fn(shape, npdtype, value_dtype):  # (one executable for every value of a kind: ones and full(1.0))
+    return jax.jit(lambda v: (jnp.broadcast_to(v.astype(npdtype), shape),))
+
+
+def _value_key(value):
+    """A cache key that tells apart every value fill_ could treat differently
+    (-0.0 from 0.0, 1 from 1.0 from True), or None: not cached (NaN, others)."""
+    kind = type(value)
+    if kind is float:
+        return (kind, value.hex()) if value == value else None
+    return (kind, value) if kind in (int, bool) else None
+
+
+def _filled(name, shape, dtype, value, empty):
+    """A fresh row-major ``shape`` tensor of ``dtype`` filled with ``value``;
+    ``empty()``: PyTorch's empty tensor that its own path would fill."""
+    key = (shape, dtype, _value_key(value))
+    fill = _FILLS.get(key)
+    if fill is None:
+        if key[2] is None or dtype not in _PLAIN_DTYPES or len(_FILLS) >= _MAX_FILLS:
+            t = empty()
+            return t.zero_() if name == "aten::zero_" else t.fill_(value)
+        empty()  # its checks and errors (size, dtype, device); the tensor is dropped
+        scalar_checks.check_values((value,), dtype, math.prod(shape) == 1)  # fill_'s overflow error
+        fill = _FILLS[key] = _Fill(shape, dtype, value)
+    elif tpu_dtypes.active:  # on a TPU: float64 warns, complex128 is refused (as empty does)
+        tpu_dtypes.entering(dtype)
+    (arr,) = launch(name, fill.fn, (fill.value,), fill.out)
+    t = buffers.wrap_as(arr, dtype, fill.nbytes, shape, None)
+    if fill.host is not None:
+        host_mirror.remember(t, fill.host)
+    return t
+
+
+def _filled_like(name, self, value, empty, dtype, layout, device, pin_memory, memory_format):
+    # Only the plain case (a row-major tensor, no device/layout/pinning asked):
+    # anything else goes PyTorch's way every time.
+    if (device is not None or pin_memory or (layout is not None and layout is not torch.strided)
+            or memory_format not in _ROW_MAJOR_FORMATS or not self.is_contiguous()):
+        return _filled(name, None, None, value, empty)
+    shape = tuple(self.shape)
+    if memory_format is not torch.contiguous_format and self.stride() != buffers.contiguous_strides(shape):
+        return _filled(name, None, None, value, empty)  # preserve_format keeps odd strides of size-1 dims
+    return _filled(name, shape, dtype or self.dtype, value, empty)
+
+
+def _filled_new(name, size, value, empty, dtype, layout, device, pin_memory):
+    """ones/zeros/full and new_*: row-major, so only the options matter."""
+    if pin_memory or (layout is not None and layout is not torch.strided):
+        return _filled(name, None, None, value, empty)
+    if device is not None:
+        runtime.check_device(device)
+    return _filled(name, tuple(size), dtype, value, empty)
+
+
+def _like_kwargs(dtype, layout, device, pin_memory, memory_format=None):
+    return dict(dtype=dtype, layout=layout, device=device, pin_memory=pin_memory, memory_format=memory_format)
+
+
+def _new_kwargs(dtype, layout, device, pin_memory):
+    return dict(dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
+
+
+@register_raw("ones_like.default")
+def ones_like(self, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    args = (dtype, layout, device, pin_memory, memory_format)
+    return _filled_like("aten::fill_", self, 1.0, lambda: torch.empty_like(self, **_like_kwargs(*args)), *args)
+
+
+@register_raw("zeros_like.default")
+def zeros_like(self, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    args = (dtype, layout, device, pin_memory, memory_format)
+    return _filled_like("aten::zero_", self, 0, lambda: torch.empty_like(self, **_like_kwargs(*args)), *args)
+
+
+@register_raw("full_like.default")
+def full_like(self, fill_value, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    args = (dtype, layout, device, pin_memory, memory_format)
+    return _filled_like("aten::fill_", self, fill_value,
+                        lambda: torch.empty_like(self, **_like_kwargs(*args)), *args)
+
+
+@register_raw("new_ones.default")
+def new_ones(self, size, dtype=None, layout=None, device=None, pin_memory=None):
+    args = (dtype, layout, device, pin_memory)
+    return _filled_new("aten::fill_", size, 1, lambda: self.new_empty(size, **_new_kwargs(*args)),
+                       dtype or self.dtype, layout, device, pin_memory)
+
+
+@register_raw("new_zeros.default")
+def new_zeros(self, size, dtype=None, layout=None, device=None, pin_memory=None):
+    args = (dtype, layout, device, pin_memory)
+    return _filled_new("aten::zero_", size, 0, lambda: self.new_empty(size, **_new_kwargs(*args)),
+                       dtype or self.dtype, layout, device, pin_memory)
+
+
+@register_raw("new_full.default")
+def new_full(self, size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
+    args = (dtype, layout, device, pin_memory)
+    return _filled_new("aten::fill_", size, fill_value, lambda: self.new_empty(size, **_new_kwargs(*args)),
+                       dtype or self.dtype, layout, device, pin_memory)
+
+
+@register_raw("ones.default")
+def ones(size, dtype=None, layout=None, device=None, pin_memory=None):
+    args = (dtype, layout, device, pin_memory)
+    return _filled_new("aten::fill_", size, 1, lambda: torch.empty(size, **_new_kwargs(*args)),
+                       dtype or torch.get_default_dtype(), layout, device, pin_memory)
+
+
+@register_raw("zeros.default")
+def zeros(size, dtype=None, layout=None, device=None, pin_memory=None):
+    args = (dtype, layout, device, pin_memory)
+    return _filled_new("aten::zero_", size, 0, lambda: torch.empty(size, **_new_kwargs(*args)),
+                       dtype or torch.get_default_dtype(), layout, device, pin_memory)
+
+
+def _full_dtype(value):
+    # PyTorch's full without a dtype: bool, int64, the default complex or float dtype
+    kind = type(value)
+    if kind is bool:
+        return torch.bool
+    if kind is int:
+        return torch.int64
+    if kind is complex:
+        return torch.complex128 if torch.get_default_dtype() is torch.float64 else torch.complex64
+    return torch.get_default_dtype()
+
+
+@register_raw("full.default")
+def full(size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
+    args = (dtype or _full_dtype(fill_value), layout, device, pin_memory)
+    return _filled_new("aten::fill_", size, fill_value, lambda: torch.empty(size, **_new_kwargs(*args)), *args)
 
 
 # ---- layouts tpu does not support: a clear refusal -------------------------------
