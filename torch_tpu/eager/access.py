@@ -135,6 +135,25 @@ def write_result(name, fn, inputs, out_spec, out) -> bool:
     return True
 
 
+def take_result(out, result) -> bool:
+    """Give tpu tensor ``out`` the buffer of ``result`` (a fresh op result of
+    the same shape and dtype, dropped after this) instead of copying it, when
+    each is its whole buffer in row-major order: an out= (resized or not)
+    then compiles no copy per shape.  False (nothing done) when the copy's
+    write through a view, cast or lazy conj/neg bit is needed."""
+    if (modes.is_fused() or out.dtype != result.dtype or out.shape != result.shape or out.is_conj() or out.is_neg()
+            or result.is_conj() or result.is_neg()):
+        return False
+    dtype = dtypes.TORCH_TO_NP[out.dtype]
+    spec, buf = views.spec_of(out, dtype)
+    result_spec, value = views.spec_of(result, dtype)
+    del buf
+    if type(value) is not _array_type() or not (views.covers_buffer(spec) and views.covers_buffer(result_spec)):
+        return False
+    buffers.set_buffer(out.untyped_storage(), value)
+    return True
+
+
 def read(t):
     """The value of tpu tensor ``t`` as a jax array of its shape and dtype."""
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
