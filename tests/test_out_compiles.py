@@ -59,3 +59,30 @@ def test_out_of_another_dtype_still_gets_the_cast():
     torch.randperm(29, out=torch.empty(0, dtype=torch.int64, device="tpu"))
     torch.sum(sample(5, 3).to("tpu"), 0, dtype=torch.float64, out=out)
     assert_same(out, torch.sum(sample(5, 3), 0, dtype=torch.float64), exact=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.complex64])
+def test_zeros_compile_nothing_per_shape(dtype):
+    torch.zeros(2, dtype=dtype, device="tpu"), torch.ones(2, dtype=dtype, device="tpu")  # (JAX's scalar casts, once)
+    count, z = _compiles(lambda: (torch.zeros(7, 11, dtype=dtype, device="tpu"),
+                                  torch.zeros(13, dtype=dtype, device="tpu").zero_(),
+                                  torch.ones(5, 3, dtype=dtype, device="tpu").zero_()))
+    # ones' fill (and at times JAX's own staging of the scalar 1); the zeros and
+    # both zero_ take a zero-filled buffer (before: 4, a zero_ program per shape)
+    assert count <= 2
+    for t in z:
+        assert_same(t, torch.zeros(t.shape, dtype=dtype), exact=True)
+
+
+def test_zero_of_a_view_still_writes_through():
+    base = {d: torch.arange(24.0, device=d).view(4, 6) for d in ("cpu", "tpu")}
+    for b in base.values():
+        b[1:3].zero_()
+        b[:, 0].zero_()
+        b.t()[5].zero_()
+    assert_same(base["tpu"], base["cpu"], exact=True)
+    whole = torch.arange(6.0, device="tpu")
+    alias = whole.view(2, 3)
+    whole.zero_()
+    assert_same(alias, torch.zeros(2, 3), exact=True)
+    assert alias.cpu().sum().item() == 0 and whole.tolist() == [0.0] * 6

@@ -154,6 +154,19 @@ def take_result(out, result) -> bool:
     return True
 
 
+def zero_whole(t) -> bool:
+    """Zero tpu tensor ``t`` by giving its storage a zero-filled buffer (as a
+    fresh ``empty`` gets: no program compiled per shape) when ``t`` is its
+    whole buffer in row-major order; False (nothing done) otherwise."""
+    if modes.is_fused():
+        return False
+    spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
+    if type(buf) is not _array_type() or not views.covers_buffer(spec):
+        return False
+    buffers.set_buffer(t.untyped_storage(), buffers.zero_buffer(buf.size, buf.dtype))
+    return True
+
+
 def read(t):
     """The value of tpu tensor ``t`` as a jax array of its shape and dtype."""
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])

@@ -150,6 +150,12 @@ def _zeros(n, npdtype):
     return _zeros_fn(n, npdtype)()
 
 
+def zero_buffer(n, npdtype):
+    """A zero-filled buffer of ``n`` elements (shared, and compiled for no
+    shape, up to a few MB)."""
+    return _zeros(n, npdtype)
+
+
 @functools.lru_cache(maxsize=256)
 def _shared_zeros(n, npdtype):
     # A host copy, not a jitted jnp.zeros: that is an XLA compile for every
