@@ -86,3 +86,12 @@ def test_zero_of_a_view_still_writes_through():
     whole.zero_()
     assert_same(alias, torch.zeros(2, 3), exact=True)
     assert alias.cpu().sum().item() == 0 and whole.tolist() == [0.0] * 6
+
+
+def test_zeros_like_of_any_dense_layout_compiles_nothing():
+    x = torch.empty(2, 3, 5, 7, device="tpu").to(memory_format=torch.channels_last)
+    count, z = _compiles(lambda: (torch.zeros_like(x), torch.empty(5, 4, device="tpu").t().zero_()))
+    assert count == 0
+    assert z[0].stride() == x.stride()
+    assert_same(z[0], torch.zeros(2, 3, 5, 7), exact=True)
+    assert_same(z[1], torch.zeros(4, 5), exact=True)

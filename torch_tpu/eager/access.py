@@ -9,6 +9,7 @@ import weakref
 import jax
 import jax.numpy as jnp
 import numpy as np
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from .. import dtypes, runtime
 from ..casting import convert
@@ -156,12 +157,13 @@ def take_result(out, result) -> bool:
 
 def zero_whole(t) -> bool:
     """Zero tpu tensor ``t`` by giving its storage a zero-filled buffer (as a
-    fresh ``empty`` gets: no program compiled per shape) when ``t`` is its
-    whole buffer in row-major order; False (nothing done) otherwise."""
-    if modes.is_fused():
+    fresh ``empty`` gets: no program compiled per shape) when ``t`` covers
+    its whole buffer once, in any order (channels_last too); False (nothing
+    done) otherwise."""
+    if modes.is_fused() or t.storage_offset() or not is_non_overlapping_and_dense_or_false(t):
         return False
-    spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
-    if type(buf) is not _array_type() or not views.covers_buffer(spec):
+    buf = buffers.get_buffer(t.untyped_storage())
+    if type(buf) is not _array_type() or buf.dtype != dtypes.TORCH_TO_NP[t.dtype] or buf.size != t.numel():
         return False
     buffers.set_buffer(t.untyped_storage(), buffers.zero_buffer(buf.size, buf.dtype))
     return True
