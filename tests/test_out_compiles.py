@@ -95,3 +95,10 @@ def test_zeros_like_of_any_dense_layout_compiles_nothing():
     assert z[0].stride() == x.stride()
     assert_same(z[0], torch.zeros(2, 3, 5, 7), exact=True)
     assert_same(z[1], torch.zeros(4, 5), exact=True)
+
+
+def test_zeroed_storages_do_not_share_a_buffer():
+    # a compiled graph donates its rewritten inputs (optimizer states made by zeros_like)
+    from torch_tpu.storage import buffers
+    a, b = torch.zeros(9, device="tpu"), torch.zeros(9, device="tpu")
+    assert buffers.get_buffer(a.untyped_storage()) is not buffers.get_buffer(b.untyped_storage())

@@ -156,8 +156,8 @@ def take_result(out, result) -> bool:
 
 
 def zero_whole(t) -> bool:
-    """Zero tpu tensor ``t`` by giving its storage a zero-filled buffer (as a
-    fresh ``empty`` gets: no program compiled per shape) when ``t`` covers
+    """Zero tpu tensor ``t`` by giving its storage its own zero-filled buffer
+    (copied from the host: no program compiled per shape) when ``t`` covers
     its whole buffer once, in any order (channels_last too); False (nothing
     done) otherwise."""
     if modes.is_fused() or t.storage_offset() or not is_non_overlapping_and_dense_or_false(t):
@@ -165,7 +165,10 @@ def zero_whole(t) -> bool:
     buf = buffers.get_buffer(t.untyped_storage())
     if type(buf) is not _array_type() or buf.dtype != dtypes.TORCH_TO_NP[t.dtype] or buf.size != t.numel():
         return False
-    buffers.set_buffer(t.untyped_storage(), buffers.zero_buffer(buf.size, buf.dtype))
+    zeros = buffers.own_zero_buffer(buf.size, buf.dtype)
+    if zeros is None:
+        return False
+    buffers.set_buffer(t.untyped_storage(), zeros)
     return True
 
 
