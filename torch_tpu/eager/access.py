@@ -165,7 +165,8 @@ def zero_whole(t) -> bool:
     buf = buffers.get_buffer(t.untyped_storage())
     if type(buf) is not _array_type() or buf.dtype != dtypes.TORCH_TO_NP[t.dtype] or buf.size != t.numel():
         return False
-    zeros = buffers.own_zero_buffer(buf.size, buf.dtype)
+    # the buffer shape the zero_ program gives (a row-major write: the tensor's), so later programs match
+    zeros = buffers.own_zero_buffer(tuple(t.shape) if t.is_contiguous() else buf.shape, buf.dtype)
     if zeros is None:
         return False
     buffers.set_buffer(t.untyped_storage(), zeros)

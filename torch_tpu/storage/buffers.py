@@ -150,13 +150,13 @@ def _zeros(n, npdtype):
     return _zeros_fn(n, npdtype)()
 
 
-def own_zero_buffer(n, npdtype):
-    """A zero-filled buffer of ``n`` elements that no other storage holds (a
+def own_zero_buffer(shape, npdtype):
+    """A zero-filled buffer of ``shape`` that no other storage holds (a
     compiled graph may donate it), copied from the host: no compile per shape;
     None past a few MB."""
-    if n * npdtype.itemsize > _SHARED_ZEROS_BYTES:
+    if math.prod(shape) * npdtype.itemsize > _SHARED_ZEROS_BYTES:
         return None
-    return jax.device_put(np.zeros((n,), npdtype), runtime.jax_device())
+    return jax.device_put(np.zeros(shape, npdtype), runtime.jax_device())
 
 
 @functools.lru_cache(maxsize=256)
