@@ -40,6 +40,28 @@ GENERIC_TESTS = textwrap.dedent('''
                 pass
             self.assertEqual(torch.ones(2, device=device).sum().item(), 2)
 
+        def test_comparison_compiles_nothing(self, device):
+            import torch_tpu.profiler
+            a = torch.arange(21, device=device, dtype=torch.float64).reshape(7, 3).t()
+            b, c = a.clone(), a.to(torch.int16)
+            before = torch_tpu.profiler.xla_compiles()
+            self.assertEqual(a, b)
+            self.assertEqual(a, b, atol=0, rtol=0)
+            self.assertEqual(a, c, exact_dtype=False)
+            self.assertEqual(a, a.tolist())
+            self.assertEqual(torch_tpu.profiler.xla_compiles() - before, 0)
+
+        def test_comparison_still_fails(self, device):
+            a = torch.tensor([1.0, float("nan")], device=device)
+            self.assertEqual(a, a.clone())  # NaNs equal, as assertEqual's default
+            for other, kwargs in ((torch.tensor([1.5, float("nan")], device=device), {}),
+                                  (torch.tensor([1.0, 2.0], device=device), {}),
+                                  (a.double(), {}), (a.to("meta" if device == "cpu" else "cpu"), {"exact_device": True}),
+                                  (a.reshape(2, 1), {}),
+                                  (torch.tensor([1.0 + 1e-6, float("nan")], device=device), {"atol": 0, "rtol": 0})):
+                with self.assertRaises(AssertionError):
+                    self.assertEqual(a, other, **kwargs)
+
         def test_other_not_implemented(self, device):
             raise NotImplementedError("not a tpu refusal")
 
@@ -74,7 +96,10 @@ def test_tpu_classes_skip_unsupported_features_only(tmp_path):
     assert "then failed: AssertionError" in tpu["test_refusal_caught_then_failing_tpu"][1]
     assert tpu["test_refusal_caught_then_passing_tpu"] == ("pass", "")
     assert tpu["test_other_not_implemented_tpu"][0] == "failure"
+    assert tpu["test_comparison_compiles_nothing_tpu"] == ("pass", "")  # values compared on the CPU
+    assert tpu["test_comparison_still_fails_tpu"] == ("pass", "")
     cpu = {name: kind for (cls, name), (kind, _) in outcomes.items() if cls == "TestBaseCPU"}
     assert cpu == {"test_zeros_cpu_float32": "pass", "test_zeros_cpu_complex32": "pass", "test_sparse_cpu": "pass",
                    "test_half_plus_complex_cpu": "pass", "test_refusal_caught_then_failing_cpu": "pass",
-                   "test_refusal_caught_then_passing_cpu": "pass", "test_other_not_implemented_cpu": "failure"}
+                   "test_refusal_caught_then_passing_cpu": "pass", "test_other_not_implemented_cpu": "failure",
+                   "test_comparison_compiles_nothing_cpu": "pass", "test_comparison_still_fails_cpu": "pass"}

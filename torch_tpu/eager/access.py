@@ -9,6 +9,7 @@ import weakref
 import jax
 import jax.numpy as jnp
 import numpy as np
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from .. import dtypes, runtime
 from ..casting import convert
@@ -132,6 +133,43 @@ def write_result(name, fn, inputs, out_spec, out) -> bool:
         every.append(np.int64(offset))
     new = launch(name, _jit_result_writer(fn, free, donate), every, [(spec[0], spec[1])])
     buffers.set_buffer(out.untyped_storage(), new)
+    return True
+
+
+def take_result(out, result) -> bool:
+    """Give tpu tensor ``out`` the buffer of ``result`` (a fresh op result of
+    the same shape and dtype, dropped after this) instead of copying it, when
+    each is its whole buffer in row-major order: an out= (resized or not)
+    then compiles no copy per shape.  False (nothing done) when the copy's
+    write through a view, cast or lazy conj/neg bit is needed."""
+    if (modes.is_fused() or out.dtype != result.dtype or out.shape != result.shape or out.is_conj() or out.is_neg()
+            or result.is_conj() or result.is_neg()):
+        return False
+    dtype = dtypes.TORCH_TO_NP[out.dtype]
+    spec, buf = views.spec_of(out, dtype)
+    result_spec, value = views.spec_of(result, dtype)
+    del buf
+    if type(value) is not _array_type() or not (views.covers_buffer(spec) and views.covers_buffer(result_spec)):
+        return False
+    buffers.set_buffer(out.untyped_storage(), value)
+    return True
+
+
+def zero_whole(t) -> bool:
+    """Zero tpu tensor ``t`` by giving its storage its own zero-filled buffer
+    (copied from the host: no program compiled per shape) when ``t`` covers
+    its whole buffer once, in any order (channels_last too); False (nothing
+    done) otherwise."""
+    if modes.is_fused() or t.storage_offset() or not is_non_overlapping_and_dense_or_false(t):
+        return False
+    buf = buffers.get_buffer(t.untyped_storage())
+    if type(buf) is not _array_type() or buf.dtype != dtypes.TORCH_TO_NP[t.dtype] or buf.size != t.numel():
+        return False
+    # the buffer shape the zero_ program gives (a row-major write: the tensor's), so later programs match
+    zeros = buffers.own_zero_buffer(tuple(t.shape) if t.is_contiguous() else buf.shape, buf.dtype)
+    if zeros is None:
+        return False
+    buffers.set_buffer(t.untyped_storage(), zeros)
     return True
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from .. import dtypes
+from ..eager import access
 from ..storage import buffers
 
 _MAX_NUMEL = 4096  # index-sized tensors only: larger ones are not kept
@@ -105,7 +106,8 @@ def _fill_known(kernel, self, value):
 
 
 def _zero_known(kernel, self):
-    return write_known(self, 0, lambda: kernel(self))
+    # zeros(shape) is empty + zero_: a zero-filled buffer where it can, not a program per shape
+    return write_known(self, 0, lambda: self if access.zero_whole(self) else kernel(self))
 
 
 def follow_fills():

@@ -150,6 +150,15 @@ def _zeros(n, npdtype):
     return _zeros_fn(n, npdtype)()
 
 
+def own_zero_buffer(shape, npdtype):
+    """A zero-filled buffer of ``shape`` that no other storage holds (a
+    compiled graph may donate it), copied from the host: no compile per shape;
+    None past a few MB."""
+    if math.prod(shape) * npdtype.itemsize > _SHARED_ZEROS_BYTES:
+        return None
+    return jax.device_put(np.zeros(shape, npdtype), runtime.jax_device())
+
+
 @functools.lru_cache(maxsize=256)
 def _shared_zeros(n, npdtype):
     # A host copy, not a jitted jnp.zeros: that is an XLA compile for every

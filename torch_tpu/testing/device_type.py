@@ -14,7 +14,13 @@ additions:
   is turned into a skip, and so is a failure that follows such a refusal
   caught inside the test (PyTorch's tests catch it as a RuntimeError, then
   assert what a device with the feature would do); every other error fails
-  the test as before.
+  the test as before;
+- ``assertEqual`` compares the values of tpu tensors on the CPU, as PyTorch
+  itself does for MPS tensors: shape, dtype, device, layout and strides are
+  checked on the tensors as they are, then both are copied to the CPU and
+  compared there by PyTorch's CPU kernels.  The comparison's own ops (isnan,
+  abs, sub, le... on each new shape and dtype) were most of the XLA compiles
+  of a suite test, and a tpu bug in one of them could hide a wrong result.
 
 The autoloaded backend already made PyTorch add its generic PrivateUse1 base;
 this one replaces it, so each test class has one tpu twin, always named
@@ -26,6 +32,7 @@ import inspect
 import unittest
 
 import torch
+from torch.testing._comparison import TensorLikePair
 
 from torch_tpu.unsupported import UnsupportedOnTpu
 
@@ -74,6 +81,16 @@ def _skipping_unsupported(instantiated):
     return run
 
 
+_equalize_attributes = TensorLikePair._equalize_attributes
+
+
+def _equalize_on_the_cpu(pair, actual, expected):
+    # called after the attributes were compared (TensorLikePair.compare)
+    if actual.device.type == TPUTestBase.device_type or expected.device.type == TPUTestBase.device_type:
+        actual, expected = actual.cpu(), expected.cpu()
+    return _equalize_attributes(pair, actual, expected)
+
+
 class TPUTestBase(_GenericBase):
     """PyTorch's PrivateUse1 test base, skipping what tpu does not support."""
     device_type = torch._C._get_privateuse1_backend_name()
@@ -87,6 +104,7 @@ class TPUTestBase(_GenericBase):
 
 
 TEST_CLASS = TPUTestBase
+TensorLikePair._equalize_attributes = _equalize_on_the_cpu
 
 if _RUN_BY_PYTORCH:
     _bases = globals()["device_type_test_bases"]  # the list TEST_CLASS is appended to next
