@@ -150,11 +150,15 @@ def _zeros(n, npdtype):
     return _zeros_fn(n, npdtype)()
 
 
+_OWN_ZEROS_BYTES = 1 << 16  # a host copy per call: small enough to cost no more than a launch on a TPU's PCIe link
+
+
 def own_zero_buffer(shape, npdtype):
     """A zero-filled buffer of ``shape`` that no other storage holds (a
     compiled graph may donate it), copied from the host: no compile per shape;
-    None past a few MB."""
-    if math.prod(shape) * npdtype.itemsize > _SHARED_ZEROS_BYTES:
+    None past 64 KB (``grad.zero_()`` in a training loop: a compiled fill,
+    not a transfer per step)."""
+    if math.prod(shape) * npdtype.itemsize > _OWN_ZEROS_BYTES:
         return None
     return jax.device_put(np.zeros(shape, npdtype), runtime.jax_device())
 
