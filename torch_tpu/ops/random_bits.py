@@ -36,6 +36,7 @@ MIN_WORDS = 1 << 10
 INLINE_WORDS = 1 << 20  # above: the kernel draws in its own launch (one compile per shape)
 
 _programs: dict = {}
+TRANSFORMED = True  # False: kernels transform their words themselves (tests compare the two)
 builds = 0  # word programs built in this process (tests count them: one per bucket, never per shape)
 
 
@@ -180,7 +181,7 @@ def planned(trace) -> Plan:
     with _state(words=None, kind=None, counting=True, used=0, draws=[], drawing_kind=None):
         trace()
         kinds = set(s.draws)
-        return plan(s.used, kinds.pop() if len(kinds) == 1 else None)
+        return plan(s.used, kinds.pop() if len(kinds) == 1 and TRANSFORMED else None)
 
 
 def take(n: int, graph_key=None):
