@@ -11,16 +11,72 @@ import torch_tpu  # noqa: F401
 from torch_tpu.ops import random_bits
 
 
+def _four_draws(n):
+    torch.rand(n, device="tpu").cpu()
+    torch.randn(n, device="tpu").cpu()
+    torch.empty(n, device="tpu").bernoulli_(0.5).cpu()
+    torch.nn.functional.dropout(torch.ones(n, device="tpu"), 0.5).cpu()
+
+
 def test_new_shapes_build_no_new_word_program():
-    torch.rand(2100, device="tpu").cpu()  # the bucket of 4096 words
+    _four_draws(2100)  # the bucket of 4096 words
     built = random_bits.builds
     for n in range(2101, 2113):  # twelve new shapes in that bucket, in four random ops
-        torch.rand(n, device="tpu").cpu()
-        torch.randn(n, device="tpu").cpu()
-        torch.empty(n, device="tpu").bernoulli_(0.5).cpu()
-        torch.nn.functional.dropout(torch.ones(n, device="tpu"), 0.5).cpu()
+        _four_draws(n)
     assert random_bits.builds == built
-    assert 4096 in random_bits._programs
+    # the words transformed once per bucket: uniform (rand, bernoulli, dropout) and normal's erfinv
+    assert {(4096, ("uniform", "float32")), (4096, ("erfinv", "float32"))} <= set(random_bits._programs)
+
+
+def _draws(n, dtype, generator=None):
+    """Values of the common distributions, an op each, from seed n."""
+    torch.manual_seed(n)
+    x = torch.empty(n, dtype=dtype, device="tpu")
+    out = [torch.randn(n, dtype=dtype, device="tpu"), torch.rand(n, dtype=dtype, device="tpu", generator=generator),
+           x.uniform_(-1, 1).clone(), x.normal_(2, 3).clone(), x.log_normal_().clone(), x.exponential_().clone(),
+           torch.nn.functional.dropout(torch.ones(n, dtype=dtype, device="tpu"), 0.3),
+           torch.empty(n, device="tpu").bernoulli_(0.4)]
+    return [t.cpu().reshape(-1) for t in out]
+
+
+def _bits(t):
+    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]) if t.is_floating_point() else t
+
+
+def _assert_transformed_draws_are_the_kernels(monkeypatch, sizes, dtype, mode):
+    """The values a kernel gets already transformed are those it computed from
+    its words (a (1, n) shape: new kernel entries, with TRANSFORMED off)."""
+    with torch.tpu.set_eager_mode(mode):
+        got = [_draws(n, dtype, torch.Generator().manual_seed(n)) for n in sizes]
+        monkeypatch.setattr(random_bits, "TRANSFORMED", False)
+        want = []
+        for n in sizes:
+            torch.manual_seed(n)
+            x = torch.empty(1, n, dtype=dtype, device="tpu")
+            g = torch.Generator().manual_seed(n)
+            draws = [torch.randn(1, n, dtype=dtype, device="tpu"),
+                     torch.rand(1, n, dtype=dtype, device="tpu", generator=g),
+                     x.uniform_(-1, 1).clone(), x.normal_(2, 3).clone(), x.log_normal_().clone(),
+                     x.exponential_().clone(),
+                     torch.nn.functional.dropout(torch.ones(1, n, dtype=dtype, device="tpu"), 0.3),
+                     torch.empty(1, n, device="tpu").bernoulli_(0.4)]
+            want.append([t.cpu().reshape(-1) for t in draws])
+    for n, a, b in zip(sizes, got, want):
+        for i, (u, v) in enumerate(zip(a, b)):
+            assert torch.equal(_bits(u), _bits(v)), (n, dtype, i)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_transformed_draws_are_bit_identical(monkeypatch, dtype):
+    _assert_transformed_draws_are_the_kernels(monkeypatch, [3, 512, 513, 1024, 1025], dtype, "strict")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_transformed_draws_are_bit_identical_many_sizes(monkeypatch, dtype, mode):
+    sizes = [1, 2, 7, 100, 511, 512, 513, 1000, 1023, 1024, 1025, 2047, 2048, 2049, 4097, 5000]
+    _assert_transformed_draws_are_the_kernels(monkeypatch, sizes, dtype, mode)
 
 
 @pytest.mark.parametrize("n_words,bucket", [(0, 1024), (1, 1024), (1024, 1024), (1025, 2048), (5000, 8192)])

@@ -693,9 +693,8 @@ class Kernel:
         fn = jax.jit(traced)
         rng_words = []  # a random kernel: a stand-in of its words input
         if rng:  # count the words it takes: they are drawn before it runs
-            n_words = random_bits.counted(lambda: jax.eval_shape(
+            rng_plan = random_bits.planned(lambda: jax.eval_shape(
                 traced, *inputs, *[_offset_arg(0)] * n_offsets, np.zeros(0, np.uint32)))
-            rng_plan = random_bits.plan(n_words)
             rng_words = [rng_plan.dummy()]
         if out_specs is None:  # no meta kernel: shapes from tracing our implementation,
             # as jit's own trace, which the first call then reuses.  When layout_from
