@@ -57,11 +57,6 @@ FIRST_CALL_COMPILE = (
     "runs ops on hundreds of new shapes; each new shape compiles an XLA executable (~0.04-0.1 s each on "
     "this machine), so the test can run past the 180 s per-test timeout (CPU seconds since suitesc; wall before)")
 
-COMPILES_PER_SIZE = (
-    "511 sizes, each a new shape for 8 ops (one XLA compile each, ~0.05-0.1 s CPU): past the 180 CPU-s per-test "
-    "timeout. The random draws that took two thirds of it (JAX's threefry compiled per shape) now compile once per "
-    "power-of-two size (ops/random_bits.py); the other ops' per-shape compiles remain")
-
 ONE_COMPILE_PER_OFFSET = (
     "test_batch_vs_slicing: the op on each of 32..1024 row views of one tensor; a view's storage offset is "
     "part of the kernel key (static in the XLA executable), so every row compiles anew (~40 ms CPU each): "
@@ -107,9 +102,7 @@ EXPECTED_FAILURES = {
         "TestReductionsTPU::test_argminmax_multiple_tpu_float16": FIRST_CALL_COMPILE,
         "TestReductionsTPU::test_argminmax_multiple_tpu_float32": FIRST_CALL_COMPILE,
     },
-    "test_indexing.py": {
-        "TestIndexingTPU::test_index_put_accumulate_duplicate_indices_tpu": COMPILES_PER_SIZE,
-    },
+    "test_indexing.py": {},
     # suitesa's files
     "test_tensor_creation_ops.py": {
         "TestTensorCreationTPU::test_logspace_vs_numpy_complex_tpu_complex64": RANDOM_INPUTS_BOTH,
