@@ -11,6 +11,11 @@ raises, and the same call with float32 in place of one suspect dtype does not,
 the refusal is the dtype's: raised here, as the CPU raises it.  An accepted
 call is remembered per op and dtypes.  float16/bfloat16 support beyond the
 CPU's is kept on purpose (TPUs compute in them).
+
+The same stand-ins answer two rarer questions, only when something failed:
+which error the CPU gives for a call whose kernel XLA refused to build
+(``cpu_error``), and what the CPU does with a small call its meta kernel
+refused (``cpu_answer``).
 """
 import re
 import warnings
