@@ -16,7 +16,7 @@ from ..dtypes import opmath
 from ..eager import access
 from ..eager.launch import launch
 from . import errors
-from .elementwise import log_add_exp_complex
+from .elementwise import _both, log_add_exp_complex
 from .registry import guard, out_dtype, register, register_raw
 
 
@@ -70,13 +70,6 @@ def _at_most_64_dims(args, kwargs):
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
     if args[0].dim() > 64 and dim is not None and dim != []:
         raise RuntimeError("only tensors with up to 64 dims are supported")
-
-
-def _then_at_most_64_dims(precheck):
-    def check(args, kwargs):
-        precheck(args, kwargs)
-        _at_most_64_dims(args, kwargs)
-    return check
 
 
 @register("nansum.default", precheck=_at_most_64_dims)
@@ -173,12 +166,12 @@ def _arg_extreme(find, self, dim, keepdim):
     return find(self, axis=axis, keepdims=keepdim)
 
 
-@register("argmax.default", precheck=_then_at_most_64_dims(_nonempty("argmax():", _unspecified("argmax", IndexError, ""))))
+@register("argmax.default", precheck=_both(_nonempty("argmax():", _unspecified("argmax", IndexError, "")), _at_most_64_dims))
 def argmax(self, dim=None, keepdim=False):
     return _arg_extreme(jnp.argmax, self, dim, keepdim)
 
 
-@register("argmin.default", precheck=_then_at_most_64_dims(_nonempty("argmin():", _unspecified("argmin", IndexError, ""))))
+@register("argmin.default", precheck=_both(_nonempty("argmin():", _unspecified("argmin", IndexError, "")), _at_most_64_dims))
 def argmin(self, dim=None, keepdim=False):
     return _arg_extreme(jnp.argmin, self, dim, keepdim)
 
@@ -191,12 +184,12 @@ def _value_index(reduce, find, self, dim, keepdim):
             find(self, axis=axis, keepdims=keepdim))
 
 
-@register("max.dim", precheck=_then_at_most_64_dims(_nonempty("max():")))
+@register("max.dim", precheck=_both(_nonempty("max():"), _at_most_64_dims))
 def max_dim(self, dim, keepdim=False):
     return _value_index(jnp.max, jnp.argmax, self, dim, keepdim)
 
 
-@register("min.dim", precheck=_then_at_most_64_dims(_nonempty("min():")))
+@register("min.dim", precheck=_both(_nonempty("min():"), _at_most_64_dims))
 def min_dim(self, dim, keepdim=False):
     return _value_index(jnp.min, jnp.argmin, self, dim, keepdim)
 
