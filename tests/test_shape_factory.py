@@ -268,3 +268,23 @@ def test_no_fallback():
     assert not torch_tpu.fallback_ops() or all(
         not k.startswith(("aten::cat", "aten::fill", "aten::zero", "aten::arange"))
         for k in torch_tpu.fallback_ops())
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.empty(2, 3, device=d, memory_format=torch.channels_last),
+    lambda d: torch.empty(2, 3, 4, 5, device=d, memory_format=torch.channels_last_3d),
+    lambda d: torch.empty(2, 3, device=d, memory_format=torch.preserve_format),
+    lambda d: torch.ones_like(torch.zeros(2, 3, device=d), memory_format=torch.channels_last),
+    lambda d: torch.zeros(2, 3, device=d).contiguous(memory_format=torch.channels_last),
+])
+def test_memory_format_the_rank_cannot_take_raises(make):
+    with pytest.raises(RuntimeError) as cpu:
+        make("cpu")
+    with pytest.raises(RuntimeError) as tpu:
+        make("tpu")
+    assert str(tpu.value) == str(cpu.value)
+
+
+def test_empty_channels_last_strides():
+    for size, fmt in (((2, 3, 4, 5), torch.channels_last), ((2, 3, 4, 5, 6), torch.channels_last_3d)):
+        assert torch.empty(size, device="tpu", memory_format=fmt).stride() == torch.empty(size, memory_format=fmt).stride()

@@ -81,9 +81,8 @@ def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_fo
     size = tuple(int(s) for s in size)
     _check_nonnegative(size)
     strides = buffers.contiguous_strides(size)
-    if memory_format is torch.channels_last and len(size) == 4:
-        strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
-    elif memory_format is torch.channels_last_3d and len(size) == 5:
+    if memory_format not in (None, torch.contiguous_format):
+        # the meta tensor's strides, and its error for a format the rank cannot take
         strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
     _check_storage_size(size, strides, dtype)
     return buffers.allocate_like(size, strides, dtype)
