@@ -214,7 +214,7 @@ def overhead(quick, timeout):
     if os.path.exists(script):
         # quick: no compiled variants (a cold compile cache makes them take minutes)
         args = ["--rounds", "1", "--steps", "2", "--chains", "2", "--warmup", "1",
-                "--variants", "cpu-eager", "tpu-strict", "tpu-fused"] if quick else \
+                "--variants", "cpu-eager", "jax-jit", "tpu-strict", "tpu-fused"] if quick else \
                ["--rounds", "3", "--steps", "10", "--chains", "10"]
         cmd = [sys.executable, script, *args]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,

@@ -4,6 +4,9 @@ thread (whose C++ dispatch stands for a native backend's host cost), in the
 same run.
 
 - chain: 200 small elementwise ops on 64x64 (``z = z * 1.0001 + y``), one ``.cpu()``;
+  its ``jax-jit`` row is the same chain as one bare ``jax.jit`` call per op on
+  the JAX device torch_tpu uses: the engine's own cost per launch, the floor
+  of any backend that launches op by op (strict mode);
 - micro step: a 2-layer GPT (d_model 32, 2 heads, seq 16, vocab 64, batch 2;
   tied embedding; AdamW), the "tiny" model's code, with one ``.item()`` per step.
 
@@ -32,7 +35,7 @@ from training import make_step  # noqa: E402
 
 MICRO = GPTConfig(layers=2, d_model=32, heads=2, seq=16, vocab=64, batch=2)
 CHAIN_OPS = 200
-CHAIN_VARIANTS = ["cpu-eager", "tpu-strict", "tpu-fused"]
+CHAIN_VARIANTS = ["cpu-eager", "jax-jit", "tpu-strict", "tpu-fused"]
 STEP_VARIANTS = ["cpu-eager", "cpu-inductor", "tpu-strict", "tpu-fused", "tpu-compiled"]
 
 
@@ -46,12 +49,31 @@ def chain_fn(variant):
     gen = torch.Generator().manual_seed(0)
     z0 = torch.randn(64, 64, generator=gen).to(device)
     y = torch.randn(64, 64, generator=gen).to(device)
+    if variant == "jax-jit":
+        return _jax_chain(z0, y)
 
     def chain():
         z = z0
         for _ in range(CHAIN_OPS // 2):
             z = z * 1.0001 + y
         return z.cpu()
+    return chain
+
+
+def _jax_chain(z0, y):
+    """The chain in bare JAX: one jitted call per op on torch_tpu's JAX device."""
+    import jax
+    import numpy as np
+    from torch_tpu import runtime
+    mul = jax.jit(lambda z: z * np.float32(1.0001))
+    add = jax.jit(lambda z, w: z + w)
+    z0, y = (jax.device_put(t.numpy(), runtime.jax_device()) for t in (z0, y))
+
+    def chain():
+        z = z0
+        for _ in range(CHAIN_OPS // 2):
+            z = add(mul(z), y)
+        return np.asarray(z)
     return chain
 
 
@@ -130,7 +152,8 @@ HEADERS = ["benchmark", "variant", "CPU time", "wall time", "CPU time vs CPU eag
 def plot(results, path, bar_chart):
     """The CPU-time ratios as a bar chart (``bar_chart``: report.py's)."""
     groups = ["chain (per op)", "micro step"]
-    variants = [v for v in STEP_VARIANTS if v in results["chain"] or v in results["micro"]]
+    variants = [v for v in dict.fromkeys(CHAIN_VARIANTS + STEP_VARIANTS)
+                if v in results["chain"] or v in results["micro"]]
     values = {}
     for group, name in zip(groups, ("chain", "micro")):
         base = results[name].get("cpu-eager", (None,))[0]
@@ -147,12 +170,13 @@ def main():
     parser.add_argument("--steps", type=int, default=20, help="micro steps per round")
     parser.add_argument("--chains", type=int, default=20, help="chains per round")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--variants", nargs="+", default=STEP_VARIANTS, choices=STEP_VARIANTS,
+    every = list(dict.fromkeys(CHAIN_VARIANTS + STEP_VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=every, choices=every,
                         help="the variants to run (default: all)")
     parser.add_argument("--plot", metavar="PNG", help="also draw the ratios (needs matplotlib)")
     args = parser.parse_args()
     results = run(args.rounds, args.chains, args.steps, args.warmup,
-                  [v for v in CHAIN_VARIANTS if v in args.variants], args.variants)
+                  [v for v in CHAIN_VARIANTS if v in args.variants], [v for v in STEP_VARIANTS if v in args.variants])
     print(f"platform: {torch.tpu.get_device_name()}; torch threads: 1; CPU time: all threads of the process")
     print(table(rows(results), HEADERS))
     if args.plot:
