@@ -304,6 +304,25 @@ def test_debug_mode_reports_the_failing_op(monkeypatch):
             x * 3
 
 
+def test_a_failing_fused_chain_loses_no_other_result():
+    # float16 det is refused when XLA compiles it: the chain's read fails, but
+    # every pending result that does not need det is still computed
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float16)
+    t = x.to("tpu")
+    with torch.tpu.set_eager_mode("fused"):
+        before = t + 1
+        det = torch.linalg.det(t)
+        needs_det = det * 2
+        after = t * 3
+        with pytest.raises(RuntimeError, match="fused chain of 1 ops failed") as failed:
+            det.cpu()
+        assert torch.equal(before.cpu(), x + 1) and torch.equal(after.cpu(), x * 3)
+        with pytest.raises(RuntimeError) as read_later:
+            needs_det.cpu()
+    assert str(read_later.value) == str(failed.value)
+    assert fusion.pending_ops() == 0
+
+
 def test_leaving_fused_mode_runs_pending_work():
     with torch.tpu.set_eager_mode("fused"):
         x = torch.zeros(3, device="tpu")

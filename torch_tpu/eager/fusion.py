@@ -297,7 +297,7 @@ def resolve(buf):
     if buf.value is None:
         flush("host read", first=buf)
     if buf.value is None:
-        raise RuntimeError("tpu: a fused result was lost before it was computed")
+        raise RuntimeError(_failed.get(buf, "tpu: a fused result was lost before it was computed"))
     return buf.value
 
 
@@ -318,8 +318,37 @@ def flush(reason="sync", first=None) -> None:
             _read_points.add(nodes[first.node].prefix)
             read = first.node
         computed = {}  # (node, slot) -> array: results an earlier chain hands a later one
-        for chain in _plan(nodes, read, False).chains:
-            _run(chain, nodes, external, numbers, computed, reason)
+        try:
+            for chain in _plan(nodes, read, False).chains:
+                _run(chain, nodes, external, numbers, computed, reason)
+        except RuntimeError as e:
+            _run_one_by_one(nodes, external, numbers, computed, str(e))
+            raise
+
+
+_failed = weakref.WeakKeyDictionary()  # LazyBuffer -> why its op could not run (after a chain failed)
+
+
+def _run_one_by_one(nodes, external, numbers, computed, why):
+    """After a chain failed: each pending op on its own, in order, so that
+    every result that can be computed still is (no data lost with the failing
+    op); the results of ops that fail, or that need a failed result, remember
+    ``why`` for their host reads."""
+    values = dict(computed)
+    for i, node in enumerate(nodes):
+        try:
+            args = [external[r.index] if type(r) is External else numbers[r.pack][r.index] if type(r) is Number
+                    else values[(r.node, r.slot)] for r in node.refs]
+            outs = node.fn(*args)
+        except Exception:  # (KeyError: an input whose op failed)
+            for ref in node.outputs:
+                if (lazy := ref()) is not None and lazy.value is None:
+                    _failed[lazy] = why
+            continue
+        for slot, (ref, value) in enumerate(zip(node.outputs, outs if isinstance(outs, (tuple, list)) else (outs,))):
+            values[(i, slot)] = value
+            if (lazy := ref()) is not None and lazy.value is None:
+                lazy.value = value
 
 
 # Split a host read's chain from the rest, and launch it ahead of a repeated
@@ -492,13 +521,13 @@ def _run(c, nodes, external, numbers, computed, reason):
     key = (tuple(live), tuple([(_ArrayImpl, (aval := x.aval).shape, aval.dtype) if type(x) is _ArrayImpl
                                else _kind(x) for x in inputs]))  # _kind, inline for device arrays
     compiled = c.executables.get(key)
-    if compiled is None:
-        compiled = c.executables[key] = _compiled(c, nodes, key, inputs, reason)
-    else:
-        stats.hits += 1
-    stats.flushes += 1
-    stats.ops_fused += len(c.chain)
     try:
+        if compiled is None:  # (XLA refusing the chain is a failure of the chain too, not a JAX traceback)
+            compiled = c.executables[key] = _compiled(c, nodes, key, inputs, reason)
+        else:
+            stats.hits += 1
+        stats.flushes += 1
+        stats.ops_fused += len(c.chain)
         results = (compiled(*inputs) if not _prof.torch_profiler._is_profiler_enabled
                    else _prof.run(f"fused chain ({len(c.chain)} ops)", compiled, inputs))
     except Exception as e:

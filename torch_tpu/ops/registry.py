@@ -36,7 +36,7 @@ from .. import dtypes, precision, runtime
 from ..casting import convert
 from ..eager import access, fusion, modes
 from ..eager.fusion import LazyBuffer
-from ..eager.launch import launch
+from ..eager.launch import failure, launch
 from ..storage import buffers, numbers, views
 from ..storage.views import OutSpec, ViewSpec
 from . import dtype_support, errors, out_checks, random_bits, scalar_checks
@@ -560,6 +560,7 @@ class Kernel:
         try:
             results = launch(self.name, fn, inputs, entry.out_buffers)
         except RuntimeError as e:  # XLA refused it: the CPU's error names the problem as users know it
+            self.cache.forget(key, entry)
             raise (dtype_support.cpu_error(self.op, args, kwargs) or e) from None
         metas = entry.out_tensors
         if metas is not None and entry.single and self.returns_one:  # most ops: _finish's first case, inline
@@ -719,11 +720,25 @@ class Kernel:
             out_buffers = [(views.buffer_shape(s), s.dtype) for s in out_specs]
         donate = access.worth_donating(in_place_specs, groups) if mode == "inplace" and not self.writes_list else ()
         donor = (jax.jit(traced, donate_argnums=donate), donate) if donate else None
+        if modes._mode is _FUSED:  # a kernel that cannot take these inputs fails here, at the op, as in strict
+            self._check_traces(fn, list(inputs) + [_offset_arg(0)] * n_offsets + rng_words, args, kwargs)
         # (the offsets too: without them the trace fails and views never get the cheaper compile)
         fn = runtime.small_program_jit(fn, traced, list(inputs) + [_offset_arg(0)] * n_offsets + rng_words)
         entry = _Entry(fn, out_specs, single, out_buffers, donor)
         entry.rng = rng_plan
         return entry
+
+    def _check_traces(self, fn, inputs, args, kwargs):
+        """Trace ``fn`` for ``inputs`` (a recorded op's: pending results too).
+        Strict mode's first launch raises a kernel's refusal at the op (the
+        CPU's error when it has one); fused mode would meet it only when the
+        chain is traced, at a later host read.  jit's trace cache serves the
+        chain's own trace of the op."""
+        specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) if type(x) is LazyBuffer else x for x in inputs]
+        try:
+            fn.trace(*specs)
+        except Exception as e:
+            raise (dtype_support.cpu_error(self.op, args, kwargs) or failure(self.name, e)) from None
 
     def promote_dtype(self, args, kwargs):
         """PyTorch's computation dtype for the operands (``torch._refs`` rules), or None."""
@@ -900,6 +915,14 @@ class _Cache(dict):
     def clear(self):
         super().clear()
         self.by_fn.clear()
+
+    def forget(self, key, entry):
+        """Drop ``entry``, whose launch failed: the next call with its
+        signature builds and checks again (fused mode records a cached entry
+        without asking)."""
+        if key is not None and self.get(key) is entry:
+            del self[key]
+        self.by_fn.pop(entry.fn, None)
 
 
 def _storage_groups(tensors):
