@@ -305,20 +305,27 @@ def test_debug_mode_reports_the_failing_op(monkeypatch):
 
 
 def test_a_failing_fused_chain_loses_no_other_result():
-    # float16 det is refused when XLA compiles it: the chain's read fails, but
-    # every pending result that does not need det is still computed
-    x = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float16)
+    # a chain that fails when it runs (here one recorded op's program made to
+    # fail, as XLA refusing it would) keeps every result that does not need
+    # that op; reading one that does raises the chain's error
+    import jax
+
+    def refused(*args):
+        raise ValueError("simulated refusal")
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
     t = x.to("tpu")
     with torch.tpu.set_eager_mode("fused"):
         before = t + 1
-        det = torch.linalg.det(t)
-        needs_det = det * 2
+        victim = t.sin()
+        needs_victim = victim * 2
         after = t * 3
-        with pytest.raises(RuntimeError, match="fused chain of 1 ops failed") as failed:
-            det.cpu()
+        lazy = victim.untyped_storage()._tpu_buf
+        fusion._nodes[lazy.node].fn = jax.jit(refused)
+        with pytest.raises(RuntimeError, match="fused chain of .* failed on the device: simulated refusal") as failed:
+            victim.cpu()
         assert torch.equal(before.cpu(), x + 1) and torch.equal(after.cpu(), x * 3)
         with pytest.raises(RuntimeError) as read_later:
-            needs_det.cpu()
+            needs_victim.cpu()
     assert str(read_later.value) == str(failed.value)
     assert fusion.pending_ops() == 0
 

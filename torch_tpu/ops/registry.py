@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.extend.core import jaxprs_in_params
 import numpy as np
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
@@ -736,7 +737,9 @@ class Kernel:
         chain's own trace of the op."""
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) if type(x) is LazyBuffer else x for x in inputs]
         try:
-            fn.trace(*specs)
+            traced = fn.trace(*specs)
+            if _half_lapack(traced.jaxpr.jaxpr):  # refused when lowered, not traced: lower it too
+                traced.lower()
         except Exception as e:
             raise (dtype_support.cpu_error(self.op, args, kwargs) or failure(self.name, e)) from None
 
@@ -900,6 +903,23 @@ def _list_matches(xs, entry, inputs):
         elif type(x) is not type(e) or x != e:  # a dim, a normalized shape's size, an output mask's flag
             return False
     return True
+
+
+# Decompositions XLA:CPU runs through LAPACK, which has no float16/bfloat16:
+# JAX refuses those when it lowers them.
+_LAPACK_PRIMITIVES = frozenset("lu cholesky eigh eig qr svd schur hessenberg tridiagonal householder_product geqrf "
+                               "geqp3".split())
+_HALVES = (np.dtype(np.float16), np.dtype(jnp.bfloat16))
+
+
+def _half_lapack(jaxpr) -> bool:
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in _LAPACK_PRIMITIVES and any(
+                getattr(getattr(v, "aval", None), "dtype", None) in _HALVES for v in eqn.invars):
+            return True
+        if any(_half_lapack(sub) for sub in jaxprs_in_params(eqn.params)):
+            return True
+    return False
 
 
 class _Cache(dict):
