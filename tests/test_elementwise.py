@@ -719,3 +719,26 @@ def test_ops_run_on_tpu_kernels(monkeypatch):
     for fn in (lambda a: a // 3, lambda a: a % 3, lambda a: a << 2, lambda a: a >> 1, lambda a: ~a,
                lambda a: a ** 2, torch.square, lambda a: torch.div(a, 2, rounding_mode="floor")):
         fn(i)
+
+
+_COMPLEX_PARTS = [0.0, -0.0, 1.5, -2.25, math.inf, -math.inf, math.nan, 3e38]
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("name", ["add", "sub", "add alpha", "rsub", "add real", "sub real", "add_"])
+def test_complex_add_and_sub_bit_for_bit_with_infinities_and_signed_zeros(name, dtype):
+    # PyTorch computes a + alpha * b with C++'s complex product even for
+    # alpha 1 (an infinite part makes the other part NaN) and subtracts as
+    # add with -alpha (the sign of a zero part)
+    a = torch.tensor([complex(x, y) for x in _COMPLEX_PARTS for y in _COMPLEX_PARTS], dtype=dtype)
+    b = a.flip(0)
+    real = torch.tensor([x for x in _COMPLEX_PARTS for _ in _COMPLEX_PARTS], dtype=torch.float32)
+    fn = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y,
+          "add alpha": lambda x, y: torch.add(x, y, alpha=0.5 - 1j), "rsub": torch.rsub,
+          "add real": lambda x, y: x + real.to(x.device), "sub real": lambda x, y: x - real.to(x.device),
+          "add_": lambda x, y: x.clone().add_(y, alpha=2)}[name]
+    cpu = torch.view_as_real(fn(a, b))
+    tpu = torch.view_as_real(fn(a.to("tpu"), b.to("tpu")).cpu())
+    assert torch.equal(cpu.isnan(), tpu.isnan())
+    numbers = ~cpu.isnan()
+    assert torch.equal(cpu[numbers], tpu[numbers]) and torch.equal(cpu[numbers].signbit(), tpu[numbers].signbit())

@@ -175,15 +175,37 @@ def _alpha(alpha):
     return _round_to(jnp.asarray(alpha, dtypes.opmath(dt)), dt)
 
 
+def _times_alpha(other, alpha):
+    """``other * alpha`` as PyTorch's add/sub kernels compute it.  For a
+    complex result that is C++'s complex product even when alpha is 1 (XLA
+    would fold that away): an infinite part of ``other`` makes the other part
+    NaN, and a zero's sign follows the formula, as on the CPU and CUDA."""
+    dt = np.dtype(out_dtype())
+    if dt.kind != "c":
+        return other * _alpha(alpha)
+    b = jnp.asarray(other).astype(dt)
+    a = jnp.asarray(alpha).astype(dt)
+    br, bi, ar, ai = b.real, b.imag, a.real, a.imag
+    return lax.complex(br * ar - bi * ai, br * ai + bi * ar)
+
+
 @register("add.Tensor", "add.Scalar", promote=DEFAULT, first_call_check=_check_alpha, checked_scalars=("alpha",))
 def add(self, other, alpha=1):
-    return self + other * _alpha(alpha)
+    return self + _times_alpha(other, alpha)
 
 
 @register("sub.Tensor", "sub.Scalar", promote=DEFAULT, checked_scalars=("alpha",),  # (a bool operand: the CPU's error)
           first_call_check=_both(_check_alpha, _dtype_rules_on_cpu(torch.sub)))
 def sub(self, other, alpha=1):
-    return self - other * _alpha(alpha)
+    return _minus(self, other, alpha)
+
+
+def _minus(a, b, alpha):
+    # PyTorch subtracts as add with -alpha: for complex results that decides
+    # the sign of a zero part (a real product is the same either way)
+    if np.dtype(out_dtype()).kind == "c":
+        return a + _times_alpha(b, -alpha)
+    return a - b * _alpha(alpha)
 
 
 @register("rsub.Tensor", promote=DEFAULT,
@@ -191,7 +213,7 @@ def sub(self, other, alpha=1):
 @register("rsub.Scalar", promote=DEFAULT,
           first_call_check=_both(_check_alpha, _dtype_rules_on_cpu(torch.ops.aten.rsub.Scalar)))
 def rsub(self, other, alpha=1):
-    return other - self * _alpha(alpha)
+    return _minus(other, self, alpha)
 
 
 
