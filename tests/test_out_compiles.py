@@ -3,6 +3,8 @@ PyTorch's tests and factories pass it) takes the op's result buffer: one
 executable per new shape, the op's own, and no copy program beside it.  Out
 tensors that are views, of another dtype or larger storages still get the
 copy, with the CPU's values.  Counted, not timed."""
+import warnings
+
 import pytest
 import torch
 
@@ -102,3 +104,23 @@ def test_zeroed_storages_do_not_share_a_buffer():
     from torch_tpu.storage import buffers
     a, b = torch.zeros(9, device="tpu"), torch.zeros(9, device="tpu")
     assert buffers.get_buffer(a.untyped_storage()) is not buffers.get_buffer(b.untyped_storage())
+
+
+@pytest.mark.parametrize("op", [
+    lambda d, out: torch.exp(torch.ones(3, device=d), out=out),
+    lambda d, out: torch.add(torch.ones(3, device=d), 1, out=out),
+    lambda d, out: torch.cat([torch.ones(2, device=d), torch.ones(1, device=d)], out=out),
+    lambda d, out: torch.sum(torch.ones(3, 3, device=d), 0, out=out),
+])
+def test_resizing_an_out_with_elements_warns_on_every_call(op):
+    # PyTorch deprecates resizing a non-empty out= and says so each time; an
+    # empty one is resized silently (the cached call resizes too)
+    def warnings_of(device, out_numel):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                op(device, torch.empty(out_numel, device=device))
+        return [str(w.message).split(" (Triggered")[0] for w in caught if "resized" in str(w.message)]
+    op("tpu", torch.empty(3, device="tpu"))  # (its first call: the signature's checks)
+    assert warnings_of("tpu", 2) == warnings_of("cpu", 2) and len(warnings_of("cpu", 2)) == 3
+    assert warnings_of("tpu", 0) == warnings_of("cpu", 0) == []
