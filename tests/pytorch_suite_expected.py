@@ -57,13 +57,6 @@ FIRST_CALL_COMPILE = (
     "runs ops on hundreds of new shapes; each new shape compiles an XLA executable (~0.04-0.1 s each on "
     "this machine), so the test can run past the 180 s per-test timeout (CPU seconds since suitesc; wall before)")
 
-ONE_COMPILE_PER_OFFSET = (
-    "test_batch_vs_slicing: the op on each of 32..1024 row views of one tensor; a view's storage offset is "
-    "part of the kernel key (static in the XLA executable), so every row compiles anew (~40 ms CPU each): "
-    "past the 180 s per-test timeout on the shared machine (not run in the measured subset, -k)")
-MANY_TINY_OPS = (
-    "thousands of ops on 0-d / single-element tensors (a launch and a host read each): past the 180 s "
-    "per-test timeout on the shared machine (the CPU class takes ~1 s)")
 XLA_IGAMMA = (
     "igamma/igammac of float32 at a ~ x ~ 50: XLA's algorithm is off by up to 1.5e-5 (absolute) from "
     "SciPy where the CPU's Cephes port is within 1e-5; float64: the 500x500 XLA igamma runs past the "
@@ -110,22 +103,11 @@ EXPECTED_FAILURES = {
     # suitesa (this session): a fixed subset of each file (tests/tools/pytorch_suites.py --select; see
     # /work/notes/result-suitesa.md): every hand-written test function, every 30th float32 OpInfo test
     "test_unary_ufuncs.py": {
-        **{f"TestUnaryUfuncsTPU::test_batch_vs_slicing_{op}_tpu_float32": ONE_COMPILE_PER_OFFSET
-           for op in ("_refs__conversions_bfloat16", "_refs_exp2", "_refs_nn_functional_relu",
-                      "_refs_special_multigammaln_mvlgamma_p_5", "digamma", "long", "rad2deg",
-                      "special_modified_bessel_k1", "_refs_special_multigammaln_mvlgamma_p_1",
-                      "polygamma_polygamma_n_4")},
         "TestUnaryUfuncsTPU::test_igamma_common_tpu_float32": XLA_IGAMMA,
         "TestUnaryUfuncsTPU::test_igammac_common_tpu_float32": XLA_IGAMMA,
         "TestUnaryUfuncsTPU::test_igamma_common_tpu_float64": XLA_IGAMMA,
     },
     "test_binary_ufuncs.py": {
-        **{f"TestBinaryUfuncsTPU::test_batch_vs_slicing_{op}_tpu_float32": ONE_COMPILE_PER_OFFSET
-           for op in ("__radd__", "_refs_logaddexp", "fmax", "special_chebyshev_polynomial_t")},
-        "TestBinaryUfuncsTPU::test_add_tpu": MANY_TINY_OPS,
-        "TestBinaryUfuncsTPU::test_binary_ops_with_scalars_tpu": MANY_TINY_OPS,
-        "TestBinaryUfuncsTPU::test_comparison_ops_type_promotion_and_broadcasting_tpu_bfloat16_bfloat16":
-            FIRST_CALL_COMPILE,
         **{f"TestBinaryUfuncsTPU::test_fmod_remainder_by_zero_integral_tpu_{dt}": CUDA_DIVISION_BY_ZERO
            for dt in ("int16", "uint8", "int64")},
     },
