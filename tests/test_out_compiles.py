@@ -111,6 +111,7 @@ def test_zeroed_storages_do_not_share_a_buffer():
     lambda d, out: torch.add(torch.ones(3, device=d), 1, out=out),
     lambda d, out: torch.cat([torch.ones(2, device=d), torch.ones(1, device=d)], out=out),
     lambda d, out: torch.sum(torch.ones(3, 3, device=d), 0, out=out),
+    lambda d, out: torch.nonzero(torch.ones(3, device=d), out=out.long()),
 ])
 def test_resizing_an_out_with_elements_warns_on_every_call(op):
     # PyTorch deprecates resizing a non-empty out= and says so each time; an

@@ -27,6 +27,7 @@ import jax.scipy.linalg as jsl
 import torch
 from jax import lax
 
+from . import out_checks
 from .registry import kernel, register, register_raw, resolve, variants_of
 
 _I32 = jnp.int32
@@ -562,7 +563,7 @@ class _Lstsq:
         for name, r in zip(names, result):
             o = outs[name]
             if o.shape != r.shape:
-                o.resize_(r.shape)
+                out_checks.resize_output(o, r.shape)
             o.copy_(r)
         return tuple(outs[n] for n in names)
 

@@ -24,7 +24,7 @@ from .. import dtypes
 from ..eager import access, checks
 from ..eager.launch import launch
 from ..storage import buffers
-from . import core, errors, host_mirror
+from . import core, errors, host_mirror, out_checks
 from .registry import KERNELS, guard, out_dtype, register, register_raw, resolve
 
 _aten = torch.ops.aten
@@ -123,7 +123,7 @@ def nonzero_out(self, *, out):
         raise RuntimeError("nonzero: Expected out tensor to have scalar type Long but got scalar type"
                            f"{errors.scalar_type_name(out.dtype)}")
     value = _nonzero_array(_value(self))
-    out.resize_(value.shape)
+    out_checks.resize_output(out, value.shape)
     access.write(out, value)
     return out
 

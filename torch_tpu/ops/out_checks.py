@@ -199,3 +199,15 @@ def _dense(t) -> bool:
             return False
         expected *= sz
     return True
+
+
+RESIZED = "An output with one or more elements was resized"
+_META = torch.device("meta")
+
+
+def resize_output(out, shape) -> None:
+    """Resize an out= tensor as PyTorch's resize_output does: one with elements
+    gets its deprecation warning (asked of a meta stand-in: PyTorch's own words)."""
+    if out.numel():
+        torch.ops.aten._resize_output_.default(torch.empty(out.shape, device=_META), shape, _META)
+    out.resize_(shape)

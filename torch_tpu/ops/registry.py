@@ -596,7 +596,7 @@ class Kernel:
                 outs.extend(v) if isinstance(v, (list, tuple)) else outs.append(v)
             for dst, src in zip(outs, tensors):
                 if tuple(dst.shape) != tuple(src.shape):
-                    _resize_output(dst, src.shape)
+                    out_checks.resize_output(dst, src.shape)
                 if not access.take_result(dst, src):  # (taking the result compiles no copy per shape)
                     copy_into(dst, src)
             if not self.op._schema.returns:
@@ -785,8 +785,8 @@ class Kernel:
         margs = [to_meta(a) for a in args]
         mkw = {k: to_meta(v) for k, v in kwargs.items()}
         try:
-            with warnings.catch_warnings():  # (an out= resize warns once, in _resize_output, on every call)
-                warnings.filterwarnings("ignore", message=_RESIZED)
+            with warnings.catch_warnings():  # (an out= resize warns once, in out_checks.resize_output, on every call)
+                warnings.filterwarnings("ignore", message=out_checks.RESIZED)
                 return self.op(*margs, **mkw)
         except NotImplementedError:
             return None
@@ -946,18 +946,6 @@ class _Cache(dict):
         if key is not None and self.get(key) is entry:
             del self[key]
         self.by_fn.pop(entry.fn, None)
-
-
-_META = torch.device("meta")
-_RESIZED = "An output with one or more elements was resized"
-
-
-def _resize_output(out, shape) -> None:
-    """Resize an out= tensor as PyTorch's resize_output does: one with elements
-    gets its deprecation warning (asked of a meta stand-in: PyTorch's own words)."""
-    if out.numel():
-        torch.ops.aten._resize_output_.default(torch.empty(out.shape, device=_META), shape, _META)
-    out.resize_(shape)
 
 
 def _storage_groups(tensors):
