@@ -110,7 +110,7 @@ def test_draws_in_one_op_take_distinct_words():
     with random_bits.drawing(words, random_bits.plan(5)):
         first, second = random_bits.take(3), random_bits.take(2)
     assert first.tolist() == [0, 1, 2] and second.tolist() == [3, 4]
-    assert random_bits.counted(lambda: (random_bits.take(3), random_bits.bits64((2, 2)))) == 11
+    assert random_bits.planned(lambda: (random_bits.take(3), random_bits.bits64((2, 2)))).n_words == 11
 
 
 def test_uniform_grids():

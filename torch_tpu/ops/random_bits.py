@@ -160,18 +160,13 @@ def _state(**values):
 def drawing(words, kernel_plan):
     """Kernels traced inside take from ``words`` (the entry's words input,
     or the material when ``kernel_plan.inline``); with no plan they count."""
-    if kernel_plan is None:  # counting (``counted``)
+    if kernel_plan is None:  # counting (``planned``)
         yield
         return
     if kernel_plan.inline:
         words = jax.random.bits(key(words), (kernel_plan.n_words,), jnp.uint32)
     with _state(words=words, kind=kernel_plan.kind, counting=False, used=0, draws=None):
         yield
-
-
-def counted(trace) -> int:
-    """Words taken while ``trace()`` runs (a kernel traced in counting mode)."""
-    return planned(trace).n_words
 
 
 def planned(trace) -> Plan:
