@@ -475,6 +475,19 @@ def _check_prediction(torch, dist, r, w, dev):
         b()
     assert programs.counts["fast"] == fast + 6, programs.counts
     assert programs.counts["launches"] == launches + 6, programs.counts
+    # a predicted call waits for nothing: its checks wait for the next host read
+    waits, t = programs.counts["waits"], torch.ones(300, device=dev)
+    for _ in range(2):
+        dist.all_reduce(t)
+        dist.all_reduce(torch.tensor([r, -r, 7], device=dev), op=R.MAX)
+    assert programs.counts["waits"] == waits, programs.counts
+    _eq(t, [float(w * w)] * 300)  # (the host read waits for their checks)
+    waits = programs.counts["waits"]
+    with torch.tpu.set_eager_mode("debug"):  # which waits at the call, to raise there
+        dist.all_reduce(t)
+        dist.all_reduce(torch.tensor([r, -r, 7], device=dev), op=R.MAX)
+    assert programs.counts["waits"] == waits + 2, programs.counts
+    _eq(t, [float(w ** 3)] * 300)
     works = [dist.all_reduce(torch.full((300,), 1.0, device=dev), async_op=True),
              dist.all_reduce(torch.tensor([r, -r, 7], device=dev), op=R.MAX, async_op=True)]
     futs = [wk.get_future() for wk in works]
@@ -501,6 +514,7 @@ def _check_prediction(torch, dist, r, w, dev):
     bad = torch.ones(4, device=dev) if r == 1 else torch.full((5,), 1.0, dtype=torch.bfloat16, device=dev)
     try:
         dist.all_reduce(bad, op=R.AVG if r != 1 else R.SUM)
+        bad.cpu()  # rank 0 called as predicted: it learns at its next host read
         raise AssertionError("mismatched all_reduce did not fail")
     except RuntimeError as e:
         assert "mismatched" in str(e), e
@@ -704,6 +718,7 @@ def scenario_straggler():
         for fresh in (t, torch.ones(3, device=dev)):
             try:
                 dist.all_reduce(fresh)
+                fresh.cpu()  # a predicted call raises at the host read, a checked one here
             except RuntimeError as e:
                 assert "did not complete within 4s" in str(e), e
                 print("straggler ok:", e)

@@ -116,7 +116,7 @@ def _launch(s, sig, kind, static, devices, x, block, out_shape, timeout_s):
         if guess == sig:
             programs.counts["fast"] += 1
             p = programs.fast_plan(static, devices, sig[2], sig[3])
-            return programs.Launched(p.launch(x), _verdict(guess, None, devices, x))
+            return programs.Launched(p.launch(x), _verdict(guess, None, devices, x), predicted=True)
         launched = _missed(s, guess, sig, devices, x, timeout_s)
         if launched is not None:
             return launched
@@ -174,11 +174,13 @@ def _verdict(guess, mine, devices, x):
     """A FastPlan's check: None if no rank missed the prediction ``guess``;
     else every rank's call as far as this rank knows it (``mine``: what
     this rank called when it missed)."""
+    me = devices.index(_device(x))  # (not x: the check may outlive the payload by long)
+
     def mismatch(check):
         missed = programs.missed_ranks(check)
         if not missed:
             return None
-        me, rows = devices.index(_device(x)), []
+        rows = []
         for i in range(len(devices)):
             if i not in missed:
                 rows.append(f"rank {i}: {_describe(guess)}")

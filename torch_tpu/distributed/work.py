@@ -5,6 +5,15 @@ program has run; ``wait`` enforces the group timeout on it, checks the
 signatures gathered with it when the call was a checked one (a mismatch
 means ranks disagreed on shapes or on which collective to run), and only
 then writes the results into the output tensors.
+
+A predicted all_reduce (stream.py) is the exception, and waits for nothing,
+as a CUDA collective is only queued on its stream: its results go into the
+output tensors while still computing, and its checks (a rank that called
+something else, a peer that never joins, within the group timeout) are
+looked at with the index checks, at the next host wait (``eager.checks``).
+The host then never stalls between issuing a collective and what follows it:
+DDP's optimizer step is queued while its last buckets still reduce.  Debug
+mode waits at the call, to raise there.
 """
 import concurrent.futures
 import heapq
@@ -15,6 +24,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ..eager import checks, modes
 from . import programs
 
 
@@ -140,13 +150,18 @@ class XlaWork(dist.Work):
             done.append((out, sigs, writer, fut.mismatch))
         return done
 
+    def _mismatch(self, sigs, mismatch):
+        detail = None if sigs is None else mismatch(sigs)
+        if detail is None:
+            return None
+        return CollectiveMismatch(f"tpu_dist: {self._what}: ranks called it with mismatched "
+                                  f"tensors or arguments ({detail})")
+
     def _finish(self, done):
         for _, sigs, _, mismatch in done:
-            detail = None if sigs is None else mismatch(sigs)
-            if detail is not None:
-                raise CollectiveMismatch(
-                    f"tpu_dist: {self._what}: ranks called it with mismatched tensors or "
-                    f"arguments ({detail})")
+            error = self._mismatch(sigs, mismatch)
+            if error is not None:
+                raise error
         for out, _, writer, _ in done:
             self.outputs.append(out)
             if writer is not None:
@@ -154,7 +169,39 @@ class XlaWork(dist.Work):
         if self._after is not None:
             self._after()
 
+    def _deferrable(self):
+        return (self._pending and all(f.predicted for f, _ in self._pending)
+                and modes.current() is not modes.EagerMode.DEBUG)
+
+    def _finish_deferred(self):
+        """Write the still-running results; their checks wait for the next host wait."""
+        for fut, writer in self._pending:
+            out, check = fut.value
+            fut.value = (check,)  # what is left to wait for: the output is the tensor's now
+            checks.defer_launch(check, lambda c, m=fut.mismatch: self._mismatch(c, m),
+                                lambda fut=fut: self._wait_deferred(fut))
+            self.outputs.append(out)
+            if writer is not None:
+                writer(out)
+        if self._after is not None:
+            self._after()
+
+    def _wait_deferred(self, fut):
+        try:
+            if fut.timed_out:
+                raise concurrent.futures.TimeoutError
+            fut.result(self._timeout_s)
+        except concurrent.futures.TimeoutError:
+            fut.timed_out = True  # its stream stops predicting
+            raise CollectiveTimeout(_late(self._what, self._timeout_s)) from None
+
     def wait(self, timeout=timedelta(0)):
+        if not self._done and self._deferrable():
+            with self._lock:
+                if not self._done:
+                    self._done = True
+                    self._finish_deferred()
+                    self._pending = []
         if not self._done:
             # Waiting happens outside the lock: the waiter thread may be the
             # one finishing this work (get_future) and must not queue behind us.
@@ -193,7 +240,7 @@ class XlaWork(dist.Work):
         all_reduce and keeps computing gradients meanwhile.  A deadline fails it
         with the group timeout if they never finish."""
         fut = torch.futures.Future()
-        if self._done or self.is_completed():
+        if self._done or self._deferrable() or self.is_completed():
             self._complete(fut)
             return fut
         deadline = _deadlines.add(self._timeout_s, lambda: self._give_up(fut))

@@ -33,7 +33,7 @@ from . import fusion, modes
 _LIMIT = 64
 
 _lock = threading.Lock()
-_pending: list = []  # [(device array, LazyBuffer or host NumPy array, verdict)], oldest first
+_pending: list = []  # [(value: device array, LazyBuffer or NumPy array; verdict[; wait])], oldest first
 
 
 @functools.lru_cache(maxsize=None)
@@ -90,8 +90,16 @@ def defer(t, summary, out, verdict, *extra, host=False) -> None:
     _note((value, verdict), mode)
 
 
+def defer_launch(value, verdict, wait) -> None:
+    """Check a launched program's small output ``value`` at the next host wait,
+    as the checks above: ``wait()`` first waits for the program and may raise
+    (a collective's group timeout: a peer that never joins must not hang the
+    host read), then ``verdict(numpy value)`` returns the exception or None."""
+    _note((value, verdict, wait), modes.current())
+
+
 def _note(item, mode):
-    """Keep a check's (value, verdict) for the next host wait (debug mode: look now)."""
+    """Keep a check's (value, verdict[, wait]) for the next host wait (debug mode: look now)."""
     if mode is modes.EagerMode.DEBUG:
         _raise_first([item])
         return
@@ -131,17 +139,20 @@ def raise_failed() -> None:
 
 
 def _raise_first(items):
-    """Read the numbers of ``items`` [(value, verdict)] in one transfer; raise the first failure."""
-    hosts = jax.device_get([fusion.resolve(value) for value, _ in items])
-    for (_, verdict), host in zip(items, hosts):
-        error = verdict(np.asarray(host))
+    """Read the numbers of ``items`` [(value, verdict[, wait])] in one transfer; raise the first failure."""
+    for item in items:
+        if len(item) == 3:
+            item[2]()
+    hosts = jax.device_get([fusion.resolve(item[0]) for item in items])
+    for item, host in zip(items, hosts):
+        error = item[1](np.asarray(host))
         if error is not None:
             raise error
 
 
 def _look_at_finished():
     with _lock:
-        finished = [_finished(value) for value, _ in _pending]
+        finished = [_finished(item[0]) for item in _pending]
         if finished.count(False) > 4 * _LIMIT:  # none finishing: wait for the oldest half too
             finished[:len(finished) // 2] = [True] * (len(finished) // 2)
         done = [item for item, f in zip(_pending, finished) if f]

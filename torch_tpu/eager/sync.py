@@ -7,5 +7,8 @@ from . import checks, fusion, pending
 
 def wait_all() -> None:
     fusion.flush("synchronize")
+    # the checks first: a collective's waits there for a missing peer with the
+    # group timeout, where waiting for the work after it would hang
+    checks.raise_failed()
     jax.block_until_ready(pending.take_all())
     checks.raise_failed()
