@@ -541,6 +541,12 @@ def _check_prediction(torch, dist, r, w, dev):
     for size in (11, 12, 11, 13):
         n(size)
     assert programs.counts["fast"] == fast + 2, programs.counts  # 12 -> 11, 13 -> 11
+    # a barrier is an all_reduce too; predicted, it still waits: it synchronizes
+    for _ in range(4):
+        dist.barrier()
+    fast, waits = programs.counts["fast"], programs.counts["waits"]
+    dist.barrier()
+    assert programs.counts["fast"] == fast + 1 and programs.counts["waits"] > waits, programs.counts
 
 
 def _mlp(torch):

@@ -89,8 +89,8 @@ class ProcessGroupTpu(ProcessGroup):
     def _jax(self, t):
         return tensors.to_jax(t, self._device)
 
-    def _work(self, kind, pending, result, after=None):
-        return XlaWork(self._what(kind), self._timeout_s, pending, result, after)
+    def _work(self, kind, pending, result, after=None, may_defer=False):
+        return XlaWork(self._what(kind), self._timeout_s, pending, result, after, may_defer)
 
     def _via_gloo(self, method, outputs, *args):
         """Run Gloo ``method`` on CPU copies; outputs: the tensors written back."""
@@ -122,7 +122,7 @@ class ProcessGroupTpu(ProcessGroup):
         for t in tensors_:
             fut = self._start("all_reduce", static, self._jax(t))
             pending.append((fut, lambda o, t=t: tensors.write(t, o)))
-        return self._work("all_reduce", pending, tensors_)
+        return self._work("all_reduce", pending, tensors_, may_defer=True)
 
     def allreduce_coalesced(self, tensors_, opts=None):
         o = dist.AllreduceOptions()

@@ -123,8 +123,12 @@ def _gave_up(pending):
 class XlaWork(dist.Work):
     """Pending XLA collectives: (future of (result, signatures), writer) pairs."""
 
-    def __init__(self, what, timeout_s, pending, result=None, after=None):
+    def __init__(self, what, timeout_s, pending, result=None, after=None, may_defer=False):
         super().__init__()
+        # only a collective whose results reach the user only through its
+        # output tensors (a barrier must synchronize; an internal size exchange
+        # reads its result directly, after the checks)
+        self._may_defer = may_defer
         self._what = what
         self._timeout_s = timeout_s
         self._pending = pending
@@ -170,7 +174,7 @@ class XlaWork(dist.Work):
             self._after()
 
     def _deferrable(self):
-        return (self._pending and all(f.predicted for f, _ in self._pending)
+        return (self._may_defer and self._pending and all(f.predicted for f, _ in self._pending)
                 and modes.current() is not modes.EagerMode.DEBUG)
 
     def _finish_deferred(self):
