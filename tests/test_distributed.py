@@ -482,12 +482,17 @@ def _check_prediction(torch, dist, r, w, dev):
         dist.all_reduce(torch.tensor([r, -r, 7], device=dev), op=R.MAX)
     assert programs.counts["waits"] == waits, programs.counts
     _eq(t, [float(w * w)] * 300)  # (the host read waits for their checks)
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    dist.all_reduce(torch.tensor([r, -r, 7], device=dev), op=R.MAX)
+    _eq(t, [float(w ** 3)] * 300)
+    assert work.is_completed()  # once its result is computed, as CUDA's event says
     waits = programs.counts["waits"]
     with torch.tpu.set_eager_mode("debug"):  # which waits at the call, to raise there
         dist.all_reduce(t)
         dist.all_reduce(torch.tensor([r, -r, 7], device=dev), op=R.MAX)
     assert programs.counts["waits"] == waits + 2, programs.counts
-    _eq(t, [float(w ** 3)] * 300)
+    _eq(t, [float(w ** 4)] * 300)
     works = [dist.all_reduce(torch.full((300,), 1.0, device=dev), async_op=True),
              dist.all_reduce(torch.tensor([r, -r, 7], device=dev), op=R.MAX, async_op=True)]
     futs = [wk.get_future() for wk in works]

@@ -228,8 +228,8 @@ class XlaWork(dist.Work):
         return True
 
     def is_completed(self):
-        if self._done:
-            return True
+        if self._done:  # (a deferred one: done once its results are, as CUDA's event says)
+            return all(o.is_ready() for o in self.outputs if hasattr(o, "is_ready"))
         return all(f.done() for f, _ in self._pending)
 
     def is_success(self):
