@@ -217,6 +217,15 @@ def test_round_trip_every_dtype(dtype):
     assert torch.equal(t.cpu(), x)
 
 
+def test_round_trip_past_numpys_64_dims():
+    # PyTorch and XLA take tensors of more than 64 dims; NumPy, between them, does not
+    x = torch.arange(6.).reshape([1] * 63 + [2, 1, 3])
+    t = x.to("tpu")
+    assert t.dim() == 66 and torch.equal(t.cpu(), x)
+    assert torch.equal(t.transpose(63, 65).cpu(), x.transpose(63, 65))  # a view read back
+    assert torch.equal((t * 2).int().cpu(), (x * 2).int())
+
+
 def test_dtype_conversions_on_device():
     x = torch.randn(4, 5) * 100
     for dtype in (torch.int32, torch.bfloat16, torch.float16, torch.bool, torch.uint8, torch.float64):

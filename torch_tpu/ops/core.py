@@ -2,6 +2,7 @@
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import torch
 from torch._C import DispatchKey, DispatchKeySet
@@ -155,6 +156,14 @@ def _put_on_device(host: np.ndarray):
     return jax.device_put(host, runtime.jax_device())
 
 
+_NUMPY_MAX_DIMS = 64  # PyTorch and XLA go further; NumPy (and DLPack into it) stop here
+
+
+def _numpy_ranked(t):
+    """``t``, flattened when NumPy could not hold its shape."""
+    return t.reshape(-1) if t.dim() > _NUMPY_MAX_DIMS else t
+
+
 def _read_for_host(t, what):
     # The host is about to wait: start every pending fused op now, not only the
     # ones this value needs, so a training loop's chains cut at the same places
@@ -162,6 +171,8 @@ def _read_for_host(t, what):
     logs.host_read(t, what)  # TORCH_TPU_LOGS=sync
     fusion.flush("host read", first=buffers.get_buffer(t.untyped_storage()))
     checks.raise_failed()  # a failed index check raises before its results reach the host
+    if t.dim() > _NUMPY_MAX_DIMS:  # flat on the device first (the caller shapes the CPU tensor)
+        return launch("aten::_to_copy", functools.partial(jnp.reshape, shape=(-1,)), (access.read(t),))
     return access.read_host(t)
 
 
@@ -230,8 +241,10 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
         _check_dtype(dtype)
         if self.device.type == "tpu":  # the meta kernel picks the strides memory_format asks for
             return _same_device_cast(self, dtype=dtype, memory_format=memory_format)
-        host = dtypes.numpy_from_cpu_tensor(self.to(dtype))  # before the launch: a dtype a TPU refuses raises here
+        host = dtypes.numpy_from_cpu_tensor(_numpy_ranked(self.to(dtype)))  # (a dtype a TPU refuses raises here)
         value = launch("aten::_to_copy", _put_on_device, (host,))
+        if value.ndim != self.dim():  # past NumPy's 64 dims: moved flat, shaped on the device
+            value = launch("aten::_to_copy", functools.partial(jnp.reshape, shape=tuple(self.shape)), (value,))
         strides = _copy_strides(self, memory_format)
         spec = views.OutSpec(tuple(self.shape), strides, value.dtype)
         out = views.wrap_result(views.to_storage_layout(value, spec), spec)
