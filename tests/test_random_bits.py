@@ -136,6 +136,23 @@ def test_modes_give_the_strict_values(mode):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def test_fused_chains_take_their_words_from_the_bucket_program(monkeypatch):
+    """In fused mode the words program runs on its own (compiled once per
+    bucket): recorded into each chain, threefry and erfinv were compiled again
+    for every new chain, several times a plain op's compile."""
+    from torch_tpu.eager import fusion
+    recorded, record = [], fusion.record
+    monkeypatch.setattr(fusion, "record", lambda fn, inputs, outs: recorded.append(fn.__name__) or record(fn, inputs, outs))
+    torch.manual_seed(5)
+    strict = [(torch.randn(n, device="tpu") * 2).cpu() for n in (5, 6)]
+    with torch.tpu.set_eager_mode("fused"):
+        torch.manual_seed(5)
+        fused = [(torch.randn(n, device="tpu") * 2).cpu() for n in (5, 6)]
+    assert recorded and not [name for name in recorded if name.startswith("random_words")], recorded
+    for a, b in zip(strict, fused):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_a_cpu_generator_seeds_the_op():
     a = torch.rand(9, device="tpu", generator=torch.Generator().manual_seed(5)).cpu()
     b = torch.rand(9, device="tpu", generator=torch.Generator().manual_seed(5)).cpu()

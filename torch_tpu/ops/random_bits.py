@@ -118,8 +118,10 @@ class Plan(tuple):
         if not self.n_words:
             return np.zeros(0, np.uint32)
         n = bucket(self.n_words)
-        length, dtype = _values(n, self.kind)
-        return launch("random_words", words_program(n, self.kind), [material], [((length,), dtype)])[0]
+        # Launched with no result shapes, so it runs even in fused mode: its
+        # executable (one per bucket) is compiled once, whereas inside a
+        # chain threefry (and erfinv) would be compiled again for every chain.
+        return launch("random_words", words_program(n, self.kind), [material], None)[0]
 
 
 def plan(n_words: int, kind=None) -> Plan:
