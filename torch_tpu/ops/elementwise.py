@@ -20,7 +20,7 @@ import torch
 from jax import lax
 
 from .. import dtypes
-from . import scalar_checks
+from . import complex_pow, scalar_checks
 from .registry import PROMOTE, compute_dtype, guard, out_dtype, register
 
 DEFAULT, INT_TO_FLOAT, ALWAYS_BOOL = PROMOTE.DEFAULT, PROMOTE.INT_TO_FLOAT, PROMOTE.ALWAYS_BOOL
@@ -307,7 +307,10 @@ register("conj_physical_.default", mode="inplace")(conj_physical)
 
 def _reciprocal(z):
     """1/z; complex by the CPU's division formula (its values at infinities)."""
-    return _complex_div(jnp.ones_like(z), z) if jnp.iscomplexobj(z) else 1 / z
+    if not jnp.iscomplexobj(z):
+        return 1 / z
+    # (behind a barrier: XLA folds a constant 1 + 0j's "x * r + 0" to "r", losing -0's sign)
+    return _complex_div(lax.optimization_barrier(jnp.ones_like(z)), z)
 
 
 @register("reciprocal.default", promote=INT_TO_FLOAT)
@@ -339,7 +342,9 @@ def _int_pow(a, b):
 
 def _pow(a, b):
     a, b = jnp.broadcast_arrays(a, b)  # lax.pow takes equal shapes only
-    return _int_pow(a, b) if _is_exact(a) else lax.pow(a, b)
+    if _is_exact(a):
+        return _int_pow(a, b)
+    return complex_pow.pow(a, b) if jnp.iscomplexobj(a) else lax.pow(a, b)
 
 
 def _operands_in_result_dtype(*xs):
@@ -361,7 +366,10 @@ def pow_tensor(a, b):
 @register("pow.Scalar", opmath=True)
 def pow_scalar_base(a, b):
     a, b = _operands_in_result_dtype(a, b)
-    return _pow(jnp.broadcast_to(a, b.shape), b)
+    result = _pow(jnp.broadcast_to(a, b.shape), b)
+    if jnp.iscomplexobj(result):  # ATen's shortcut, which real pow agrees with: 1 ** NaN is 1 there
+        return jnp.where(a == 1, jnp.ones_like(result), result)
+    return result
 
 
 def _check_int_pow(args, kwargs):
@@ -397,9 +405,13 @@ def pow_scalar(self, exponent):
     if dt == np.float16:  # float16 has no shortcuts: std::pow throughout
         return lax.pow(x, jnp.asarray(exponent, ct))
     special = {2: lambda v: v * v, 3: lambda v: v * v * v, 0.5: jnp.sqrt,
-               -0.5: lambda v: 1 / jnp.sqrt(v), -1: lambda v: 1 / v, -2: lambda v: 1 / (v * v)}
-    if not isinstance(exponent, complex) and exponent in special:
-        return special[exponent](x)
+               -0.5: lambda v: _reciprocal(jnp.sqrt(v)), -1: _reciprocal, -2: lambda v: _reciprocal(v * v)}
+    # (a complex exponent with no imaginary part takes them too: ATen compares its value)
+    plain = exponent.real if isinstance(exponent, complex) and exponent.imag == 0 else exponent
+    if not isinstance(plain, complex) and plain in special:
+        return special[plain](x)
+    if jnp.issubdtype(ct, jnp.complexfloating):
+        return complex_pow.pow(x, jnp.full_like(x, exponent))
     return lax.pow(x, jnp.asarray(exponent, ct))
 
 
