@@ -166,7 +166,11 @@ class XlaWork(dist.Work):
             error = self._mismatch(sigs, mismatch)
             if error is not None:
                 raise error
-        for out, _, writer, _ in done:
+        self._write([(out, writer) for out, _, writer, _ in done])
+
+    def _write(self, results):
+        """Give each (result, writer) pair's result to its output tensors."""
+        for out, writer in results:
             self.outputs.append(out)
             if writer is not None:
                 writer(out)
@@ -179,16 +183,14 @@ class XlaWork(dist.Work):
 
     def _finish_deferred(self):
         """Write the still-running results; their checks wait for the next host wait."""
+        results = []
         for fut, writer in self._pending:
             out, check = fut.value
             fut.value = (check,)  # what is left to wait for: the output is the tensor's now
             checks.defer_launch(check, lambda c, m=fut.mismatch: self._mismatch(c, m),
                                 lambda fut=fut: self._wait_deferred(fut))
-            self.outputs.append(out)
-            if writer is not None:
-                writer(out)
-        if self._after is not None:
-            self._after()
+            results.append((out, writer))
+        self._write(results)
 
     def _wait_deferred(self, fut):
         try:
