@@ -83,9 +83,13 @@ FUSED_STEP_LAUNCHES = 2
 # signature came to be checked instead of rebuilt (as many calls, ~1 us less),
 # then 50.5 -> 50.0 with the predicted op recorded straight from its entry
 # (50 -> 49 before the per-call scalar checks of c53375b), then 50.0 -> 48.5
-# (strict 37.5 -> 36.0) with is_conj asked of complex tensors only.
-STRICT_OP_CALLS = 38
-FUSED_OP_CALLS = 49
+# (strict 37.5 -> 36.0) with is_conj asked of complex tensors only; then
+# strict 36.0 -> 29.5 and fused 48.5 -> 45.5 when a cached signature came to
+# be checked by a matcher (ops/signature_match.py: one C++ check for all the
+# tensors; strict checks against the kernel's last signature instead of
+# building its key).
+STRICT_OP_CALLS = 31
+FUSED_OP_CALLS = 47
 # ... and per training step of the model above, on the host thread (the
 # backward of an eager step runs on autograd's thread and is not counted):
 # - compiled 934 (966 on 9388d5d, before a graph input that is its whole
@@ -105,10 +109,13 @@ FUSED_OP_CALLS = 49
 # - backward's ones_like seed as one cached launch (ops/factory.py): strict
 #   1811 -> 1758, fused 2096 -> 2038 (compiled 938 -> 885: the step's backward
 #   runs eagerly after a graph break).
+# - signatures checked by matchers (see above): strict 1759 -> 1372, fused
+#   2039 -> 1821; compiled 881 -> 593 (a graph's inputs checked against its
+#   last call's signature instead of each passing _input_buffer).
 # About 2% headroom: the counts move ~1.5% with test order.
-COMPILED_STEP_CALLS = 903
-STRICT_STEP_CALLS = 1793
-FUSED_STEP_CALLS = 2079
+COMPILED_STEP_CALLS = 605
+STRICT_STEP_CALLS = 1400
+FUSED_STEP_CALLS = 1858
 # ones_like of a 0-d tensor (every backward's seed), cached: 20 strict and 33
 # fused (73 and 86 as empty_like + fill_ through the dispatcher).
 STRICT_ONES_LIKE_CALLS = 21

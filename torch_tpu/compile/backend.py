@@ -26,7 +26,7 @@ from .. import dtypes, logs, precision
 from ..device import rng
 from ..eager import access, fusion, modes
 from ..eager.launch import launch
-from ..ops import registry
+from ..ops import registry, signature_match
 from ..storage import buffers, views
 from . import collectives, lowering, rewrites, options as compiler_options
 from .host import HostPart
@@ -106,6 +106,7 @@ class CompiledGraph:
                            and all(p.static or not isinstance(p.val, torch.Tensor) or i in self.host_views
                                    for i, p in enumerate(self.out_plans)))
         self.recorded = {}  # signature -> _Recorded
+        self.input_plan = None  # (the last call's signature, its matcher or None): see _input_matcher
         self.uses_rng = any(n.op == "call_function" and registry.graph_form(n.target) is not None
                             and registry.graph_form(n.target).opts.rng
                             for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule)  # cond branches too
@@ -117,16 +118,23 @@ class CompiledGraph:
             # recorded work (a deferred training graph) runs first, as one
             # program; a flush, not a host read: no read point is learnt
             fusion.flush("compiled graph")
-        arrays, signature, offsets = [], [], []
-        for i, a in enumerate(args):
-            if i in self.host_inputs:
-                signature.append(_ON_HOST)
-            elif isinstance(a, torch.Tensor):
-                arrays.append(_input_buffer(a, signature, offsets, defer))
-            else:
-                signature.append(a)
-        signature.append(precision.current)  # torch.tpu.precision is traced into the executable
-        signature = tuple(signature)
+        plan = self.input_plan  # the last call's signature and its matcher
+        arrays = plan[1].match(args, defer) if plan is not None and plan[1] is not None else None
+        if arrays is not None and plan[0][-1] is precision.current:
+            signature, offsets = plan[0], ()
+        else:
+            arrays, signature, offsets = [], [], []
+            for i, a in enumerate(args):
+                if i in self.host_inputs:
+                    signature.append(_ON_HOST)
+                elif isinstance(a, torch.Tensor):
+                    arrays.append(_input_buffer(a, signature, offsets, defer))
+                else:
+                    signature.append(a)
+            signature.append(precision.current)  # torch.tpu.precision is traced into the executable
+            signature = tuple(signature)
+            if plan is None or plan[0] != signature:
+                self.input_plan = (signature, None if offsets else _input_matcher(signature, args))
         if defer:
             return self._record(signature, arrays + offsets if offsets else arrays, args)
         donate = None  # the argument positions this call donates (None: the default executable)
@@ -416,6 +424,28 @@ class CpuInput(NamedTuple):
 
 def _is_tensor_entry(e):
     return type(e) is TpuInput or type(e) is CpuInput
+
+
+def _input_matcher(signature, args):
+    """The matcher of a call whose tpu tensor inputs are each their storage's
+    whole buffer (the common case: parameters, activations, optimizer
+    state), so later calls with the signature skip ``_input_buffer``; else
+    None."""
+    tensor_at, expect, statics = [], [], []
+    for i, (a, e) in enumerate(zip(args, signature)):
+        if type(e) is TpuInput:
+            spec = e.spec
+            if a.is_neg() or a.is_conj():  # passed as its values (_input_buffer_general), not its buffer
+                return None
+            if spec.offset != 0 or spec.size != spec.buf_shape or spec.dtype != spec.buf_dtype:
+                return None
+            tensor_at.append(i)
+            expect.append((spec.buf_shape, spec.buf_dtype))
+        elif type(e) is CpuInput or isinstance(a, torch.Tensor) and e is not _ON_HOST:
+            return None
+        elif e is not _ON_HOST:
+            statics.append((i, a))
+    return signature_match.graph_matcher(args, tuple(tensor_at), tuple(expect), tuple(statics))
 
 
 def _input_buffer(t, signature, offsets, lazy=False):

@@ -41,7 +41,7 @@ from ..eager.fusion import LazyBuffer
 from ..eager.launch import failure, launch
 from ..storage import buffers, numbers, views
 from ..storage.views import OutSpec, ViewSpec
-from . import dtype_support, errors, out_checks, random_bits, scalar_checks
+from . import dtype_support, errors, out_checks, random_bits, scalar_checks, signature_match
 from .. import logs as _logs
 
 log = logging.getLogger("torch_tpu.ops")
@@ -480,45 +480,43 @@ class Kernel:
         would give ``args`` its signature: checked, not rebuilt, with the
         inputs appended as ``_fast_key`` would.  Else None, ``inputs`` empty."""
         hit = self.cache.by_fn.get(fusion.predicted())
-        if hit is None:
+        return None if hit is None else self._matched(hit, args, inputs, True)
+
+    def _matched(self, hit, args, inputs, fused):
+        """``hit``'s entry if ``args`` have its signature (``hit``: a
+        ``_Cache.by_fn`` value), with the inputs appended as ``_fast_key``
+        would; else None, ``inputs`` empty.  Its matchers check first
+        (signature_match.py); a call they refuse is checked the slow way, and
+        then gets a matcher of its own."""
+        entry, key, matchers = hit
+        pos, _, groups, default_dtype, matmul_precision = key
+        if default_dtype is not torch.get_default_dtype() or matmul_precision is not precision.current:
             return None
-        pos, _, groups, default_dtype, matmul_precision = hit[1]
-        if (len(args) == len(pos) and default_dtype is torch.get_default_dtype()
-                and matmul_precision is precision.current):
-            for x, e in zip(args, pos):
-                if type(e) is tuple and e:
-                    tag = e[0]
-                    if tag is TENSOR:  # (TENSOR, spec): a tpu tensor seen plainly
-                        if not isinstance(x, Tensor):
-                            break
-                        buf = getattr(x.untyped_storage(), "_tpu_buf", None)
-                        spec = e[1]
-                        if (buf is None or _TORCH_TO_NP[x.dtype] is not spec[5] or x.is_neg()
-                                or (spec[5].kind == "c" and x.is_conj())):  # a real tensor is never conj
-                            break
-                        aval = getattr(buf, "aval", buf)
-                        if (aval.shape != spec[0] or aval.dtype != spec[1] or x.shape != spec[2]
-                                or x.stride() != spec[3] or x.storage_offset() != spec[4]):
-                            break
-                        inputs.append(buf)
-                    elif tag is NUMBER and type(x) is e[1]:  # a traced number, recorded as it is
-                        inputs.append(x)
-                    elif tag is NUMBER or not _list_matches(x, e, inputs):  # a list (_fast_list's)
-                        break
-                elif type(x) is not type(e) or x != e:  # a static value (None included)
-                    break
-            else:  # a written list: its tensors share storages as they did
-                if groups is None or _storage_groups(args[0]) == groups:
-                    return hit[0]
-        del inputs[:]
-        return None
+        for m in matchers:
+            found = m.match(args, fused)
+            if found is not None and (groups is None or _storage_groups(args[0]) == groups):
+                inputs += found
+                return entry
+        if not _slow_match(pos, groups, args, inputs, fused):
+            return None
+        if len(matchers) < _MAX_MATCHERS:  # (another context: inside inference_mode, say)
+            m = signature_match.make(pos, args, TENSOR, NUMBER)
+            if m is not None:
+                matchers.append(m)
+        return entry
 
     def __call__(self, *args, **kwargs):
         if self.check_overlap:
             out_checks.check_overlap(self, args, kwargs)
-        inputs = []
-        entry = (self._predicted(args, inputs) if self.fast and not kwargs and modes._mode is _FUSED
-                 and self.cache.by_fn else None)
+        inputs, entry, key, fast = [], None, None, False
+        if self.fast and not kwargs:
+            if modes._mode is _FUSED:
+                entry = self._predicted(args, inputs) if self.cache.by_fn else None
+            else:  # strict: the signature of this kernel's last call, checked
+                hit = self.cache.last
+                if hit is not None:
+                    entry = self._matched(hit, args, inputs, False)
+                    key = hit[1]
         if (entry is not None and not entry.offsets and self.records_plainly
                 and len(args) <= self.plain_arity):  # fused: the predicted op, recorded
             results = launch(self.name, entry.fn, inputs, entry.out_buffers)
@@ -526,8 +524,9 @@ class Kernel:
             if metas is not None and entry.single and self.returns_one:
                 return _wrap_as(results[0], *metas[0])
             return self._finish(entry, results, args, kwargs)
-        key = self._fast_key(args, inputs) if self.fast and not kwargs and entry is None else None
-        fast = key is not None
+        if entry is None and self.fast and not kwargs:
+            key = self._fast_key(args, inputs)
+            fast = key is not None
         if key is None and entry is None:
             inputs = []
             names = self.arg_names
@@ -546,7 +545,11 @@ class Kernel:
                 entry = self.cache.get(key) or self._build(key, args, kwargs, inputs)
                 self.cache[key] = entry
                 if fast:
-                    self.cache.by_fn[entry.fn] = (entry, key)
+                    self.cache.by_fn[entry.fn] = (entry, key, [])
+        if fast and modes._mode is not _FUSED:  # the next call checks against this one
+            hit = self.cache.by_fn.get(entry.fn)
+            if hit is not None and hit[0] is entry:
+                self.cache.last = hit
         if self.checked_scalars and (kwargs or len(args) > self.plain_arity):  # (add's alpha: keyword only)
             scalar_checks.check(self, entry, args, kwargs)
         if entry.offsets:  # views read at run-time offsets
@@ -879,7 +882,44 @@ def _fast_list(xs, traced, inputs, fused):
     return tuple(out)
 
 
-def _list_matches(xs, entry, inputs):
+def _slow_match(pos, groups, args, inputs, fused):
+    """``Kernel._matched`` without a matcher: each argument checked against
+    its signature entry in Python, the inputs appended as ``_fast_key``
+    would; False (``inputs`` emptied) for a call of another signature."""
+    if len(args) == len(pos):
+        for x, e in zip(args, pos):
+            if type(e) is tuple and e:
+                tag = e[0]
+                if tag is TENSOR:  # (TENSOR, spec): a tpu tensor seen plainly
+                    if not isinstance(x, Tensor):
+                        break
+                    buf = getattr(x.untyped_storage(), "_tpu_buf", None)
+                    spec = e[1]
+                    if (buf is None or _TORCH_TO_NP[x.dtype] is not spec[5] or x.is_neg()
+                            or (spec[5].kind == "c" and x.is_conj())):  # a real tensor is never conj
+                        break
+                    aval = getattr(buf, "aval", buf)
+                    if (aval.shape != spec[0] or aval.dtype != spec[1] or x.shape != spec[2]
+                            or x.stride() != spec[3] or x.storage_offset() != spec[4]):
+                        break
+                    inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
+                elif tag is NUMBER and type(x) is e[1]:  # a traced number
+                    inputs.append(x if fused else numbers.on_device(x))
+                elif tag is NUMBER or not _list_matches(x, e, inputs, fused):  # a list (_fast_list's)
+                    break
+            elif type(x) is not type(e) or x != e:  # a static value (None included)
+                break
+        else:  # a written list: its tensors share storages as they did
+            if groups is None or _storage_groups(args[0]) == groups:
+                return True
+    del inputs[:]
+    return False
+
+
+_MAX_MATCHERS = 2  # per signature
+
+
+def _list_matches(xs, entry, inputs, fused=True):
     """Whether ``_fast_list`` gives the list ``xs`` the signature ``entry`` (fused
     mode), appending the inputs it would (``Kernel._predicted``'s lists)."""
     if (type(xs) is not list and type(xs) is not tuple) or len(xs) != len(entry):
@@ -898,7 +938,7 @@ def _list_matches(xs, entry, inputs):
                 if (aval.shape != spec[0] or aval.dtype != spec[1] or x.shape != spec[2] or x.stride() != spec[3]
                         or x.storage_offset() != spec[4]):
                     return False
-                inputs.append(buf)
+                inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
             elif e[0] is NUMBER and type(x) is e[1]:
                 inputs.append(x)
             else:
@@ -929,15 +969,17 @@ class _Cache(dict):
     """A kernel's entries by signature, and (``by_fn``) each fast-path
     entry and its signature by executable, for ``Kernel._predicted``; both
     cleared together."""
-    __slots__ = ("by_fn",)
+    __slots__ = ("by_fn", "last")
 
     def __init__(self):
         super().__init__()
         self.by_fn = {}
+        self.last = None  # strict mode: the by_fn value of the kernel's last fast-path call
 
     def clear(self):
         super().clear()
         self.by_fn.clear()
+        self.last = None
 
     def forget(self, key, entry):
         """Drop ``entry``, whose launch failed: the next call with its
@@ -946,6 +988,7 @@ class _Cache(dict):
         if key is not None and self.get(key) is entry:
             del self[key]
         self.by_fn.pop(entry.fn, None)
+        self.last = None
 
 
 def _storage_groups(tensors):

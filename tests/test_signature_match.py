@@ -1,0 +1,133 @@
+"""A cached kernel's later calls are checked against its signature by a
+matcher (torch_tpu/ops/signature_match.py): what it accepts must be exactly
+what the signature allows, in strict and fused mode, or a call would run an
+executable built for another geometry."""
+import pytest
+import torch
+
+from torch_tpu.ops import registry, signature_match
+
+MODES = ["strict", "fused"]
+
+
+def _kernel(op):
+    return registry.KERNELS[op]
+
+
+def _run(mode, fn, *args):
+    with torch.tpu.set_eager_mode(mode):
+        out = fn(*args)
+        return out.cpu() if isinstance(out, torch.Tensor) else [o.cpu() for o in out]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_calls_of_other_geometry_are_not_taken_for_the_cached_one(mode):
+    base = torch.randn(6, 6)
+    x = base.to("tpu")
+    y = torch.randn(6, 6).to("tpu")
+    for _ in range(3):  # cache add's signature and its matcher
+        _run(mode, torch.add, x, y)
+    others = {
+        "transposed": (x.t(), base.t()),
+        "rows of a larger buffer": (torch.randn(7, 6).to("tpu")[1:], None),
+        "negative view": (torch._neg_view(x), torch._neg_view(base)),
+        "float64": (x.double(), base.double()),
+        "needs grad": (x.clone().requires_grad_(), base.clone()),
+        "parameter": (torch.nn.Parameter(x.clone()), base.clone()),
+    }
+    for name, (a, a_cpu) in others.items():
+        if a_cpu is None:
+            a_cpu = a.cpu()
+        expected = a_cpu.detach() + y.cpu()
+        got = _run(mode, torch.add, a, y)
+        torch.testing.assert_close(got.detach(), expected, rtol=0, atol=0, msg=name)
+        torch.testing.assert_close(_run(mode, torch.add, x, y), base + y.cpu(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_view_at_another_offset_of_the_same_buffer_reads_its_own_elements(mode):
+    base = torch.randn(8, 4)
+    big = base.to("tpu")
+    y = torch.randn(4, 4).to("tpu")
+    for _ in range(3):
+        _run(mode, torch.mul, big[:4], y)
+    for start in (1, 4, 0):
+        torch.testing.assert_close(_run(mode, torch.mul, big[start:start + 4], y), base[start:start + 4] * y.cpu(),
+                                   rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_foreach_lists_are_matched_tensor_by_tensor(mode):
+    cpu = [torch.randn(3, 4), torch.randn(5), torch.randn(2, 2)]
+    tpu = [t.to("tpu") for t in cpu]
+    for _ in range(3):
+        _run(mode, torch._foreach_mul, tpu, 2.0)
+    swapped = [tpu[0], tpu[1].flip(0), tpu[2].t()]  # the same shapes, other geometry
+    got = _run(mode, torch._foreach_mul, swapped, 2.0)
+    for g, c in zip(got, [cpu[0] * 2, cpu[1].flip(0) * 2, cpu[2].t() * 2]):
+        torch.testing.assert_close(g, c, rtol=0, atol=0)
+    shorter = _run(mode, torch._foreach_mul, tpu[:2], 2.0)
+    assert len(shorter) == 2
+
+
+def test_strict_checks_against_the_kernels_last_signature(monkeypatch):
+    x, y = torch.randn(4, 4).to("tpu"), torch.randn(4, 4).to("tpu")
+    kernel = _kernel(torch.ops.aten.add.Tensor)
+    answers = []
+    match = signature_match.Matcher.match
+
+    def spy(self, args, fused):
+        found = match(self, args, fused)
+        answers.append(found is not None)
+        return found
+    with torch.tpu.set_eager_mode("strict"):
+        x + y
+        monkeypatch.setattr(signature_match.Matcher, "match", spy)
+        hit = kernel.cache.last
+        assert hit is not None and kernel.cache.by_fn[hit[0].fn] is hit
+        x + y  # checked the slow way once (if new), which gives the signature its matcher
+        answers.clear()
+        assert len(hit[2]) >= 1
+        x + y
+        assert answers == [True]
+        torch.testing.assert_close((x + y.t()).cpu(), x.cpu() + y.cpu().t(), rtol=0, atol=0)
+        assert answers[:2] == [True, False]  # refused: then found or built under its own signature
+        assert kernel.cache.last is not hit
+
+
+def test_a_pending_fused_result_passed_in_strict_mode_is_computed_first():
+    cpu = [torch.randn(3), torch.randn(3)]
+    tpu = [t.to("tpu") for t in cpu]
+    with torch.tpu.set_eager_mode("strict"):
+        for _ in range(3):
+            torch._foreach_add(tpu, tpu)
+    with torch.tpu.set_eager_mode("fused"):
+        pending = [t * 3 for t in tpu]  # recorded, not run
+    with torch.tpu.set_eager_mode("strict"):
+        got = torch._foreach_add(pending, tpu)
+    for g, c in zip(got, cpu):
+        torch.testing.assert_close(g.cpu(), c * 3 + c, rtol=0, atol=0)
+
+
+def test_compiled_graph_inputs_of_other_geometry_are_not_taken_for_the_cached_ones():
+    f = torch.compile(lambda a, b: a * 2 + b, backend="tpu", dynamic=False)
+    base, other = torch.randn(4, 4), torch.randn(4, 4)
+    x, y = base.to("tpu"), other.to("tpu")
+    for _ in range(3):  # the graph's signature and its input matcher
+        torch.testing.assert_close(f(x, y).cpu(), base * 2 + other, rtol=0, atol=0)
+    cases = {
+        "negative view": (torch._neg_view(x), -base),
+        "transposed": (x.t(), base.t()),
+        "a new tensor": (torch.ones(4, 4).to("tpu"), torch.ones(4, 4)),
+        "rows of a larger buffer": (torch.cat([x, x]).reshape(8, 4)[4:], base),
+    }
+    for name, (a, a_cpu) in cases.items():
+        torch.testing.assert_close(f(a, y).cpu(), a_cpu * 2 + other, rtol=0, atol=0, msg=name)
+        torch.testing.assert_close(f(x, y).cpu(), base * 2 + other, rtol=0, atol=0, msg=name)
+
+
+def test_compiled_graph_called_with_lazy_negations_reads_their_values():
+    f = torch.compile(lambda a: a + 1, backend="tpu", dynamic=False)
+    for _ in range(3):
+        base = torch.randn(3, 3)
+        torch.testing.assert_close(f(torch._neg_view(base.to("tpu"))).cpu(), -base + 1, rtol=0, atol=0)

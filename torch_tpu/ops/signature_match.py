@@ -1,0 +1,162 @@
+"""Checking a call against a cached signature in one pass, instead of
+building the call's signature and looking it up.
+
+``Kernel._fast_key`` encodes each tpu tensor argument as a ViewSpec (its
+buffer's shape and dtype, its size, stride, storage offset and dtype): about
+1 us of Python per tensor, 66 tensors for one of AdamW's foreach ops.  A
+``Matcher``, made once from a call whose arguments had the signature, checks
+a later call against it: the tensors' dtypes, sizes, strides and dispatch keys
+(a lazy negation or conjugation is a key) by PyTorch's own C++ tensor check,
+the one Dynamo's guards use, in one call for all of them; in Python only what
+that check does not see (each tensor's buffer, with its shape and dtype, and
+its storage offset), the numbers' kinds and the static values.  The C++ check
+also compares what a signature leaves out (requires_grad, a Parameter's
+Python type, the dispatch keys the thread excludes, as inside inference_mode):
+a call that differs only there fails the match, and its caller checks the
+slow way.  Without that check (another PyTorch), there are no matchers.
+"""
+from torch import Tensor
+
+from ..eager import fusion
+from ..eager.fusion import LazyBuffer
+from ..storage import numbers
+
+try:
+    from torch._C._dynamo.guards import TensorGuards
+except ImportError:  # pragma: no cover - every supported PyTorch has it
+    TensorGuards = None
+
+# what each leaf of a call (an argument, or an element of a list argument) is
+_TENSOR, _NUMBER, _LIST_NUMBER, _STATIC = range(4)
+
+
+class Matcher:
+    """The arguments of one signature, as ``match`` checks them."""
+    __slots__ = ("guard", "nargs", "list_lens", "tensor_at", "leaves")
+
+    def __init__(self, guard, nargs, list_lens, tensor_at, leaves):
+        self.guard = guard          # TensorGuards of the tensor leaves
+        self.nargs = nargs
+        self.list_lens = list_lens  # per argument: a list argument's length, else -1 (None: no lists)
+        self.tensor_at = tensor_at  # the tensor leaves' positions among the leaves
+        self.leaves = leaves        # per leaf: (kind, a, b, c): see make
+
+    def match(self, args, fused):
+        """The call's array inputs, as ``Kernel._fast_key`` (or ``_predicted``
+        in fused mode) would append them, if ``args`` have the signature;
+        else None."""
+        if len(args) != self.nargs:
+            return None
+        if self.list_lens is None:
+            leaves = args
+        else:
+            leaves = []
+            for a, n in zip(args, self.list_lens):
+                if n < 0:
+                    leaves.append(a)
+                elif (type(a) is list or type(a) is tuple) and len(a) == n:
+                    leaves.extend(a)
+                else:
+                    return None
+        if not self.guard.check(*[leaves[i] for i in self.tensor_at]):
+            return None
+        inputs = []
+        for x, (kind, a, b, c) in zip(leaves, self.leaves):
+            if kind is _TENSOR:  # a: its buffer's shape, b: the buffer's dtype, c: its storage offset
+                try:
+                    buf = x.untyped_storage()._tpu_buf
+                except AttributeError:  # a C++-made alias storage: the slow way (storage_of)
+                    return None
+                aval = getattr(buf, "aval", buf)
+                if aval.shape != a or aval.dtype != b or x.storage_offset() != c:
+                    return None
+                inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
+            elif kind is _STATIC:
+                if type(x) is not type(a) or x != a:
+                    return None
+            elif type(x) is not a:  # a traced number of kind a
+                return None
+            elif kind is _NUMBER and not fused:
+                inputs.append(numbers.on_device(x))
+            else:  # fused mode records numbers as they are; a list's numbers are passed so
+                inputs.append(x)
+        return inputs
+
+
+def make(pos, args, tensor_tag, number_tag):
+    """The matcher of ``args``, whose positional signature is ``pos`` (as
+    ``Kernel._fast_key`` encodes it: ``(tensor_tag, ViewSpec)`` per tensor,
+    ``(number_tag, type)`` per traced number, a tuple of those per list, the
+    value itself otherwise); None without PyTorch's tensor check."""
+    if TensorGuards is None:
+        return None
+    list_lens, leaves, flat = [], [], []
+    for a, e in zip(args, pos):
+        if type(a) is list or type(a) is tuple:
+            list_lens.append(len(a))
+            for x, ex in zip(a, e):
+                leaves.append(_leaf(x, ex, tensor_tag, number_tag, _LIST_NUMBER))
+                flat.append(x)
+        else:
+            list_lens.append(-1)
+            leaves.append(_leaf(a, e, tensor_tag, number_tag, _NUMBER))
+            flat.append(a)
+    tensors = [x for x, leaf in zip(flat, leaves) if leaf[0] is _TENSOR]
+    guard = TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                         dynamic_dims_strides=[list(t.stride()) for t in tensors])
+    return Matcher(guard, len(args), None if all(n < 0 for n in list_lens) else tuple(list_lens),
+                   tuple(i for i, leaf in enumerate(leaves) if leaf[0] is _TENSOR), tuple(leaves))
+
+
+def _leaf(x, entry, tensor_tag, number_tag, number_kind):
+    if isinstance(x, Tensor):
+        spec = entry[1]
+        return (_TENSOR, spec.buf_shape, spec.buf_dtype, spec.offset)
+    if type(entry) is tuple and entry and entry[0] is number_tag:
+        return (number_kind, entry[1], None, None)
+    return (_STATIC, entry, None, None)
+
+
+class GraphMatcher:
+    """A compiled graph's inputs of one signature (compile/backend.py), when
+    each tpu tensor input is its storage's whole buffer: a later call's arrays
+    if its arguments have the signature, else None."""
+    __slots__ = ("guard", "nargs", "tensor_at", "expect", "statics")
+
+    def __init__(self, args, tensor_at, expect, statics):
+        tensors = [args[i] for i in tensor_at]
+        self.guard = TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                                  dynamic_dims_strides=[list(t.stride()) for t in tensors])
+        self.nargs = len(args)
+        self.tensor_at = tensor_at  # the tpu tensor arguments' positions
+        self.expect = expect        # per tpu tensor, its buffer's (shape, dtype)
+        self.statics = statics      # ((position, value), ...) of the arguments that are not tensors
+
+    def match(self, args, lazy):
+        """The arrays to pass (``lazy``: pending fused results as they are,
+        for recording), or None."""
+        if len(args) != self.nargs or not self.guard.check(*[args[i] for i in self.tensor_at]):
+            return None
+        for i, v in self.statics:
+            x = args[i]
+            if type(x) is not type(v) or x != v:
+                return None
+        arrays = []
+        for i, (shape, dtype) in zip(self.tensor_at, self.expect):
+            x = args[i]
+            try:
+                buf = x.untyped_storage()._tpu_buf
+            except AttributeError:
+                return None
+            if type(buf) is LazyBuffer and (not lazy or buf.value is not None):
+                buf = fusion.resolve(buf)
+            aval = getattr(buf, "aval", buf)
+            if aval.shape != shape or aval.dtype != dtype or x.storage_offset():
+                return None
+            arrays.append(buf)
+        return arrays
+
+
+def graph_matcher(args, tensor_at, expect, statics):
+    """A GraphMatcher of ``args`` (see there), or None without PyTorch's tensor check."""
+    return None if TensorGuards is None else GraphMatcher(args, tensor_at, expect, statics)
