@@ -225,13 +225,13 @@ def test_fused_predicted_op_is_checked_against_its_signature(monkeypatch):
     the full encoding and computes its own values."""
     from torch_tpu.ops import registry
     outcomes = []
-    predicted = registry.Kernel._predicted
+    matched = registry.Kernel._matched
 
-    def spy(self, args, inputs):
-        entry = predicted(self, args, inputs)
+    def spy(self, hit, args, inputs, fused):
+        entry = matched(self, hit, args, inputs, fused)
         outcomes.append(entry is not None)
         return entry
-    monkeypatch.setattr(registry.Kernel, "_predicted", spy)
+    monkeypatch.setattr(registry.Kernel, "_matched", spy)
     gen = torch.Generator().manual_seed(0)
     sq, big, i0 = torch.randn(6, 6, generator=gen), torch.randn(5, 6, generator=gen), torch.arange(24).reshape(4, 6)
     cz = torch.complex(*torch.randint(-3, 4, (2, 6, 6), generator=gen).float())  # (small integers: mm exact)

@@ -474,18 +474,11 @@ class Kernel:
         groups = _storage_groups(args[0]) if self.writes_list else None
         return (tuple(pos), (), groups, torch.get_default_dtype(), precision.current)
 
-    def _predicted(self, args, inputs):
-        """Fused mode: the entry of the op that recording predicts (what
-        followed the pending program's last op last time), if ``_fast_key``
-        would give ``args`` its signature: checked, not rebuilt, with the
-        inputs appended as ``_fast_key`` would.  Else None, ``inputs`` empty."""
-        hit = self.cache.by_fn.get(fusion.predicted())
-        return None if hit is None else self._matched(hit, args, inputs, True)
-
     def _matched(self, hit, args, inputs, fused):
         """``hit``'s entry if ``args`` have its signature (``hit``: a
-        ``_Cache.by_fn`` value), with the inputs appended as ``_fast_key``
-        would; else None, ``inputs`` empty.  Its matchers check first
+        ``_Cache.by_fn`` value: in fused mode the op recording predicts,
+        in strict mode the kernel's last signature), with the inputs appended
+        as ``_fast_key`` would; else None, ``inputs`` empty.  Its matchers check first
         (signature_match.py); a call they refuse is checked the slow way, and
         then gets a matcher of its own."""
         entry, key, matchers = hit
@@ -510,8 +503,10 @@ class Kernel:
             out_checks.check_overlap(self, args, kwargs)
         inputs, entry, key, fast = [], None, None, False
         if self.fast and not kwargs:
-            if modes._mode is _FUSED:
-                entry = self._predicted(args, inputs) if self.cache.by_fn else None
+            if modes._mode is _FUSED:  # the op recording predicts (fusion.predicted), checked
+                hit = self.cache.by_fn.get(fusion.predicted()) if self.cache.by_fn else None
+                if hit is not None:
+                    entry = self._matched(hit, args, inputs, True)
             else:  # strict: the signature of this kernel's last call, checked
                 hit = self.cache.last
                 if hit is not None:
@@ -920,8 +915,8 @@ _MAX_MATCHERS = 2  # per signature
 
 
 def _list_matches(xs, entry, inputs, fused=True):
-    """Whether ``_fast_list`` gives the list ``xs`` the signature ``entry`` (fused
-    mode), appending the inputs it would (``Kernel._predicted``'s lists)."""
+    """Whether ``_fast_list`` gives the list ``xs`` the signature ``entry``,
+    appending the inputs it would (``_slow_match``'s lists)."""
     if (type(xs) is not list and type(xs) is not tuple) or len(xs) != len(entry):
         return False
     for x, e in zip(xs, entry):
@@ -967,7 +962,7 @@ def _half_lapack(jaxpr) -> bool:
 
 class _Cache(dict):
     """A kernel's entries by signature, and (``by_fn``) each fast-path
-    entry and its signature by executable, for ``Kernel._predicted``; both
+    entry, its signature and its matchers by executable, for ``Kernel._matched``; both
     cleared together."""
     __slots__ = ("by_fn", "last")
 

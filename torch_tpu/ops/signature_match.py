@@ -15,6 +15,8 @@ Python type, the dispatch keys the thread excludes, as inside inference_mode):
 a call that differs only there fails the match, and its caller checks the
 slow way.  Without that check (another PyTorch), there are no matchers.
 """
+import operator
+
 from torch import Tensor
 
 from ..eager import fusion
@@ -32,19 +34,20 @@ _TENSOR, _NUMBER, _LIST_NUMBER, _STATIC = range(4)
 
 class Matcher:
     """The arguments of one signature, as ``match`` checks them."""
-    __slots__ = ("guard", "nargs", "list_lens", "tensor_at", "leaves")
+    __slots__ = ("guard", "nargs", "list_lens", "tensors", "leaves")
 
     def __init__(self, guard, nargs, list_lens, tensor_at, leaves):
         self.guard = guard          # TensorGuards of the tensor leaves
         self.nargs = nargs
         self.list_lens = list_lens  # per argument: a list argument's length, else -1 (None: no lists)
-        self.tensor_at = tensor_at  # the tensor leaves' positions among the leaves
+        # the tensor leaves, picked from the leaves (a tuple of them, or one)
+        self.tensors = operator.itemgetter(*tensor_at) if tensor_at else (lambda leaves: ())
         self.leaves = leaves        # per leaf: (kind, a, b, c): see make
 
     def match(self, args, fused):
-        """The call's array inputs, as ``Kernel._fast_key`` (or ``_predicted``
-        in fused mode) would append them, if ``args`` have the signature;
-        else None."""
+        """The call's array inputs, as ``Kernel._fast_key`` would append them
+        (in fused mode: numbers and pending results as they are), if ``args``
+        have the signature; else None."""
         if len(args) != self.nargs:
             return None
         if self.list_lens is None:
@@ -58,7 +61,8 @@ class Matcher:
                     leaves.extend(a)
                 else:
                     return None
-        if not self.guard.check(*[leaves[i] for i in self.tensor_at]):
+        tensors = self.tensors(leaves)
+        if not (self.guard.check(*tensors) if type(tensors) is tuple else self.guard.check(tensors)):
             return None
         inputs = []
         for x, (kind, a, b, c) in zip(leaves, self.leaves):
