@@ -70,8 +70,8 @@ def test_foreach_lists_are_matched_tensor_by_tensor(mode):
     assert len(shorter) == 2
 
 
-def test_strict_checks_against_the_kernels_last_signature(monkeypatch):
-    x, y = torch.randn(4, 4).to("tpu"), torch.randn(4, 4).to("tpu")
+def test_strict_checks_against_the_kernels_recent_signatures(monkeypatch):
+    x, y, w = torch.randn(4, 4).to("tpu"), torch.randn(4, 4).to("tpu"), torch.randn(3, 5).to("tpu")
     kernel = _kernel(torch.ops.aten.add.Tensor)
     answers = []
     match = signature_match.Matcher.match
@@ -81,18 +81,20 @@ def test_strict_checks_against_the_kernels_last_signature(monkeypatch):
         answers.append(found is not None)
         return found
     with torch.tpu.set_eager_mode("strict"):
-        x + y
+        x + y  # its signature: built (or found), remembered first, with a matcher
+        hit = kernel.cache.recent[0]
+        assert kernel.cache.by_fn[hit[0].fn] is hit and len(hit[2]) >= 1
         monkeypatch.setattr(signature_match.Matcher, "match", spy)
-        hit = kernel.cache.last
-        assert hit is not None and kernel.cache.by_fn[hit[0].fn] is hit
-        x + y  # checked the slow way once (if new), which gives the signature its matcher
-        answers.clear()
-        assert len(hit[2]) >= 1
         x + y
         assert answers == [True]
+        answers.clear()
+        torch.testing.assert_close((w + w).cpu(), w.cpu() * 2, rtol=0, atol=0)
+        assert False in answers  # refused: found or built under its own signature
+        assert kernel.cache.recent[0] is not hit and kernel.cache.recent[1] is hit
+        answers.clear()
+        torch.testing.assert_close((x + y).cpu(), x.cpu() + y.cpu(), rtol=0, atol=0)
+        assert answers[-1] is True  # the second recent signature's matcher took it
         torch.testing.assert_close((x + y.t()).cpu(), x.cpu() + y.cpu().t(), rtol=0, atol=0)
-        assert answers[:2] == [True, False]  # refused: then found or built under its own signature
-        assert kernel.cache.last is not hit
 
 
 def test_a_pending_fused_result_passed_in_strict_mode_is_computed_first():

@@ -490,7 +490,9 @@ class Kernel:
             if found is not None and (groups is None or _storage_groups(args[0]) == groups):
                 inputs += found
                 return entry
-        if not _slow_match(pos, groups, args, inputs, fused):
+        # strict mode builds the key next (its matchers come from there); a
+        # prediction is worth checking the slow way
+        if not fused or not _slow_match(pos, groups, args, inputs, fused):
             return None
         if len(matchers) < _MAX_MATCHERS:  # (another context: inside inference_mode, say)
             m = signature_match.make(pos, args, TENSOR, NUMBER)
@@ -507,11 +509,12 @@ class Kernel:
                 hit = self.cache.by_fn.get(fusion.predicted()) if self.cache.by_fn else None
                 if hit is not None:
                     entry = self._matched(hit, args, inputs, True)
-            else:  # strict: the signature of this kernel's last call, checked
-                hit = self.cache.last
-                if hit is not None:
+            else:  # strict: the signatures of this kernel's last calls, checked by their matchers
+                for hit in self.cache.recent:
                     entry = self._matched(hit, args, inputs, False)
-                    key = hit[1]
+                    if entry is not None:
+                        key = hit[1]
+                        break
         if (entry is not None and not entry.offsets and self.records_plainly
                 and len(args) <= self.plain_arity):  # fused: the predicted op, recorded
             results = launch(self.name, entry.fn, inputs, entry.out_buffers)
@@ -541,10 +544,10 @@ class Kernel:
                 self.cache[key] = entry
                 if fast:
                     self.cache.by_fn[entry.fn] = (entry, key, [])
-        if fast and modes._mode is not _FUSED:  # the next call checks against this one
+        if fast and modes._mode is not _FUSED:  # the next calls check against this one first
             hit = self.cache.by_fn.get(entry.fn)
             if hit is not None and hit[0] is entry:
-                self.cache.last = hit
+                _remember(self.cache.recent, hit, args)
         if self.checked_scalars and (kwargs or len(args) > self.plain_arity):  # (add's alpha: keyword only)
             scalar_checks.check(self, entry, args, kwargs)
         if entry.offsets:  # views read at run-time offsets
@@ -912,6 +915,19 @@ def _slow_match(pos, groups, args, inputs, fused):
 
 
 _MAX_MATCHERS = 2  # per signature
+_RECENT = 4  # signatures a kernel checks a strict call against before it builds the call's
+
+
+def _remember(recent, hit, args):
+    """Put ``hit`` (whose signature ``args`` have) first among a kernel's
+    recent signatures, with a matcher made from ``args`` if it has room."""
+    matchers = hit[2]
+    if len(matchers) < _MAX_MATCHERS:
+        m = signature_match.make(hit[1][0], args, TENSOR, NUMBER)
+        if m is not None:
+            matchers.append(m)
+    if not recent or recent[0] is not hit:
+        recent[:] = [hit, *(h for h in recent if h is not hit)][:_RECENT]
 
 
 def _list_matches(xs, entry, inputs, fused=True):
@@ -964,17 +980,17 @@ class _Cache(dict):
     """A kernel's entries by signature, and (``by_fn``) each fast-path
     entry, its signature and its matchers by executable, for ``Kernel._matched``; both
     cleared together."""
-    __slots__ = ("by_fn", "last")
+    __slots__ = ("by_fn", "recent")
 
     def __init__(self):
         super().__init__()
         self.by_fn = {}
-        self.last = None  # strict mode: the by_fn value of the kernel's last fast-path call
+        self.recent = []  # strict mode: by_fn values of the kernel's last fast-path calls, latest first
 
     def clear(self):
         super().clear()
         self.by_fn.clear()
-        self.last = None
+        self.recent = []
 
     def forget(self, key, entry):
         """Drop ``entry``, whose launch failed: the next call with its
@@ -983,7 +999,7 @@ class _Cache(dict):
         if key is not None and self.get(key) is entry:
             del self[key]
         self.by_fn.pop(entry.fn, None)
-        self.last = None
+        self.recent = []
 
 
 def _storage_groups(tensors):
