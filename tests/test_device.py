@@ -87,6 +87,31 @@ def test_memory_figures_are_live_bytes():
     assert torch.accelerator.memory_allocated() == before
 
 
+def test_peak_counts_storages_that_died_before_an_allocation_as_freed():
+    """A storage's death is queued (storage/memory.py) and applied at the next
+    allocation: a tensor dropped, on this thread or another, before the next
+    one is made never counts toward the peak with it."""
+    import threading
+    torch.tpu.synchronize()
+    base = torch.tpu.memory_allocated()
+    torch.tpu.reset_peak_memory_stats()
+    t = torch.empty(1000, 250, device="tpu")
+    del t
+    u = torch.empty(1000, 250, device="tpu")
+    holder = [u]
+    del u
+    dropper = threading.Thread(target=holder.clear)
+    dropper.start()
+    dropper.join()
+    v = torch.empty(1000, 250, device="tpu")
+    assert torch.tpu.max_memory_allocated() - base == 1_000_000
+    assert torch.tpu.memory_allocated() - base == 1_000_000
+    del v
+    assert torch.tpu.memory_allocated() == base
+    assert torch.tpu.memory_stats()["allocation.all.freed"] == torch.tpu.memory_stats()["allocation.all.allocated"] - (
+        torch.tpu.memory_stats()["allocation.all.current"])
+
+
 @pytest.mark.parametrize("swap", [True, False], ids=["swapped-storage", "set_"])
 def test_op_outputs_made_either_way_are_the_same(swap, monkeypatch):
     """A cached op's row-major output is made at its shape with its storage

@@ -35,7 +35,10 @@ class _StorageRef(weakref.ref):
 
 def _release(ref) -> None:
     _BY_ADDRESS.pop(ref.addr, None)
-    memory.freed_bytes(ref.nbytes)
+    _freed_bytes(ref.nbytes)
+
+
+_freed_bytes = memory.freed_bytes
 
 
 _construct_storage = torch._C._construct_storage_from_data_pointer

@@ -1,6 +1,12 @@
 """The device's address space and live bytes: each tpu storage gets a fake,
 unique, aligned address range (nothing dereferences it; PyTorch compares
-ranges to detect aliasing) and its bytes count as allocated until it dies."""
+ranges to detect aliasing) and its bytes count as allocated until it dies.
+
+A storage's death is only queued (one atomic deque append, from whichever
+thread drops it); the next allocation or statistics read applies the queued
+deaths first, under the lock, so the live bytes and the peak are what they
+would be had each death taken the lock itself."""
+import collections
 import threading
 
 _ALIGN = 64
@@ -20,12 +26,28 @@ class _Stats:
 _stats = _Stats()
 
 
+_deaths = collections.deque()  # byte counts of storages that died, not yet subtracted
+freed_bytes = _deaths.append  # (called as a storage dies: every op's dropped result)
+
+
+def _apply_deaths(s) -> None:
+    """Subtract the queued deaths (the caller holds the lock)."""
+    n = 0
+    while _deaths:
+        s.allocated -= _deaths.popleft()
+        n += 1
+    s.count -= n
+    s.num_free += n
+
+
 def allocate(nbytes: int) -> int:
     """The address of a new range of ``nbytes``, counted as allocated
     (one lock for both: this runs for every op's output)."""
     size = -(-nbytes // _ALIGN) * _ALIGN or _ALIGN  # rounded up; an empty storage still gets a range
     s = _stats
     with _lock:
+        if _deaths:
+            _apply_deaths(s)
         addr = s.next_address
         s.next_address = addr + size
         allocated = s.allocated = s.allocated + nbytes
@@ -36,30 +58,28 @@ def allocate(nbytes: int) -> int:
     return addr
 
 
-def freed_bytes(nbytes: int) -> None:
-    s = _stats
-    with _lock:
-        s.allocated -= nbytes
-        s.count -= 1
-        s.num_free += 1
-
-
 def allocated() -> int:
-    return _stats.allocated
+    with _lock:
+        _apply_deaths(_stats)
+        return _stats.allocated
 
 
 def peak() -> int:
-    return _stats.peak
+    with _lock:
+        _apply_deaths(_stats)
+        return _stats.peak
 
 
 def reset_peak() -> None:
     with _lock:
+        _apply_deaths(_stats)
         _stats.peak = _stats.allocated
 
 
 def stats() -> dict:
     s = _stats
     with _lock:
+        _apply_deaths(s)
         return {
             "allocated_bytes.all.current": s.allocated,
             "allocated_bytes.all.peak": s.peak,
