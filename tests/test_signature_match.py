@@ -133,3 +133,18 @@ def test_compiled_graph_called_with_lazy_negations_reads_their_values():
     for _ in range(3):
         base = torch.randn(3, 3)
         torch.testing.assert_close(f(torch._neg_view(base.to("tpu"))).cpu(), -base + 1, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_without_pytorchs_tensor_check_calls_take_the_slow_way(mode, monkeypatch):
+    monkeypatch.setattr(signature_match, "TensorGuards", None)
+    base = torch.randn(3, 7)
+    x = base.to("tpu")
+    kernel = _kernel(torch.ops.aten.sub.Tensor)
+    for _ in range(4):
+        torch.testing.assert_close(_run(mode, torch.sub, x, x.flip(1)), base - base.flip(1), rtol=0, atol=0)
+    torch.testing.assert_close(_run(mode, torch.sub, x.flip(0), x), base.flip(0) - base, rtol=0, atol=0)
+    assert all(not hit[2] for hit in kernel.cache.by_fn.values() if hit[1][0][0][1].size == (3, 7))
+    f = torch.compile(lambda a: a - 1, backend="tpu", dynamic=False)
+    for _ in range(3):
+        torch.testing.assert_close(f(x).cpu(), base - 1, rtol=0, atol=0)

@@ -105,11 +105,21 @@ def make(pos, args, tensor_tag, number_tag):
             list_lens.append(-1)
             leaves.append(_leaf(a, e, tensor_tag, number_tag, _NUMBER))
             flat.append(a)
-    tensors = [x for x, leaf in zip(flat, leaves) if leaf[0] is _TENSOR]
-    guard = TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
-                         dynamic_dims_strides=[list(t.stride()) for t in tensors])
+    guard = _guard([x for x, leaf in zip(flat, leaves) if leaf[0] is _TENSOR])
+    if guard is None:
+        return None
     return Matcher(guard, len(args), None if all(n < 0 for n in list_lens) else tuple(list_lens),
                    tuple(i for i, leaf in enumerate(leaves) if leaf[0] is _TENSOR), tuple(leaves))
+
+
+def _guard(tensors):
+    """PyTorch's C++ check of ``tensors``' geometry, or None where this
+    PyTorch's private class does not take these arguments."""
+    try:
+        return TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                            dynamic_dims_strides=[list(t.stride()) for t in tensors])
+    except (TypeError, ValueError, RuntimeError, SystemError):
+        return None
 
 
 def _leaf(x, entry, tensor_tag, number_tag, number_kind):
@@ -127,10 +137,8 @@ class GraphMatcher:
     if its arguments have the signature, else None."""
     __slots__ = ("guard", "nargs", "tensor_at", "expect", "statics")
 
-    def __init__(self, args, tensor_at, expect, statics):
-        tensors = [args[i] for i in tensor_at]
-        self.guard = TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
-                                  dynamic_dims_strides=[list(t.stride()) for t in tensors])
+    def __init__(self, guard, args, tensor_at, expect, statics):
+        self.guard = guard
         self.nargs = len(args)
         self.tensor_at = tensor_at  # the tpu tensor arguments' positions
         self.expect = expect        # per tpu tensor, its buffer's (shape, dtype)
@@ -163,4 +171,5 @@ class GraphMatcher:
 
 def graph_matcher(args, tensor_at, expect, statics):
     """A GraphMatcher of ``args`` (see there), or None without PyTorch's tensor check."""
-    return None if TensorGuards is None else GraphMatcher(args, tensor_at, expect, statics)
+    guard = None if TensorGuards is None else _guard([args[i] for i in tensor_at])
+    return None if guard is None else GraphMatcher(guard, args, tensor_at, expect, statics)
