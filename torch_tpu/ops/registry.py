@@ -403,6 +403,7 @@ class Kernel:
         self.offset_entries = 0  # cache entries of views at one offset (bounded: see _build)
         self.lock = threading.Lock()
         self.check_overlap = out_checks.checks_overlap(self)
+        self.indexed_overlap = out_checks.indexed_overlap_rule(self)
         self.checked_scalars = tuple(sorted((self.arg_names.index(n), n) for n in opts.checked_scalars
                                             if n in self.arg_names))
         # outputs _finish returns as the one wrapped tensor
@@ -516,6 +517,8 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         if self.check_overlap:
             out_checks.check_overlap(self, args, kwargs)
+        elif self.indexed_overlap is not None:
+            out_checks.check_indexed_overlap(self, self.indexed_overlap, args, kwargs)
         inputs = []
         entry = (self._predicted(args, inputs) if self.fast and not kwargs and modes._mode is _FUSED
                  and self.cache.by_fn else None)
