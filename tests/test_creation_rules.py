@@ -265,3 +265,25 @@ def test_zero_gradients_stay_zero_in_deterministic_mode():
     from torch.testing._internal.common_utils import DeterministicGuard
     with DeterministicGuard(True):
         assert torch._efficientzerotensor(3, device="tpu").cpu().tolist() == [0.0, 0.0, 0.0]
+
+
+# ---- resize_ growing the storage keeps the old storage's elements where they were -------------
+
+def _grown(device, make):
+    t = make(device)
+    t.resize_(4, 3, 4)
+    return t.storage_offset(), t.stride(), torch.tensor(t.untyped_storage(), dtype=t.dtype, device="cpu")
+
+
+@pytest.mark.parametrize("make", [
+    # a strided tensor: its storage holds gaps, kept in place (the values were read in view order)
+    lambda d: torch.arange(46.0, device=d).as_strided((2, 3, 4), (1, 4, 12)),
+    # a view at an offset: the offset stays (it was reset to 0)
+    lambda d: torch.arange(10.0, device=d)[3:],
+], ids=["strided", "offset"])
+def test_resize_growth_keeps_storage_layout_and_offset(make):
+    off, stride, storage = _grown("tpu", make)
+    cpu_off, cpu_stride, cpu_storage = _grown("cpu", make)
+    assert (off, stride) == (cpu_off, cpu_stride)
+    n = make("cpu").untyped_storage().nbytes() // 4  # the old elements (the grown part is uninitialized)
+    assert storage[:n].tolist() == cpu_storage[:n].tolist()

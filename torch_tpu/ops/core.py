@@ -149,16 +149,14 @@ def resize_(self, size, memory_format=None):
     needed = (self.storage_offset() + buffers.storage_numel(size, strides)) * itemsize
     st = self.untyped_storage()
     if needed > st.nbytes():
-        old = access.read(self).reshape(-1) if st.nbytes() else None
+        # the new storage starts with the old storage's elements, in storage
+        # order (a strided tensor's gaps too), as the CPU's realloc keeps them
+        kept = st.nbytes() // itemsize
         fresh = buffers.allocate_like((needed // itemsize,), (1,), self.dtype)
-        kept = 0 if old is None else old.shape[0]
         if kept:
-            access.write(fresh[:kept], old)
+            access.write(fresh[:kept], access.read(buffers.new_tensor(st, self.dtype, (kept,))))
         _deterministic_fill(fresh[kept:])  # the CPU fills the grown part of the storage
         st = fresh.untyped_storage()
-        _aten.set_.source_Storage_storage_offset.redispatch(
-            _CPU, self, st, 0, size, strides)
-        return self
     _aten.set_.source_Storage_storage_offset.redispatch(
         _CPU, self, st, self.storage_offset(), size, strides)
     return self
