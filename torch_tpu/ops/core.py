@@ -28,7 +28,8 @@ def _metadata_only(name):
 
 for _name in ("as_strided.default", "view.default", "_reshape_alias.default",
               "set_.source_Storage_storage_offset", "set_.source_Storage", "set_.source_Tensor",
-              "unfold.default", "view_as_real.default", "_unsafe_view.default", "alias.default"):
+              "unfold.default", "view_as_real.default", "_unsafe_view.default", "alias.default",
+              "is_set_to.default"):  # (is_set_to: compares storages, offsets, sizes and strides)
     _metadata_only(_name)
 
 
