@@ -459,3 +459,18 @@ def test_index_and_scatter_ops_refuse_overlapping_memory_as_the_cpu(case):
     memory with the op's index or source; tpu wrote through the aliases."""
     fn = _OVERLAPS[case]
     assert _outcome(fn, "tpu") == _outcome(fn, "cpu")
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_put_alerts_in_deterministic_mode_as_the_cpu(accumulate):
+    """put_ without accumulate has no deterministic implementation: the CPU
+    raises in deterministic mode (tpu wrote silently)."""
+    from torch.testing._internal.common_utils import DeterministicGuard
+
+    def put(device):
+        a = torch.zeros(5, device=device)
+        a.put_(torch.tensor([0, 0], device=device), torch.tensor([1.0, 2.0], device=device), accumulate=accumulate)
+    with DeterministicGuard(True):
+        assert _outcome(put, "tpu") == _outcome(put, "cpu")
+    with DeterministicGuard(True, warn_only=True):
+        assert bool(_outcome(put, "tpu")[1]) == bool(_outcome(put, "cpu")[1]) == (not accumulate)

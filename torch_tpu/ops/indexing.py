@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 from jax import lax
+from torch._prims_common import alert_not_deterministic
 
 from .. import dtypes
 from ..eager import access, checks
@@ -493,7 +494,17 @@ def _prepare_flat(bound):
                  lambda v: IndexError(f"out of range: tried to access index {v} on a tensor of {n} elements."))
 
 
-guard("take.default", "put.default", prepare=_prepare_flat)
+def _prepare_put(bound):
+    """put_ without accumulate writes duplicate indices in no set order: the
+    CPU alerts in deterministic mode (an error, or a warning with warn_only),
+    before any other check."""
+    if not bound.get("accumulate", False):
+        alert_not_deterministic("put_")
+    _prepare_flat(bound)
+
+
+guard("take.default", prepare=_prepare_flat)
+guard("put.default", prepare=_prepare_put)
 
 
 # ---- masked ops ----------------------------------------------------------------------------
