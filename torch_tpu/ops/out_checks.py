@@ -5,7 +5,7 @@ import re
 import warnings
 
 import torch
-from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, compute_elementwise_output_strides, elementwise_dtypes
 
 from .. import dtypes
 
@@ -270,6 +270,27 @@ def _dense(t) -> bool:
 
 RESIZED = "An output with one or more elements was resized"
 _META = torch.device("meta")
+
+
+def restride_resized_out(out, args) -> None:
+    """An elementwise op's out= that was resized takes the layout TensorIterator
+    gives its result (the inputs' permutation, size-1 dimensions included), as
+    the CPU's set_output_raw_strided does; not row-major."""
+    shape = tuple(out.shape)
+    try:
+        operands = [to_meta_like(a).expand(shape) for a in args if isinstance(a, torch.Tensor) and a.dim()]
+    except RuntimeError:  # an operand that does not broadcast to the result: not an elementwise layout
+        return
+    if not operands:
+        return
+    strides = tuple(compute_elementwise_output_strides(*operands))
+    if strides != out.stride():
+        out.as_strided_(shape, strides)
+
+
+def to_meta_like(t):
+    """A meta tensor of ``t``'s geometry (no data)."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
 
 def resize_output(out, shape) -> None:

@@ -600,6 +600,8 @@ class Kernel:
             for dst, src in zip(outs, tensors):
                 if tuple(dst.shape) != tuple(src.shape):
                     out_checks.resize_output(dst, src.shape)
+                    if self.opts.promote is not None:
+                        out_checks.restride_resized_out(dst, args)
                 if not access.take_result(dst, src):  # (taking the result compiles no copy per shape)
                     copy_into(dst, src)
             if not self.op._schema.returns:
