@@ -21,6 +21,9 @@ PyTorch's (never copied into this repository); the versions measured:
     test/test_binary_ufuncs.py  the stored copy id 10488157 (183228 characters; imports under torch 2.13
         with ``binary_ufuncs_and_refs`` dropped from its import list and defined as ``binary_ufuncs``,
         which holds the _refs too in torch 2.13)
+    test/test_torch.py      pytorch/pytorch@e121c6ea4c91fb2e6c506175cf9d87e512211afb (409890 characters; imports under
+        torch 2.13 with ``skipIfMps`` imported as ``skipIfMPS as skipIfMps`` and ``tf32_is_not_fp32``, gone from
+        common_cuda, defined in the file to return False): only its device-type class TestTorchDeviceType
 
 An index out of range is an IndexError at the op when the index's values are
 known on the host (built from a list or a CPU tensor, or filled/written with
@@ -52,7 +55,9 @@ COMPLEX32_AS_RUNTIME_ERROR = (
     "UnsupportedOnTpu (a NotImplementedError, so a RuntimeError to Python); the test catches it and then "
     "expects torch.promote_types to refuse the pair too. The test base skips a test that fails after a "
     "refusal it caught")
-UNSUPPORTED_FEATURES = (QUANTIZED, SPARSE, COMPLEX32, QUANTIZED_EMPTY)
+QUANTIZED_DTYPE = ("quantized dtypes (qint8, quint8, qint32, quint4x2, quint2x4) are not tpu dtypes: torch_tpu's "
+                   "test base skips a test instantiated for one")
+UNSUPPORTED_FEATURES = (QUANTIZED, SPARSE, COMPLEX32, QUANTIZED_EMPTY, QUANTIZED_DTYPE)
 FIRST_CALL_COMPILE = (
     "runs ops on hundreds of new shapes; each new shape compiles an XLA executable (~0.04-0.1 s each on "
     "this machine), so the test can run past the 180 s per-test timeout (CPU seconds since suitesc; wall before)")
@@ -78,6 +83,26 @@ UNIQUE_DIM_NAN_ORDER = (
     "unique(x, dim=0) of a 1-d tensor with NaNs: the CPU's std::sort with a '<' comparator leaves NaN slices "
     "where insertion sort leaves them ([nan, 0, nan, nan, 1]); tpu sorts NaN slices last, each distinct "
     "([0, 1, nan, nan, nan], as torch.unique without dim gives on both); every other case of the test passes")
+
+# ttorch: test_torch.py's TestTorchDeviceType
+CPU_ONLY_MAP = (
+    "Tensor.map_ / map2_ call a Python function per element and are implemented for CPU tensors only (PyTorch "
+    "raises TypeError 'map_ is only implemented on CPU tensors' for every other device; the test returns before "
+    "them only on CUDA)")
+COV_DIVIDED_BY_ZERO = (
+    "cov of complex64 with correction equal to the number of observations divides by zero: a diagonal element's "
+    "imaginary part is a rounding residue of the product (about 1e-7, either sign, from the CPU's matmul; often "
+    "exactly 0 from XLA's), so the quotient's imaginary part is +-inf on the CPU and NaN on tpu (the test compares "
+    "with NumPy, whose residues differ again); every finite case agrees")
+
+STORAGE_SLICE = (
+    "slicing a tpu UntypedStorage (storage[a:b], which bytes_to_scalar does) makes a new storage that aliases part "
+    "of another's memory; torch_tpu's storages each hold a whole device buffer, so the slice has none and reading "
+    "it raises 'tpu storage has no device buffer' (a clear RuntimeError, no wrong value)")
+LEGACY_STORAGE_CLASS = (
+    "Tensor.storage_type() of a PrivateUse1 tensor is getattr(torch.tpu, 'FloatStorage'); the legacy typed-storage "
+    "classes exist for the CPU and CUDA only, so it is None; the test expects the CPU's torch.FloatStorage for "
+    "every device but CUDA")
 
 EXPECTED_FAILURES = {
     "test_sort_and_select.py": {
@@ -106,6 +131,16 @@ EXPECTED_FAILURES = {
         "TestUnaryUfuncsTPU::test_igamma_common_tpu_float32": XLA_IGAMMA,
         "TestUnaryUfuncsTPU::test_igammac_common_tpu_float32": XLA_IGAMMA,
         "TestUnaryUfuncsTPU::test_igamma_common_tpu_float64": XLA_IGAMMA,
+    },
+    "test_torch.py": {
+        "TestTorchDeviceTypeTPU::test_broadcast_fn_map_tpu": CPU_ONLY_MAP,
+        "TestTorchDeviceTypeTPU::test_broadcast_fn_map2_tpu": CPU_ONLY_MAP,
+        "TestTorchDeviceTypeTPU::test_cov_tpu_complex64": COV_DIVIDED_BY_ZERO,
+        **{f"TestTorchDeviceTypeTPU::test_storage_tpu_{d}": STORAGE_SLICE for d in (
+            "bool", "complex128", "complex64", "float32", "float64", "int16", "int32", "int64", "int8", "uint8")},
+        **{f"TestTorchDeviceTypeTPU::test_tensor_storage_type_tpu_{d}": LEGACY_STORAGE_CLASS for d in (
+            "bfloat16", "bool", "complex128", "complex64", "float16", "float32", "float64", "int16", "int32",
+            "int64", "int8", "uint8")},
     },
     "test_binary_ufuncs.py": {
         **{f"TestBinaryUfuncsTPU::test_fmod_remainder_by_zero_integral_tpu_{dt}": CUDA_DIVISION_BY_ZERO
@@ -144,6 +179,19 @@ EXPECTED_UNSUPPORTED_SKIPS = {
         "TestRandomTensorCreationTPU::test_randn_tpu_complex32": COMPLEX32,
         "TestRandomTensorCreationTPU::test_rand_tpu_complex32": COMPLEX32,
         "TestTensorCreationTPU::test_tensor_ctor_device_inference_tpu": SPARSE,
+    },
+    # ttorch: test_torch.py's TestTorchDeviceType
+    "test_torch.py": {
+        "TestTorchDeviceTypeTPU::test_complex_half_experimental_warning_tpu": COMPLEX32,
+        "TestTorchDeviceTypeTPU::test_item_tpu_complex32": COMPLEX32,
+        **{f"TestTorchDeviceTypeTPU::test_copy__tpu_{d}": COMPLEX32 for d in (  # each copies from every dtype
+            "bfloat16", "bool", "complex128", "complex32", "complex64", "float16", "float32", "float64", "int16",
+            "int32", "int64", "int8", "uint8")},
+        "TestTorchDeviceTypeTPU::test_memory_format_empty_like_tpu": SPARSE,
+        **{f"TestTorchDeviceTypeTPU::test_nondeterministic_resize_quantized_tpu_{d}": QUANTIZED_DTYPE for d in (
+            "qint32", "qint8", "quint2x4", "quint4x2", "quint8")},
+        **{f"TestTorchDeviceTypeTPU::test_storage_setitem_tpu_{d}": QUANTIZED_DTYPE for d in (
+            "qint32", "qint8", "quint4x2", "quint8")},
     },
     # suitesd's file: TestAutogradDeviceType only
     "test_autograd.py": {

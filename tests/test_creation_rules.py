@@ -237,3 +237,53 @@ def test_roll_checks_its_counts_first(shifts, dims):
     """The CPU's messages (the meta kernel wraps the dims first: 'Dimension out of range')."""
     assert outcome(lambda d: torch.arange(8, device=d).view(2, 4).roll(shifts, dims), "tpu") == \
         outcome(lambda d: torch.arange(8, device=d).view(2, 4).roll(shifts, dims), "cpu")
+
+
+# ---- deterministic mode: memory handed out uninitialized is filled as the CPU fills it ------
+
+def _uninitialized(device, dtype):
+    grown = torch.zeros(3, dtype=dtype, device=device)
+    grown.resize_(5)
+    return [torch.empty(3, dtype=dtype, device=device),
+            torch.empty_strided((2, 2), (1, 2), dtype=dtype, device=device),
+            torch.empty_like(torch.zeros(2, dtype=dtype, device=device)),
+            grown]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.complex64, torch.int8, torch.uint8,
+                                   torch.int64, torch.bool])
+def test_deterministic_mode_fills_uninitialized_memory_as_the_cpu(dtype):
+    from torch.testing._internal.common_utils import DeterministicGuard
+    with DeterministicGuard(True):
+        tpu = [t.cpu() for t in _uninitialized("tpu", dtype)]
+        cpu = _uninitialized("cpu", dtype)
+    for a, b in zip(tpu, cpu):
+        torch.testing.assert_close(a, b, equal_nan=True, atol=0, rtol=0)
+
+
+def test_zero_gradients_stay_zero_in_deterministic_mode():
+    from torch.testing._internal.common_utils import DeterministicGuard
+    with DeterministicGuard(True):
+        assert torch._efficientzerotensor(3, device="tpu").cpu().tolist() == [0.0, 0.0, 0.0]
+
+
+# ---- resize_ growing the storage keeps the old storage's elements where they were -------------
+
+def _grown(device, make):
+    t = make(device)
+    t.resize_(4, 3, 4)
+    return t.storage_offset(), t.stride(), torch.tensor(t.untyped_storage(), dtype=t.dtype, device="cpu")
+
+
+@pytest.mark.parametrize("make", [
+    # a strided tensor: its storage holds gaps, kept in place (the values were read in view order)
+    lambda d: torch.arange(46.0, device=d).as_strided((2, 3, 4), (1, 4, 12)),
+    # a view at an offset: the offset stays (it was reset to 0)
+    lambda d: torch.arange(10.0, device=d)[3:],
+], ids=["strided", "offset"])
+def test_resize_growth_keeps_storage_layout_and_offset(make):
+    off, stride, storage = _grown("tpu", make)
+    cpu_off, cpu_stride, cpu_storage = _grown("cpu", make)
+    assert (off, stride) == (cpu_off, cpu_stride)
+    n = make("cpu").untyped_storage().nbytes() // 4  # the old elements (the grown part is uninitialized)
+    assert storage[:n].tolist() == cpu_storage[:n].tolist()

@@ -499,3 +499,13 @@ def test_no_kernel_hides_a_composite_ops_autograd():
     expected = torch.autograd.grad(torch.true_divide(x, y), [x, y])
     tx, ty = (t.detach().to("tpu").requires_grad_() for t in (x, y))
     assert_same(torch.autograd.grad(torch.true_divide(tx, ty), [tx, ty]), expected)
+
+
+@pytest.mark.parametrize("args", [[], [0], [16], [[1, 2, 3, 255]], [(7, 8)]])
+def test_untyped_storage_from_bytes_or_size_as_the_cpu(args):
+    """torch.UntypedStorage on tpu from a sequence of byte values (it took only a size)."""
+    tpu = torch.UntypedStorage(*args, device="tpu")
+    cpu = torch.UntypedStorage(*args, device="cpu")
+    assert tpu.device.type == "tpu" and tpu.nbytes() == cpu.nbytes()
+    if args and isinstance(args[0], (list, tuple)):
+        assert tpu.tolist() == cpu.tolist()

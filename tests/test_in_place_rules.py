@@ -42,3 +42,23 @@ def test_sub_into_an_out_of_another_dtype_computes_in_the_operands_dtype():
         a, b = torch.tensor(5, dtype=torch.uint8, device=d), torch.tensor(8, dtype=torch.uint8, device=d)
         return torch.sub(a, b, out=torch.empty(0, dtype=torch.float64, device=d)).cpu()
     assert torch.equal(run("tpu"), run("cpu"))  # 253: uint8 wraps before the cast
+
+
+# ---- an elementwise op's out= that gets resized takes the result's layout --------------------
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.arange(24.0, device=d).reshape(2, 3, 4).permute(2, 0, 1),
+    lambda d: torch.arange(48.0, device=d).reshape(1, 1, 4, 12)[:, :, :, ::2].permute(3, 2, 0, 1),  # size-1 dims
+    lambda d: torch.arange(48.0, device=d).reshape(2, 3, 8)[:, :, ::2].permute(1, 2, 0),
+], ids=["permuted", "size-1-dims", "sliced"])
+@pytest.mark.parametrize("op", ["neg", "add", "eq"])
+def test_resized_out_takes_the_cpu_layout(make, op):
+    def strides(d):
+        x = make(d)
+        y = torch.arange(float(x.size(-1)), device=d)
+        call = {"neg": lambda o: torch.neg(x, out=o), "add": lambda o: torch.add(x, y, out=o),
+                "eq": lambda o: torch.eq(y, x, out=o)}[op]
+        out = torch.empty(0, device=d, dtype=torch.bool if op == "eq" else torch.float32)
+        result = call(out)
+        return result.stride(), result.cpu().tolist()
+    assert strides("tpu") == strides("cpu")

@@ -394,3 +394,83 @@ def test_index_reduce_extremes_of_small_integers(reduce, dtype):
     x = torch.tensor([5, 100, 7], dtype=dtype)
     index, source = torch.tensor([0, 0, 2]), torch.tensor([3, 9, 1], dtype=dtype)
     run_both(lambda a, i, s: a.index_reduce(0, i, s, reduce, include_self=False), x, index, source, exact=True)
+
+
+# ---- index_fill with a complex value; overlapping destinations of index/scatter ops ------
+
+def _outcome(fn, device):
+    """(error type and message, or None; the warnings' first lines), as ``fn(device)`` gives them."""
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fn(device)
+            error = None
+        except Exception as e:  # noqa: BLE001 (the error is the result compared)
+            error = (type(e), str(e))
+    return error, [str(w.message).split(" (Triggered")[0] for w in caught]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int8, torch.bool, torch.complex64])
+@pytest.mark.parametrize("value", [1 + 1j, complex(2, 0), "tensor"])
+def test_index_fill_complex_value_refused_as_the_cpu(dtype, value):
+    def fill(device):
+        x = torch.tensor([[1, 2], [4, 5]], dtype=dtype, device=device)
+        v = torch.tensor(1 + 1j, device=device) if value == "tensor" else value
+        return x.index_fill_(1, torch.tensor([0], device=device), v).cpu()
+    assert _outcome(fill, "tpu") == _outcome(fill, "cpu")
+
+
+_OVERLAPS = {
+    "index_add_ expanded": lambda d: torch.rand(1, device=d).expand(6).index_add_(0, torch.tensor([2, 1], device=d),
+                                                                                 torch.rand(2, device=d)),
+    "index_add_ source part of self": lambda d: (lambda y: y.index_add_(0, torch.tensor([2, 1, 0], device=d), y[:3]))(
+        torch.rand(6, device=d)),
+    "index_copy_ self is the index": lambda d: (lambda i: i.index_copy_(0, i, i.clone()))(
+        torch.tensor([2, 1, 0], device=d)),
+    "index_copy_ self is the source": lambda d: (lambda i: i.index_copy_(0, i.clone(), i))(
+        torch.tensor([2, 1, 0], device=d)),
+    "index_fill_ expanded warns": lambda d: torch.zeros(1, device=d).expand(6).index_fill_(
+        0, torch.tensor([2, 1], device=d), 1.0),
+    "index_fill_ self is the index": lambda d: (lambda i: i.index_fill_(0, i, 0))(torch.tensor([2, 1, 0], device=d)),
+    "index_put_ expanded warns": lambda d: torch.zeros(1, device=d).expand(6).index_put_(
+        (torch.tensor([2, 1], device=d),), torch.ones(2, device=d)),
+    "index_put_ value part of self": lambda d: (lambda y: y.index_put_((torch.tensor([2, 1, 0], device=d),), y[:3]))(
+        torch.rand(6, device=d)),
+    "put_ self is the index": lambda d: (lambda i: i.put_(i, i.clone()))(torch.tensor([2, 1, 0], device=d)),
+    "masked_fill_ expanded warns": lambda d: torch.zeros(1, device=d).expand(6).masked_fill_(
+        torch.tensor([True, False] * 3, device=d), 0.0),
+    "masked_fill_ mask part of self": lambda d: (lambda m: m[1:].masked_fill_(m[:-1], False))(
+        torch.tensor([True, False, True, True], device=d)),
+    "masked_fill_ mask is self": lambda d: (lambda m: m.masked_fill_(m, False))(
+        torch.tensor([True, False, True], device=d)),
+    "masked_scatter_ expanded": lambda d: torch.zeros(1, device=d).expand(6).masked_scatter_(
+        torch.tensor([True, False] * 3, device=d), torch.ones(3, device=d)),
+    "scatter_ src is self": lambda d: (lambda s: s.scatter_(0, torch.tensor([2, 1, 0], device=d), s))(
+        torch.rand(3, device=d)),
+    "scatter_add_ self is the index": lambda d: (lambda i: i.scatter_add_(0, i, i.clone()))(
+        torch.tensor([2, 1, 0], device=d)),
+}
+
+
+@pytest.mark.parametrize("case", list(_OVERLAPS))
+def test_index_and_scatter_ops_refuse_overlapping_memory_as_the_cpu(case):
+    """The CPU refuses (or warns about) a destination that is expanded or shares
+    memory with the op's index or source; tpu wrote through the aliases."""
+    fn = _OVERLAPS[case]
+    assert _outcome(fn, "tpu") == _outcome(fn, "cpu")
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_put_alerts_in_deterministic_mode_as_the_cpu(accumulate):
+    """put_ without accumulate has no deterministic implementation: the CPU
+    raises in deterministic mode (tpu wrote silently)."""
+    from torch.testing._internal.common_utils import DeterministicGuard
+
+    def put(device):
+        a = torch.zeros(5, device=device)
+        a.put_(torch.tensor([0, 0], device=device), torch.tensor([1.0, 2.0], device=device), accumulate=accumulate)
+    with DeterministicGuard(True):
+        assert _outcome(put, "tpu") == _outcome(put, "cpu")
+    with DeterministicGuard(True, warn_only=True):
+        assert bool(_outcome(put, "tpu")[1]) == bool(_outcome(put, "cpu")[1]) == (not accumulate)

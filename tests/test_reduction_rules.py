@@ -206,3 +206,37 @@ def test_bincount_length_is_the_largest_value_plus_one(dtype):
     x = torch.tensor([0, 3, 2, 1, 3], dtype=dtype)
     _same(torch.bincount(x), torch.bincount(x.to("tpu")))
     _same(torch.bincount(x[:0]), torch.bincount(x[:0].to("tpu")))
+
+
+# ---- cumulative ops: an out= of another dtype is refused, as the CPU refuses it ----------------
+
+def _cum_out_error(device, call):
+    x = torch.randn(5, 2, dtype=torch.float64, device=device)
+    f32 = torch.zeros(5, 2, device=device)
+    i64 = torch.zeros(5, 2, dtype=torch.int64, device=device)
+    try:
+        call(x, f32, i64)
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, f32, i64: torch.logcumsumexp(x, 1, out=f32),
+    lambda x, f32, i64: torch.cummax(x, 1, out=(f32, i64)),
+    lambda x, f32, i64: torch.cummin(x, 0, out=(f32, i64)),
+    lambda x, f32, i64: torch.cummax(x, 1, out=(x.clone(), f32)),  # indices must be Long
+    lambda x, f32, i64: torch.cummin(x, 1, out=(x.clone(), i64)),  # accepted
+], ids=["logcumsumexp", "cummax-values", "cummin-values", "cummax-indices", "cummin-ok"])
+def test_cumulative_out_of_another_dtype_refused_as_the_cpu(call):
+    assert _cum_out_error("tpu", call) == _cum_out_error("cpu", call)
+
+
+def test_is_set_to_compares_storage_offset_sizes_strides_on_tpu():
+    """is_set_to had no tpu kernel: the CPU fallback compared fresh copies, always False."""
+    def answers(d):
+        t1 = torch.empty(3, 4, device=d)
+        t3 = torch.tensor([], device=d).set_(t1)
+        return [t1.is_set_to(t3), t3.is_set_to(t1), t1.is_set_to(torch.empty(3, 4, device=d)),
+                t1.is_set_to(t1.view(4, 3)), t1[1:].is_set_to(t1[1:]), t1[1:].is_set_to(t1[2:])]
+    assert answers("tpu") == answers("cpu") == [True, True, False, False, True, False]

@@ -28,7 +28,8 @@ def _metadata_only(name):
 
 for _name in ("as_strided.default", "view.default", "_reshape_alias.default",
               "set_.source_Storage_storage_offset", "set_.source_Storage", "set_.source_Tensor",
-              "unfold.default", "view_as_real.default", "_unsafe_view.default", "alias.default"):
+              "unfold.default", "view_as_real.default", "_unsafe_view.default", "alias.default",
+              "is_set_to.default"):  # (is_set_to: compares storages, offsets, sizes and strides)
     _metadata_only(_name)
 
 
@@ -74,8 +75,31 @@ def _check_storage_size(size, strides, dtype, strided=False):
         raise RuntimeError(f"Storage size calculation overflowed with {shown}")
 
 
+def _deterministic_fill(t):
+    """With ``torch.use_deterministic_algorithms(True)`` (and
+    ``torch.utils.deterministic.fill_uninitialized_memory``, its default) the
+    CPU fills memory it hands out uninitialized: NaN for floating and complex
+    dtypes, the largest value for integers, True for bool.  ``t`` is filled so."""
+    if not (torch.are_deterministic_algorithms_enabled()
+            and torch._C._get_deterministic_fill_uninitialized_memory()) or t.numel() == 0:
+        return t
+    if t.dtype.is_floating_point or t.dtype.is_complex:
+        value = float("nan")
+    elif t.dtype == torch.bool:
+        value = True
+    else:
+        value = torch.iinfo(t.dtype).max
+    t.fill_(value)
+    return t
+
+
 @register_raw("empty.memory_format")
 def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _deterministic_fill(_zeroed(size, dtype, device, memory_format))
+
+
+def _zeroed(size, dtype, device, memory_format=None):
+    """A new tensor (its buffer holds zeros; empty's values are unspecified)."""
     runtime.check_device(device)
     dtype = dtype or torch.get_default_dtype()
     _check_dtype(dtype)
@@ -94,7 +118,7 @@ def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory
     """Backward formulas' zero gradient (sgn's, say).  CUDA marks it a
     read-only ZeroTensor that later ops skip; a plain zero-filled tensor has
     the same values."""
-    return empty(size, dtype=dtype, device=device)
+    return _zeroed(size, dtype, device)
 
 
 @register_raw("empty_strided.default")
@@ -107,7 +131,7 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
         raise RuntimeError(f"dimensionality of sizes ({len(size)}) must match dimensionality of strides ({len(stride)})")
     _check_nonnegative(size)
     _check_storage_size(size, stride, dtype, strided=True)
-    return buffers.allocate_like(size, stride, dtype)
+    return _deterministic_fill(buffers.allocate_like(size, stride, dtype))
 
 
 @register_raw("resize_.default")
@@ -126,14 +150,14 @@ def resize_(self, size, memory_format=None):
     needed = (self.storage_offset() + buffers.storage_numel(size, strides)) * itemsize
     st = self.untyped_storage()
     if needed > st.nbytes():
-        old = access.read(self).reshape(-1) if st.nbytes() else None
+        # the new storage starts with the old storage's elements, in storage
+        # order (a strided tensor's gaps too), as the CPU's realloc keeps them
+        kept = st.nbytes() // itemsize
         fresh = buffers.allocate_like((needed // itemsize,), (1,), self.dtype)
-        if old is not None and old.shape[0]:
-            access.write(fresh[: old.shape[0]], old)
+        if kept:
+            access.write(fresh[:kept], access.read(buffers.new_tensor(st, self.dtype, (kept,))))
+        _deterministic_fill(fresh[kept:])  # the CPU fills the grown part of the storage
         st = fresh.untyped_storage()
-        _aten.set_.source_Storage_storage_offset.redispatch(
-            _CPU, self, st, 0, size, strides)
-        return self
     _aten.set_.source_Storage_storage_offset.redispatch(
         _CPU, self, st, self.storage_offset(), size, strides)
     return self

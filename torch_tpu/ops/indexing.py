@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 from jax import lax
+from torch._prims_common import alert_not_deterministic
 
 from .. import dtypes
 from ..eager import access, checks
@@ -457,8 +458,20 @@ guard("index_select.default", "index_add.default", "index_reduce.default",
       prepare=_prepare_dim_index(False, "index out of range in self"))
 guard("index_copy.default",
       prepare=_prepare_dim_index(False, "index_copy_(): index {v} is out of bounds for dimension {dim} with size {size}"))
-guard("index_fill.int_Scalar", "index_fill.int_Tensor",
-      prepare=_prepare_dim_index(True, "index {v} is out of bounds for dimension {dim} with size {size}"))
+_index_fill_range = _prepare_dim_index(True, "index {v} is out of bounds for dimension {dim} with size {size}")
+
+
+def _prepare_index_fill(bound):
+    """The CPU's refusal of a complex fill value for a non-complex tensor (a
+    complex number with a zero imaginary part too), before the index checks."""
+    value = bound["value"]
+    is_complex = value.is_complex() if isinstance(value, torch.Tensor) else isinstance(value, complex)
+    if is_complex and not bound["self"].is_complex():
+        raise RuntimeError("index_fill_(): Converting complex Scalar to non-complex type is not supported")
+    _index_fill_range(bound)
+
+
+guard("index_fill.int_Scalar", "index_fill.int_Tensor", prepare=_prepare_index_fill)
 
 
 # ---- take / put (flat indices, negative wrap) ------------------------------------------
@@ -481,7 +494,17 @@ def _prepare_flat(bound):
                  lambda v: IndexError(f"out of range: tried to access index {v} on a tensor of {n} elements."))
 
 
-guard("take.default", "put.default", prepare=_prepare_flat)
+def _prepare_put(bound):
+    """put_ without accumulate writes duplicate indices in no set order: the
+    CPU alerts in deterministic mode (an error, or a warning with warn_only),
+    before any other check."""
+    if not bound.get("accumulate", False):
+        alert_not_deterministic("put_")
+    _prepare_flat(bound)
+
+
+guard("take.default", prepare=_prepare_flat)
+guard("put.default", prepare=_prepare_put)
 
 
 # ---- masked ops ----------------------------------------------------------------------------

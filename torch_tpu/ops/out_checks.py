@@ -5,7 +5,7 @@ import re
 import warnings
 
 import torch
-from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, compute_elementwise_output_strides, elementwise_dtypes
 
 from .. import dtypes
 
@@ -168,6 +168,73 @@ def check_overlap(kernel, args, kwargs) -> None:
                 raise RuntimeError(_PARTIAL)
 
 
+# In-place index and scatter ops: ATen checks their destination against their
+# index and source tensors itself (not TensorIterator): assert_no_overlap, which
+# refuses the same memory as well as a part of it, or assert_no_partial_overlap
+# (masked_fill_'s mask).  An expanded destination is refused, or only warned
+# about (the ops that write every alias the same value).
+# in-place name -> (expanded self refused, arguments checked against self, same memory refused)
+_INDEXED = {
+    "index_add_": (True, ("index", "source"), True),
+    "index_copy_": (True, ("index", "source"), True),
+    "index_fill_": (False, ("index",), True),
+    "index_put_": (False, ("values", "indices"), True),
+    "_index_put_impl_": (False, ("values", "indices"), True),
+    "put_": (True, ("index", "source"), True),
+    "masked_fill_": (False, ("mask",), False),
+    "masked_scatter_": (True, (), True),
+    "scatter_": (True, ("index", "src"), True),
+    "scatter_add_": (True, ("index", "src"), True),
+    "scatter_reduce_": (True, ("index", "src"), True),
+}
+_EXPANDED_EXAMPLE = {"index_put_": "tensor[indices] = tensor", "_index_put_impl_": "tensor[indices] = tensor"}
+
+
+def indexed_overlap_rule(kernel):
+    """The _INDEXED rule of an in-place index/scatter kernel, or None."""
+    if kernel.mode != "inplace":
+        return None
+    return _INDEXED.get(kernel.op._schema.name.split("::")[1])
+
+
+def check_indexed_overlap(kernel, rule, args, kwargs) -> None:
+    """The CPU's overlap checks of an in-place index/scatter op (``rule``:
+    its _INDEXED entry): an expanded ``self`` refused (or warned about), then
+    each index/source tensor that shares memory with ``self``."""
+    refuse_expanded, names, refuse_same = rule
+    bound = dict(zip(kernel.arg_names, args))
+    bound.update(kwargs)
+    dst = bound.get(kernel.arg_names[0])
+    if not isinstance(dst, torch.Tensor):
+        return
+    if torch._debug_has_internal_overlap(dst) == 1:
+        if refuse_expanded:
+            raise RuntimeError(_OVERLAP)
+        base = kernel.op._schema.name.split("::")[1]
+        name = base.lstrip("_").replace("_impl", "") if base.startswith("_index_put") else base
+        warnings.warn(f"Use of {name} on expanded tensors is deprecated. Please clone() the tensor before "
+                      "performing this operation. This also applies to advanced indexing e.g. "
+                      f"{_EXPANDED_EXAMPLE.get(base, 'tensor[mask] = scalar')}", UserWarning, stacklevel=3)
+    storage = None
+    for n in names:
+        for x in (bound.get(n) if isinstance(bound.get(n), (list, tuple)) else (bound.get(n),)):
+            if not isinstance(x, torch.Tensor) or x.device != dst.device:
+                continue
+            storage = storage or dst.untyped_storage()._cdata
+            if x.untyped_storage()._cdata == storage and (
+                    _overlaps(dst, x) if refuse_same else _partly_overlap(dst, x)):
+                raise RuntimeError(_PARTIAL)
+
+
+def _overlaps(a, b) -> bool:
+    """ATen's get_overlap_status(a, b) is Full or Partial, for two tensors of one storage."""
+    if a.numel() == 0 or b.numel() == 0 or not (_dense(a) and _dense(b)):
+        return False
+    a_begin, b_begin = a.storage_offset() * a.element_size(), b.storage_offset() * b.element_size()
+    a_end, b_end = a_begin + a.numel() * a.element_size(), b_begin + b.numel() * b.element_size()
+    return a_begin < b_end and b_begin < a_end
+
+
 def check_no_internal_overlap(t) -> None:
     """``t`` (a destination) must not have two elements at one address
     (an ``expand``-ed tensor): the CPU refuses such writes."""
@@ -203,6 +270,27 @@ def _dense(t) -> bool:
 
 RESIZED = "An output with one or more elements was resized"
 _META = torch.device("meta")
+
+
+def restride_resized_out(out, args) -> None:
+    """An elementwise op's out= that was resized takes the layout TensorIterator
+    gives its result (the inputs' permutation, size-1 dimensions included), as
+    the CPU's set_output_raw_strided does; not row-major."""
+    shape = tuple(out.shape)
+    try:
+        operands = [to_meta_like(a).expand(shape) for a in args if isinstance(a, torch.Tensor) and a.dim()]
+    except RuntimeError:  # an operand that does not broadcast to the result: not an elementwise layout
+        return
+    if not operands:
+        return
+    strides = tuple(compute_elementwise_output_strides(*operands))
+    if strides != out.stride():
+        out.as_strided_(shape, strides)
+
+
+def to_meta_like(t):
+    """A meta tensor of ``t``'s geometry (no data)."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
 
 def resize_output(out, shape) -> None:

@@ -469,6 +469,26 @@ def logcumsumexp(self, dim):
     return lax.cumlogsumexp(x, axis=axis).astype(self.dtype)
 
 
+def _check_out_scalar_type(out, expected):
+    """ATen's check_scalar_type_device_layout_equal: an out= of another dtype is
+    refused, not cast into."""
+    if isinstance(out, torch.Tensor) and out.dtype != expected:
+        raise RuntimeError(f"expected scalar_type {errors.scalar_type_name(expected)} "
+                           f"but found {errors.scalar_type_name(out.dtype)}")
+
+
+def _prepare_cum_out(bound):
+    """logcumsumexp's out=, and cummax/cummin's values= and indices= (Long), as
+    the CPU checks them."""
+    self = bound["self"]
+    _check_out_scalar_type(bound.get("out"), self.dtype)
+    _check_out_scalar_type(bound.get("values"), self.dtype)
+    _check_out_scalar_type(bound.get("indices"), torch.int64)
+
+
+guard("logcumsumexp.default", "cummax.default", "cummin.default", prepare=_prepare_cum_out)
+
+
 # ---- sorting and selection -----------------------------------------------------------
 
 def _sort_key(x):

@@ -403,6 +403,7 @@ class Kernel:
         self.offset_entries = 0  # cache entries of views at one offset (bounded: see _build)
         self.lock = threading.Lock()
         self.check_overlap = out_checks.checks_overlap(self)
+        self.indexed_overlap = out_checks.indexed_overlap_rule(self)
         self.checked_scalars = tuple(sorted((self.arg_names.index(n), n) for n in opts.checked_scalars
                                             if n in self.arg_names))
         # outputs _finish returns as the one wrapped tensor
@@ -503,6 +504,8 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         if self.check_overlap:
             out_checks.check_overlap(self, args, kwargs)
+        elif self.indexed_overlap is not None:
+            out_checks.check_indexed_overlap(self, self.indexed_overlap, args, kwargs)
         inputs, entry, key, fast = [], None, None, False
         if self.fast and not kwargs:
             if modes._mode is _FUSED:  # the op recording predicts (fusion.predicted), checked
@@ -598,6 +601,8 @@ class Kernel:
             for dst, src in zip(outs, tensors):
                 if tuple(dst.shape) != tuple(src.shape):
                     out_checks.resize_output(dst, src.shape)
+                    if self.opts.promote is not None:
+                        out_checks.restride_resized_out(dst, args)
                 if not access.take_result(dst, src):  # (taking the result compiles no copy per shape)
                     copy_into(dst, src)
             if not self.op._schema.returns:

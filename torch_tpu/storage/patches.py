@@ -17,7 +17,14 @@ def _untyped_storage_new(cls, *args, device=None, **kwargs):
             return buffers.empty_storage(args[0], dtypes.to_np(torch.uint8))
         if not args and not kwargs:
             return buffers.empty_storage(0, dtypes.to_np(torch.uint8))
-        raise TypeError("torch.UntypedStorage(..., device='tpu') takes only a size in bytes")
+        if len(args) == 1 and isinstance(args[0], (list, tuple)) and not kwargs:
+            # a sequence of byte values: the CPU's storage of them (and its errors), copied over
+            host = _original_new(cls, args[0])
+            st = buffers.empty_storage(host.nbytes(), dtypes.to_np(torch.uint8))
+            if host.nbytes():
+                st.copy_(host)
+            return st
+        raise TypeError("torch.UntypedStorage(..., device='tpu') takes a size in bytes or a sequence of bytes")
     return _original_new(cls, *args, device=device, **kwargs) if device is not None \
         else _original_new(cls, *args, **kwargs)
 
