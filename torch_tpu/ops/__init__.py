@@ -13,6 +13,7 @@ from . import special, distance  # noqa: F401,E402
 from . import embedding_bag, unpool, margin, grid_sample, antialias, ctc  # noqa: F401,E402
 from . import rnn, sync_batch_norm, reparam, grouped_mm  # noqa: F401,E402
 from . import histogram  # noqa: F401,E402
+from . import composite  # noqa: F401,E402  (runs the registered kernels above as one program)
 from . import domain_checks  # noqa: F401,E402  (guards the kernels above)
 host_mirror.follow_fills()  # fill_ is registered by shape above
 
