@@ -18,7 +18,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from .. import dtypes
 from . import registry
-from .core import _same_device_cast
+from .core import same_device_cast
 
 aten = torch.ops.aten
 
@@ -81,7 +81,7 @@ def run(fn, arrays, *static):
             out_dtypes = [dtypes.to_np(val.dtype)]
             args, kwargs = list(value(node.args)), value(dict(node.kwargs))
             if op is aten._to_copy.default:  # a cast on the device (bool/int operands of isclose)
-                env[node] = _same_device_cast.apply(args, {"dtype": kwargs.get("dtype")}, None, out_dtypes)[0]
+                env[node] = same_device_cast.apply(args, {"dtype": kwargs.get("dtype")}, None, out_dtypes)[0]
                 continue
             form = registry.graph_form(op)
             if form is None:

@@ -413,6 +413,10 @@ class Kernel:
         # no checked scalar (the first one's position)
         self.records_plainly = not opts.rng and mode != "out"
         self.plain_arity = self.checked_scalars[0][0] if self.checked_scalars else len(self.arg_names)
+        # an exact elementwise op whose first calls with a new small shape may
+        # run on a bucket's padded shape (``bucketed``); signature -> such calls so far
+        self.bucketable = False
+        self.bucket_calls = {}
 
     def _writes(self, name):
         return (self.mode == "inplace" and name == "self") or name in self.out_names
@@ -541,6 +545,8 @@ class Kernel:
                 key += tuple(getattr(kwargs.get(n), "dtype", None) for n in self.out_names)
         if entry is None:
             entry = self.cache.get(key)
+        if entry is None and self.bucketable and (out := _bucketed(self, key, args, kwargs)) is not None:
+            return out
         if entry is None:
             with self.lock:
                 entry = self.cache.get(key) or self._build(key, args, kwargs, inputs)
@@ -802,6 +808,104 @@ class Kernel:
                 raise answer[1] from None
             result = answer[1]  # the CPU computes what the meta kernel refused: its shapes and strides
             return type(result)(to_meta(r) for r in result) if isinstance(result, (tuple, list)) else to_meta(result)
+
+
+# ---- small elementwise ops on new shapes: one program per bucket ----------------
+#
+# On the CPU platform a device buffer is host memory: padding a small input to
+# a power-of-two bucket and cutting the result back are host copies (no XLA
+# program), so the first calls of an exact elementwise op with a shape never
+# seen run the op's program for the bucket's flat shape, compiled once per
+# (bucket, dtypes, static arguments) instead of once per shape (an eager loop
+# whose shapes change every step: ``x.abs()``, ``t.long()``, ``a == b`` on
+# each new length).  Every element is the same IEEE operation on the same
+# operands at any length, so the values are the op's own, bit for bit; the
+# padding (zeros) is computed and dropped.  Only ops marked ``bucketable``
+# (elementwise, exact, no deferred value check), with every tensor operand
+# a whole row-major buffer of one shape, take it.  A signature called more
+# than BUCKET_CALLS times gets its own program as before (a steady loop runs
+# with no host copies).
+
+BUCKET_MAX_ELEMENTS = 1 << 12
+BUCKET_MIN_ELEMENTS = 1 << 4
+BUCKET_CALLS = 2
+_MAX_BUCKET_SIGNATURES = 4096
+bucketed_calls = 0  # calls run on a bucket's program (tests count them)
+_ROW_MAJOR_FORMATS = (None, torch.preserve_format, torch.contiguous_format)  # (of a row-major operand)
+
+
+def bucket_of(n: int) -> int:
+    return max(BUCKET_MIN_ELEMENTS, 1 << (n - 1).bit_length())
+
+
+def mark_bucketable(*names, flat_only=False):
+    """Let the named registered (functional) kernels run new small shapes on
+    a bucket's program (see ``_bucketed``): exact elementwise ops; with
+    ``flat_only``, ops whose element k depends only on elements 0..k of a 1-d
+    operand (a running sum), for 1-d operands only."""
+    for name in names:
+        k = KERNELS.get(resolve(name))
+        if isinstance(k, Kernel) and k.mode == "functional":
+            k.bucketable = "flat" if flat_only else True
+
+
+def _whole_rows(t):
+    """The size of an encoded argument that is a tpu tensor covering its whole
+    buffer row-major (no offset, no dtype view, no lazy neg/conj), else None."""
+    if len(t) != 2:
+        return None
+    s = t[1]  # (buf_shape, buf_dtype, size, stride, offset, dtype)
+    if s[0] != s[2] or s[4] != 0 or s[1] != s[5] or s[3] != buffers.contiguous_strides(s[2]):
+        return None
+    return s[2]
+
+
+def _bucketed(kernel, key, args, kwargs):
+    """The op's result computed by its program for the bucket of the operands'
+    element count (see above), or None when this call does not qualify."""
+    if modes._mode is _FUSED or kwargs.get("memory_format") not in _ROW_MAJOR_FORMATS:
+        return None
+    size = None
+    for t in itertools.chain(key[0], (v for _, v in key[1])):
+        if type(t) is tuple and t:
+            if t[0] is not TENSOR:  # a traced number is fine; CPU tensors and lists are not
+                if t[0] is NUMBER:
+                    continue
+                return None
+            s = _whole_rows(t)
+            if s is None or (size is not None and s != size):
+                return None
+            size = s
+    if size is None or (kernel.bucketable == "flat" and len(size) != 1):
+        return None
+    n = math.prod(size)
+    if not 0 < n <= BUCKET_MAX_ELEMENTS:
+        return None
+    b = bucket_of(n)
+    if (b == n and len(size) == 1) or not runtime.on_cpu_platform():  # (the bucket's shape: its own program)
+        return None
+    calls = kernel.bucket_calls
+    seen = calls.get(key, 0)
+    if seen >= BUCKET_CALLS:
+        return None
+    if len(calls) >= _MAX_BUCKET_SIGNATURES:
+        calls.clear()
+    calls[key] = seen + 1
+    device = runtime.jax_device()
+
+    def padded(x):
+        if not isinstance(x, Tensor):
+            return x
+        host = np.asarray(fusion.resolve(buffers.get_buffer(x.untyped_storage()))).reshape(-1)
+        flat = np.zeros((b,), host.dtype)
+        flat[:n] = host
+        return buffers.wrap(jax.device_put(flat, device))
+
+    out = kernel(*[padded(a) for a in args], **{k: padded(v) for k, v in kwargs.items()})
+    global bucketed_calls
+    bucketed_calls += 1
+    host = np.asarray(fusion.resolve(buffers.get_buffer(out.untyped_storage())))[:n].reshape(size)
+    return buffers.wrap(jax.device_put(host, device))
 
 
 class MaskedOutputs:
