@@ -170,3 +170,45 @@ def test_fused_mode_records_the_ops_own_program():
         y = t.abs().cumsum(0)
     torch.testing.assert_close(y.cpu(), x.abs().cumsum(0))
     assert registry.bucketed_calls == before
+
+
+def test_integer_max_min_bucketed(monkeypatch):
+    for dtype in (torch.int64, torch.int32, torch.uint8, torch.bool):
+        for n in (3, 100, 1000):
+            x = _values(n, dtype, n).abs() if dtype == torch.uint8 else _values(n, dtype, n)
+            for fn in (torch.max, torch.min):
+                assert _as_its_own_program(fn, x.to("tpu"), cpu_args=(x,), monkeypatch=monkeypatch) == 1
+
+
+def test_float_max_keeps_its_own_program():
+    x = torch.randn(37, dtype=torch.float64)
+    before = registry.bucketed_calls
+    _same(x.to("tpu").max(), x.max())  # (which of -0.0 and 0.0 a float max keeps may depend on the order)
+    assert registry.bucketed_calls == before
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64], ids=str)
+def test_random_fills_bucketed_are_the_own_programs_draws(dtype, monkeypatch):
+    def draws():
+        torch.manual_seed(1234)
+        out = [torch.empty(n, dtype=dtype, device="tpu").uniform_(-2, 3) for n in (5, 100, 1000)]
+        out += [torch.randn(n, dtype=dtype, device="tpu") for n in (7, 300)]
+        out += [torch.empty(6, 7, dtype=dtype, device="tpu").normal_(1.5, 0.25)]
+        out.append(torch.rand(3, dtype=dtype, device="tpu"))  # the generator went on as it would
+        return out
+
+    before = registry.bucketed_calls
+    got = draws()
+    assert registry.bucketed_calls - before == 6
+    with monkeypatch.context() as m:
+        m.setattr(registry, "BUCKET_CALLS", 0)
+        own = draws()
+    for g, o in zip(got, own):
+        _same(g, o)
+
+
+def test_random_fill_of_a_view_keeps_its_own_program():
+    t = torch.zeros(next(_lengths) % 1000 + 3, device="tpu")
+    before = registry.bucketed_calls
+    t[1:].uniform_()
+    assert registry.bucketed_calls == before and float(t[0]) == 0.0

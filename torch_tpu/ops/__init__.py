@@ -24,7 +24,10 @@ registry.mark_bucketable(
     "logical_xor.default", "mul.Tensor", "maximum.default", "minimum.default", "where.self")
 # a running sum of a 1-d tensor: XLA sums each prefix in order (a reduce_window
 # over the leading elements), so the padding after it changes nothing
-registry.mark_bucketable("cumsum.default", flat_only=True)
+registry.mark_bucketable("cumsum.default", kind="flat")
+registry.mark_bucketable("max.default", kind="max")
+registry.mark_bucketable("min.default", kind="min")
+registry.mark_bucketable("uniform_.default", "normal_.default", kind="fill")
 core.same_device_cast.bucketable = True  # t.long(), t.float(): a cast
 host_mirror.follow_fills()  # fill_ is registered by shape above
 

@@ -838,15 +838,20 @@ def bucket_of(n: int) -> int:
     return max(BUCKET_MIN_ELEMENTS, 1 << (n - 1).bit_length())
 
 
-def mark_bucketable(*names, flat_only=False):
-    """Let the named registered (functional) kernels run new small shapes on
-    a bucket's program (see ``_bucketed``): exact elementwise ops; with
-    ``flat_only``, ops whose element k depends only on elements 0..k of a 1-d
-    operand (a running sum), for 1-d operands only."""
+def mark_bucketable(*names, kind=True):
+    """Let the named registered kernels run new small shapes on a bucket's
+    program (see ``_bucketed``).  ``kind``: True, exact elementwise ops;
+    "flat", ops whose element k depends only on elements 0..k of a 1-d
+    operand (a running sum), for 1-d operands only; "max"/"min", the extreme
+    of all elements of an integer or bool tensor (the padding is the
+    reduction's identity, and an integer extreme is the same in any order);
+    "fill", in-place ops that give every element a value of its own (the
+    random fills: the first n values of a bucket's draw are the n values'
+    draw, random_bits.py)."""
     for name in names:
         k = KERNELS.get(resolve(name))
-        if isinstance(k, Kernel) and k.mode == "functional":
-            k.bucketable = "flat" if flat_only else True
+        if isinstance(k, Kernel) and k.mode == ("inplace" if kind == "fill" else "functional"):
+            k.bucketable = kind
 
 
 def _whole_rows(t):
@@ -876,8 +881,18 @@ def _bucketed(kernel, key, args, kwargs):
             if s is None or (size is not None and s != size):
                 return None
             size = s
-    if size is None or (kernel.bucketable == "flat" and len(size) != 1):
+    kind = kernel.bucketable
+    if size is None or (kind == "flat" and len(size) != 1):
         return None
+    fill = 0
+    if kind in ("max", "min"):
+        dtype = key[0][0][1][5]  # the tensor's NumPy dtype
+        if dtype.kind not in "biu":
+            return None
+        if dtype.kind == "b":  # (an any / an all)
+            fill = kind == "min"
+        else:
+            fill = np.iinfo(dtype).min if kind == "max" else np.iinfo(dtype).max
     n = math.prod(size)
     if not 0 < n <= BUCKET_MAX_ELEMENTS:
         return None
@@ -897,15 +912,21 @@ def _bucketed(kernel, key, args, kwargs):
         if not isinstance(x, Tensor):
             return x
         host = np.asarray(fusion.resolve(buffers.get_buffer(x.untyped_storage()))).reshape(-1)
-        flat = np.zeros((b,), host.dtype)
+        flat = np.full((b,), fill, host.dtype)
         flat[:n] = host
         return buffers.wrap(jax.device_put(flat, device))
 
     out = kernel(*[padded(a) for a in args], **{k: padded(v) for k, v in kwargs.items()})
     global bucketed_calls
     bucketed_calls += 1
+    if kind in ("max", "min"):  # the 0-d result itself
+        return out
     host = np.asarray(fusion.resolve(buffers.get_buffer(out.untyped_storage())))[:n].reshape(size)
-    return buffers.wrap(jax.device_put(host, device))
+    value = jax.device_put(host, device)
+    if kind == "fill":  # in place: the tensor's storage takes the bucket's first n values
+        buffers.set_buffer(args[0].untyped_storage(), value)
+        return args[0]
+    return buffers.wrap(value)
 
 
 class MaskedOutputs:
