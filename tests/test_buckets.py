@@ -212,3 +212,36 @@ def test_random_fill_of_a_view_keeps_its_own_program():
     before = registry.bucketed_calls
     t[1:].uniform_()
     assert registry.bucketed_calls == before and float(t[0]) == 0.0
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bool], ids=str)
+def test_index_put_bucketed_is_the_own_programs(dtype, accumulate, monkeypatch):
+    for m, i in ((5, 3), (100, 511), (1023, 40), (7, 1)):
+        g = torch.Generator().manual_seed(m + i)
+        x = _values(m, dtype, m)
+        index = torch.randint(-m, m, (i,), generator=g)  # negative positions and duplicates
+        values = _values(i, dtype, i)
+
+        def put(x, index, values):
+            return x.index_put((index,), values, accumulate=accumulate)
+
+        cpu = (x, index, values)
+        bucketed = _as_its_own_program(put, *[t.to("tpu") for t in cpu], cpu_args=cpu, monkeypatch=monkeypatch)
+        assert bucketed == 1
+        # in place, through x[index] = values's path
+        t = x.to("tpu")
+        before = registry.bucketed_calls
+        t.index_put_((index.to("tpu"),), values.to("tpu"), accumulate=accumulate)
+        assert registry.bucketed_calls == before + 1
+        torch.testing.assert_close(t.cpu(), put(*cpu), rtol=0, atol=0, equal_nan=True)
+
+
+def test_index_put_bucketed_still_checks_its_index():
+    x = torch.zeros(next(_lengths) % 1000 + 3, device="tpu")
+    index = torch.tensor([0, x.shape[0]]).to("tpu") + 0  # values the host does not know
+    before = registry.bucketed_calls
+    y = x.index_put((index,), torch.ones(2, device="tpu"))
+    assert registry.bucketed_calls == before + 1
+    with pytest.raises(IndexError, match="out of bounds"):
+        y.cpu()

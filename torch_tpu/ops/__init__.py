@@ -28,6 +28,7 @@ registry.mark_bucketable("cumsum.default", kind="flat")
 registry.mark_bucketable("max.default", kind="max")
 registry.mark_bucketable("min.default", kind="min")
 registry.mark_bucketable("uniform_.default", "normal_.default", kind="fill")
+registry.mark_bucketable("index_put.default", "index_put_.default", kind="put")
 core.same_device_cast.bucketable = True  # t.long(), t.float(): a cast
 host_mirror.follow_fills()  # fill_ is registered by shape above
 

@@ -847,10 +847,12 @@ def mark_bucketable(*names, kind=True):
     reduction's identity, and an integer extreme is the same in any order);
     "fill", in-place ops that give every element a value of its own (the
     random fills: the first n values of a bucket's draw are the n values'
-    draw, random_bits.py)."""
+    draw, random_bits.py); "put", index_put of a 1-d tensor by one 1-d index
+    (``_bucketed_put``)."""
     for name in names:
         k = KERNELS.get(resolve(name))
-        if isinstance(k, Kernel) and k.mode == ("inplace" if kind == "fill" else "functional"):
+        if isinstance(k, Kernel) and (k.mode == ("inplace" if kind == "fill" else "functional")
+                                      or (kind == "put" and k.mode == "inplace")):
             k.bucketable = kind
 
 
@@ -865,11 +867,65 @@ def _whole_rows(t):
     return s[2]
 
 
+def _bucketed_put(kernel, key, args, kwargs):
+    """``index_put(self, [index], values, accumulate)`` of a 1-d ``self`` by
+    one 1-d index on its buckets' program: ``self`` padded by one slot at
+    least, the index (its negative entries made positive on the host, as
+    the op's own program makes them) padded with that slot's position and
+    the values with zeros, so the padding's updates land in the slot, which
+    is cut off.  The real updates are the same, in the same order.  Ranges
+    are checked by the op's guard on the real index, before."""
+    pos = key[0]
+    if len(pos) < 3 or key[1] or len(args) > 4 or type(pos[1]) is not tuple or len(pos[1]) != 1:
+        return None
+    specs = [pos[0], pos[1][0], pos[2]]
+    if not all(type(t) is tuple and t and t[0] is TENSOR for t in specs):
+        return None
+    sizes = [_whole_rows(t) for t in specs]
+    if any(s is None or len(s) != 1 for s in sizes) or sizes[1] != sizes[2] or specs[1][1][5].kind not in "iu":
+        return None
+    m, i = sizes[0][0], sizes[1][0]
+    if not 0 < m < BUCKET_MAX_ELEMENTS or not 0 < i <= BUCKET_MAX_ELEMENTS or not runtime.on_cpu_platform():
+        return None
+    if m == bucket_of(m) and i == bucket_of(i):  # the buckets' shapes (the padded call): its own program
+        return None
+    calls = kernel.bucket_calls
+    seen = calls.get(key, 0)
+    if seen >= BUCKET_CALLS:
+        return None
+    if len(calls) >= _MAX_BUCKET_SIGNATURES:
+        calls.clear()
+    calls[key] = seen + 1
+    device = runtime.jax_device()
+    bm, bi = bucket_of(m + 1), bucket_of(i)
+
+    def host(t):
+        return np.asarray(fusion.resolve(buffers.get_buffer(t.untyped_storage()))).reshape(-1)
+
+    def put(values, length, fill):
+        flat = np.full((length,), fill, values.dtype)
+        flat[:values.shape[0]] = values
+        return buffers.wrap(jax.device_put(flat, device))
+
+    index = host(args[1][0])
+    index = np.where(index < 0, index + m, index)
+    out = kernel(put(host(args[0]), bm, 0), [put(index, bi, m)], put(host(args[2]), bi, 0), *args[3:])
+    global bucketed_calls
+    bucketed_calls += 1
+    value = jax.device_put(host(out)[:m], device)
+    if kernel.mode == "inplace":
+        buffers.set_buffer(args[0].untyped_storage(), value)
+        return args[0]
+    return buffers.wrap(value)
+
+
 def _bucketed(kernel, key, args, kwargs):
     """The op's result computed by its program for the bucket of the operands'
     element count (see above), or None when this call does not qualify."""
     if modes._mode is _FUSED or kwargs.get("memory_format") not in _ROW_MAJOR_FORMATS:
         return None
+    if kernel.bucketable == "put":
+        return _bucketed_put(kernel, key, args, kwargs)
     size = None
     for t in itertools.chain(key[0], (v for _, v in key[1])):
         if type(t) is tuple and t:
