@@ -102,3 +102,12 @@ def _isclose_cpu(self, other, rtol, atol, equal_nan):
 @registry.register("isclose.default")
 def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     return run(_isclose_cpu, (self, other), float(rtol), float(atol), bool(equal_nan))
+
+
+# A tpu kernel of a CompositeImplicitAutograd op takes the composite away from
+# autograd too; isclose's result (bool) has no gradient, so its autograd
+# kernel only steps below autograd, as the composite's bool result is made.
+@registry.register_raw("isclose.default", dispatch_key="AutogradPrivateUse1")
+def _isclose_below_autograd(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    with torch._C._AutoDispatchBelowAutograd():
+        return aten.isclose.default(self, other, rtol, atol, equal_nan)

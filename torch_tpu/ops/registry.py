@@ -822,9 +822,13 @@ class Kernel:
 # operands at any length, so the values are the op's own, bit for bit; the
 # padding (zeros) is computed and dropped.  Only ops marked ``bucketable``
 # (elementwise, exact, no deferred value check), with every tensor operand
-# a whole row-major buffer of one shape, take it.  A signature called more
-# than BUCKET_CALLS times gets its own program as before (a steady loop runs
-# with no host copies).
+# a whole row-major buffer of one shape, take it; and, marked with their kind
+# (``mark_bucketable``), a 1-d running sum, the max/min of an integer tensor,
+# the random fills of a whole tensor and a 1-d index_put.  (A NaN's sign and
+# payload are not a value: two NaNs meeting in a sum may come out of the two
+# programs with different signs, as from the CPU's vector and scalar loops.)
+# A signature called more than BUCKET_CALLS times gets its own program as
+# before (a steady loop runs with no host copies).
 
 BUCKET_MAX_ELEMENTS = 1 << 12
 BUCKET_MIN_ELEMENTS = 1 << 4
@@ -832,6 +836,7 @@ BUCKET_CALLS = 2
 _MAX_BUCKET_SIGNATURES = 4096
 bucketed_calls = 0  # calls run on a bucket's program (tests count them)
 _ROW_MAJOR_FORMATS = (None, torch.preserve_format, torch.contiguous_format)  # (of a row-major operand)
+_HOST_MAX_DIMS = 32  # NumPy's arrays (the host copies) have at most 64 dims
 
 
 def bucket_of(n: int) -> int:
@@ -950,7 +955,7 @@ def _bucketed(kernel, key, args, kwargs):
         else:
             fill = np.iinfo(dtype).min if kind == "max" else np.iinfo(dtype).max
     n = math.prod(size)
-    if not 0 < n <= BUCKET_MAX_ELEMENTS:
+    if not 0 < n <= BUCKET_MAX_ELEMENTS or len(size) > _HOST_MAX_DIMS:
         return None
     b = bucket_of(n)
     if (b == n and len(size) == 1) or not runtime.on_cpu_platform():  # (the bucket's shape: its own program)
