@@ -224,6 +224,11 @@ def _on_cpu() -> bool:
         return False
 
 
+def on_cpu_platform() -> bool:
+    """Whether the device is JAX's CPU platform (device buffers are host memory)."""
+    return _on_cpu()
+
+
 def _size(v) -> int:
     return getattr(getattr(v, "aval", None), "size", 0)
 

@@ -252,7 +252,7 @@ def _copy_from_and_resize(self, dst):
     return copy_(dst, self)
 
 
-_same_device_cast = kernel("_to_copy.default", lambda self, **_: convert(self, out_dtype()))
+same_device_cast = _same_device_cast = kernel("_to_copy.default", lambda self, **_: convert(self, out_dtype()))
 
 
 @register_raw("_to_copy.default")
