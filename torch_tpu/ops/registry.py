@@ -878,6 +878,31 @@ def _whole_rows(t):
     return s[2]
 
 
+def _take_bucket_call(kernel, key):
+    """Count a call of signature ``key`` on a bucket's program; False once
+    the signature had its BUCKET_CALLS (it then gets its own program)."""
+    calls = kernel.bucket_calls
+    seen = calls.get(key, 0)
+    if seen >= BUCKET_CALLS:
+        return False
+    if len(calls) >= _MAX_BUCKET_SIGNATURES:
+        calls.clear()
+    calls[key] = seen + 1
+    return True
+
+
+def _host_flat(t):
+    """A tpu tensor's whole buffer as a flat NumPy array (host memory on the CPU platform)."""
+    return np.asarray(fusion.resolve(buffers.get_buffer(t.untyped_storage()))).reshape(-1)
+
+
+def _padded(values, length, fill, device):
+    """A new tpu tensor of ``length`` elements: ``values``, then ``fill``."""
+    flat = np.full((length,), fill, values.dtype)
+    flat[:values.shape[0]] = values
+    return buffers.wrap(jax.device_put(flat, device))
+
+
 def _bucketed_put(kernel, key, args, kwargs):
     """``index_put(self, [index], values, accumulate)`` of a 1-d ``self`` by
     one 1-d index on its buckets' program: ``self`` padded by one slot at
@@ -900,30 +925,18 @@ def _bucketed_put(kernel, key, args, kwargs):
         return None
     if m == bucket_of(m) and i == bucket_of(i):  # the buckets' shapes (the padded call): its own program
         return None
-    calls = kernel.bucket_calls
-    seen = calls.get(key, 0)
-    if seen >= BUCKET_CALLS:
+    if not _take_bucket_call(kernel, key):
         return None
-    if len(calls) >= _MAX_BUCKET_SIGNATURES:
-        calls.clear()
-    calls[key] = seen + 1
     device = runtime.jax_device()
     bm, bi = bucket_of(m + 1), bucket_of(i)
 
-    def host(t):
-        return np.asarray(fusion.resolve(buffers.get_buffer(t.untyped_storage()))).reshape(-1)
-
-    def put(values, length, fill):
-        flat = np.full((length,), fill, values.dtype)
-        flat[:values.shape[0]] = values
-        return buffers.wrap(jax.device_put(flat, device))
-
-    index = host(args[1][0])
+    index = _host_flat(args[1][0])
     index = np.where(index < 0, index + m, index)
-    out = kernel(put(host(args[0]), bm, 0), [put(index, bi, m)], put(host(args[2]), bi, 0), *args[3:])
+    out = kernel(_padded(_host_flat(args[0]), bm, 0, device), [_padded(index, bi, m, device)],
+                 _padded(_host_flat(args[2]), bi, 0, device), *args[3:])
     global bucketed_calls
     bucketed_calls += 1
-    value = jax.device_put(host(out)[:m], device)
+    value = jax.device_put(_host_flat(out)[:m], device)
     if kernel.mode == "inplace":
         buffers.set_buffer(args[0].untyped_storage(), value)
         return args[0]
@@ -966,29 +979,19 @@ def _bucketed(kernel, key, args, kwargs):
     b = bucket_of(n)
     if (b == n and len(size) == 1) or not runtime.on_cpu_platform():  # (the bucket's shape: its own program)
         return None
-    calls = kernel.bucket_calls
-    seen = calls.get(key, 0)
-    if seen >= BUCKET_CALLS:
+    if not _take_bucket_call(kernel, key):
         return None
-    if len(calls) >= _MAX_BUCKET_SIGNATURES:
-        calls.clear()
-    calls[key] = seen + 1
     device = runtime.jax_device()
 
     def padded(x):
-        if not isinstance(x, Tensor):
-            return x
-        host = np.asarray(fusion.resolve(buffers.get_buffer(x.untyped_storage()))).reshape(-1)
-        flat = np.full((b,), fill, host.dtype)
-        flat[:n] = host
-        return buffers.wrap(jax.device_put(flat, device))
+        return _padded(_host_flat(x), b, fill, device) if isinstance(x, Tensor) else x
 
     out = kernel(*[padded(a) for a in args], **{k: padded(v) for k, v in kwargs.items()})
     global bucketed_calls
     bucketed_calls += 1
     if kind in ("max", "min"):  # the 0-d result itself
         return out
-    host = np.asarray(fusion.resolve(buffers.get_buffer(out.untyped_storage())))[:n].reshape(size)
+    host = _host_flat(out)[:n].reshape(size)
     value = jax.device_put(host, device)
     if kind == "fill":  # in place: the tensor's storage takes the bucket's first n values
         buffers.set_buffer(args[0].untyped_storage(), value)
@@ -1080,18 +1083,10 @@ def _slow_match(pos, groups, args, inputs, fused):
             if type(e) is tuple and e:
                 tag = e[0]
                 if tag is TENSOR:  # (TENSOR, spec): a tpu tensor seen plainly
-                    if not isinstance(x, Tensor):
+                    buf = _plain_buffer(x, e[1], fused)
+                    if buf is None:
                         break
-                    buf = getattr(x.untyped_storage(), "_tpu_buf", None)
-                    spec = e[1]
-                    if (buf is None or _TORCH_TO_NP[x.dtype] is not spec[5] or x.is_neg()
-                            or (spec[5].kind == "c" and x.is_conj())):  # a real tensor is never conj
-                        break
-                    aval = getattr(buf, "aval", buf)
-                    if (aval.shape != spec[0] or aval.dtype != spec[1] or x.shape != spec[2]
-                            or x.stride() != spec[3] or x.storage_offset() != spec[4]):
-                        break
-                    inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
+                    inputs.append(buf)
                 elif tag is NUMBER and type(x) is e[1]:  # a traced number
                     inputs.append(x if fused else numbers.on_device(x))
                 elif tag is NUMBER or not _list_matches(x, e, inputs, fused):  # a list (_fast_list's)
@@ -1121,6 +1116,22 @@ def _remember(recent, hit, args):
         recent[:] = [hit, *(h for h in recent if h is not hit)][:_RECENT]
 
 
+def _plain_buffer(x, spec, fused):
+    """The input ``_fast_key`` passes for ``x`` if it is a tpu tensor seen
+    plainly through its own storage with the ViewSpec ``spec``, else None."""
+    if not isinstance(x, Tensor):
+        return None
+    buf = getattr(x.untyped_storage(), "_tpu_buf", None)
+    if (buf is None or _TORCH_TO_NP[x.dtype] is not spec[5] or x.is_neg()
+            or (spec[5].kind == "c" and x.is_conj())):  # a real tensor is never conj
+        return None
+    aval = getattr(buf, "aval", buf)
+    if (aval.shape != spec[0] or aval.dtype != spec[1] or x.shape != spec[2] or x.stride() != spec[3]
+            or x.storage_offset() != spec[4]):
+        return None
+    return buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf)
+
+
 def _list_matches(xs, entry, inputs, fused=True):
     """Whether ``_fast_list`` gives the list ``xs`` the signature ``entry``,
     appending the inputs it would (``_slow_match``'s lists)."""
@@ -1129,18 +1140,10 @@ def _list_matches(xs, entry, inputs, fused=True):
     for x, e in zip(xs, entry):
         if type(e) is tuple and e:
             if e[0] is TENSOR:
-                if not isinstance(x, Tensor):
+                buf = _plain_buffer(x, e[1], fused)
+                if buf is None:
                     return False
-                buf = getattr(x.untyped_storage(), "_tpu_buf", None)
-                spec = e[1]
-                if (buf is None or _TORCH_TO_NP[x.dtype] is not spec[5] or x.is_neg()
-                        or (spec[5].kind == "c" and x.is_conj())):  # a real tensor is never conj
-                    return False
-                aval = getattr(buf, "aval", buf)
-                if (aval.shape != spec[0] or aval.dtype != spec[1] or x.shape != spec[2] or x.stride() != spec[3]
-                        or x.storage_offset() != spec[4]):
-                    return False
-                inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
+                inputs.append(buf)
             elif e[0] is NUMBER and type(x) is e[1]:
                 inputs.append(x)
             else:
