@@ -1,6 +1,6 @@
 """Exact elementwise ops (and a 1-d cumsum) on a new small shape run their
 first calls on the program of the shape's power-of-two bucket
-(``registry._bucketed``): an eager loop whose lengths change every step
+(``torch_tpu.ops.buckets``): an eager loop whose lengths change every step
 compiles one program per bucket, not one per length, and every value is the
 op's own, bit for bit.  Counted, not timed."""
 import itertools
@@ -11,7 +11,7 @@ import torch
 
 import torch_tpu  # noqa: F401
 from torch_tpu import profiler
-from torch_tpu.ops import registry
+from torch_tpu.ops import buckets
 from helpers import strict  # noqa: F401  (no CPU fallback)
 
 _lengths = (n for n in itertools.count(2003, 7))  # lengths no other test uses (< BUCKET_MAX_ELEMENTS)
@@ -38,11 +38,11 @@ def _as_its_own_program(fn, *tpu_args, cpu_args, monkeypatch):
     gives (the bucket path off), except where that program's differ from the
     CPU's and the bucket's are the CPU's (``cumsum`` of ``[-0.0]``: -0.0 from
     its own program, 0.0 on the CPU)."""
-    before = registry.bucketed_calls
+    before = buckets.bucketed_calls
     got = fn(*tpu_args)
-    bucketed = registry.bucketed_calls - before
+    bucketed = buckets.bucketed_calls - before
     with monkeypatch.context() as m:
-        m.setattr(registry, "BUCKET_CALLS", 0)
+        m.setattr(buckets, "BUCKET_CALLS", 0)
         own = fn(*[a.clone() for a in tpu_args])
     want = fn(*cpu_args)
     assert got.dtype == own.dtype == want.dtype and got.shape == own.shape == want.shape
@@ -124,36 +124,36 @@ def test_a_loop_of_new_lengths_compiles_once_per_bucket():
     for x in xs:
         y = x.abs().cumsum(0).long()
         assert y.shape == x.shape
-    buckets = {registry.bucket_of(n) for n in lengths} - {registry.bucket_of(lengths[0])}
-    assert profiler.xla_compiles() - before <= 3 * len(buckets)
+    new_buckets = {buckets.bucket_of(n) for n in lengths} - {buckets.bucket_of(lengths[0])}
+    assert profiler.xla_compiles() - before <= 3 * len(new_buckets)
 
 
 def test_a_steady_shape_gets_its_own_program():
     x = torch.randn(next(_lengths), dtype=torch.float64).to("tpu")
-    before = registry.bucketed_calls
-    for _ in range(registry.BUCKET_CALLS + 3):
+    before = buckets.bucketed_calls
+    for _ in range(buckets.BUCKET_CALLS + 3):
         x.abs()
-    assert registry.bucketed_calls - before == registry.BUCKET_CALLS
+    assert buckets.bucketed_calls - before == buckets.BUCKET_CALLS
     compiles = profiler.xla_compiles()
     x.abs()  # its own program, cached: nothing new, no host copy
-    assert profiler.xla_compiles() == compiles and registry.bucketed_calls - before == registry.BUCKET_CALLS
+    assert profiler.xla_compiles() == compiles and buckets.bucketed_calls - before == buckets.BUCKET_CALLS
 
 
 def test_what_keeps_its_own_program():
     n = next(_lengths) % 1000
     x = torch.randn(n, 4, dtype=torch.float64)
     t = x.to("tpu")
-    before = registry.bucketed_calls
+    before = buckets.bucketed_calls
     _same(t[:, 1].abs(), x[:, 1].abs())  # a strided view
     _same(t[1:].abs(), x[1:].abs())  # at an offset
     _same(t.t().abs(), x.t().abs())  # transposed: the result keeps its layout
     torch.testing.assert_close(t.cumsum(0).cpu(), x.cumsum(0))  # a running sum of a 2-d tensor
     _same(t * t[0], x * x[0])  # operands of different shapes
-    big = torch.randn(registry.BUCKET_MAX_ELEMENTS + 1)
+    big = torch.randn(buckets.BUCKET_MAX_ELEMENTS + 1)
     _same(big.to("tpu").abs(), big.abs())  # too large
-    assert registry.bucketed_calls == before
+    assert buckets.bucketed_calls == before
     _same(t.abs(), x.abs())  # the whole (n, 4) tensor: on its bucket
-    assert registry.bucketed_calls == before + 1
+    assert buckets.bucketed_calls == before + 1
 
 
 def test_errors_are_the_ops_own():
@@ -165,11 +165,11 @@ def test_errors_are_the_ops_own():
 def test_fused_mode_records_the_ops_own_program():
     x = torch.randn(next(_lengths), dtype=torch.float64)
     t = x.to("tpu")
-    before = registry.bucketed_calls
+    before = buckets.bucketed_calls
     with torch.tpu.set_eager_mode("fused"):
         y = t.abs().cumsum(0)
     torch.testing.assert_close(y.cpu(), x.abs().cumsum(0))
-    assert registry.bucketed_calls == before
+    assert buckets.bucketed_calls == before
 
 
 def test_integer_max_min_bucketed(monkeypatch):
@@ -182,9 +182,9 @@ def test_integer_max_min_bucketed(monkeypatch):
 
 def test_float_max_keeps_its_own_program():
     x = torch.randn(37, dtype=torch.float64)
-    before = registry.bucketed_calls
+    before = buckets.bucketed_calls
     _same(x.to("tpu").max(), x.max())  # (which of -0.0 and 0.0 a float max keeps may depend on the order)
-    assert registry.bucketed_calls == before
+    assert buckets.bucketed_calls == before
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64], ids=str)
@@ -197,11 +197,11 @@ def test_random_fills_bucketed_are_the_own_programs_draws(dtype, monkeypatch):
         out.append(torch.rand(3, dtype=dtype, device="tpu"))  # the generator went on as it would
         return out
 
-    before = registry.bucketed_calls
+    before = buckets.bucketed_calls
     got = draws()
-    assert registry.bucketed_calls - before == 6
+    assert buckets.bucketed_calls - before == 6
     with monkeypatch.context() as m:
-        m.setattr(registry, "BUCKET_CALLS", 0)
+        m.setattr(buckets, "BUCKET_CALLS", 0)
         own = draws()
     for g, o in zip(got, own):
         _same(g, o)
@@ -209,9 +209,9 @@ def test_random_fills_bucketed_are_the_own_programs_draws(dtype, monkeypatch):
 
 def test_random_fill_of_a_view_keeps_its_own_program():
     t = torch.zeros(next(_lengths) % 1000 + 3, device="tpu")
-    before = registry.bucketed_calls
+    before = buckets.bucketed_calls
     t[1:].uniform_()
-    assert registry.bucketed_calls == before and float(t[0]) == 0.0
+    assert buckets.bucketed_calls == before and float(t[0]) == 0.0
 
 
 @pytest.mark.parametrize("accumulate", [False, True])
@@ -231,17 +231,17 @@ def test_index_put_bucketed_is_the_own_programs(dtype, accumulate, monkeypatch):
         assert bucketed == 1
         # in place, through x[index] = values's path
         t = x.to("tpu")
-        before = registry.bucketed_calls
+        before = buckets.bucketed_calls
         t.index_put_((index.to("tpu"),), values.to("tpu"), accumulate=accumulate)
-        assert registry.bucketed_calls == before + 1
+        assert buckets.bucketed_calls == before + 1
         torch.testing.assert_close(t.cpu(), put(*cpu), rtol=0, atol=0, equal_nan=True)
 
 
 def test_index_put_bucketed_still_checks_its_index():
     x = torch.zeros(next(_lengths) % 1000 + 3, device="tpu")
     index = torch.tensor([0, x.shape[0]]).to("tpu") + 0  # values the host does not know
-    before = registry.bucketed_calls
+    before = buckets.bucketed_calls
     y = x.index_put((index,), torch.ones(2, device="tpu"))
-    assert registry.bucketed_calls == before + 1
+    assert buckets.bucketed_calls == before + 1
     with pytest.raises(IndexError, match="out of bounds"):
         y.cpu()

@@ -15,8 +15,9 @@ from . import rnn, sync_batch_norm, reparam, grouped_mm  # noqa: F401,E402
 from . import histogram  # noqa: F401,E402
 from . import composite  # noqa: F401,E402  (runs the registered kernels above as one program)
 from . import domain_checks  # noqa: F401,E402  (guards the kernels above)
-# exact elementwise ops: a new small shape runs on its bucket's program (registry._bucketed)
-registry.mark_bucketable(
+from . import buckets  # noqa: E402
+# exact elementwise ops: a new small shape runs on its bucket's program (buckets.py)
+buckets.mark(
     "abs.default", "neg.default", "bitwise_not.default", "logical_not.default", "isnan.default", "sign.default",
     "eq.Tensor", "ne.Tensor", "lt.Tensor", "le.Tensor", "gt.Tensor", "ge.Tensor",
     "eq.Scalar", "ne.Scalar", "lt.Scalar", "le.Scalar", "gt.Scalar", "ge.Scalar",
@@ -24,12 +25,12 @@ registry.mark_bucketable(
     "logical_xor.default", "mul.Tensor", "maximum.default", "minimum.default", "where.self")
 # a running sum of a 1-d tensor: XLA sums each prefix in order (a reduce_window
 # over the leading elements), so the padding after it changes nothing
-registry.mark_bucketable("cumsum.default", kind="flat")
-registry.mark_bucketable("max.default", kind="max")
-registry.mark_bucketable("min.default", kind="min")
-registry.mark_bucketable("uniform_.default", "normal_.default", kind="fill")
-registry.mark_bucketable("index_put.default", "index_put_.default", kind="put")
-core.same_device_cast.bucketable = True  # t.long(), t.float(): a cast
+buckets.mark("cumsum.default", kind="flat")
+buckets.mark("max.default", kind="max")
+buckets.mark("min.default", kind="min")
+buckets.mark("uniform_.default", "normal_.default", kind="fill")
+buckets.mark("index_put.default", "index_put_.default", kind="put")
+buckets.mark(core.same_device_cast)  # t.long(), t.float(): a cast
 host_mirror.follow_fills()  # fill_ is registered by shape above
 
 fallback.install()
