@@ -146,9 +146,9 @@ def test_python_calls_per_cached_elementwise_op(mode, budget):
     x, y = torch.randn(64, 64).to("tpu"), torch.randn(64, 64).to("tpu")
     results = []
     with torch.tpu.set_eager_mode(mode):
-        for _ in range(3):  # build and cache the kernels
-            results.append(x * 1.0001 + y)
-        torch.tpu.synchronize()  # no launch queue pruning, no pending chain inside the count
+        for _ in range(3):  # build and cache the kernels (fused: and the chain, whose
+            results.append(x * 1.0001 + y)  # second run makes the predicted ops' matchers)
+            torch.tpu.synchronize()  # no launch queue pruning, no pending chain inside the count
         calls = calls_in_torch_tpu(lambda: results.append(x * 1.0001 + y)) / 2
         torch.tpu.synchronize()
     assert calls <= budget, f"{calls} calls per op in torch_tpu, budget {budget}"
