@@ -12,8 +12,14 @@ same run.
 
 CPU time is the whole process's (``time.process_time()``, all threads: XLA's
 executables run on the same cores); wall time is shown too but is noisy on a
-shared machine.  Variants run round-robin and each keeps the median of its
-rounds.
+shared machine.  "Host CPU" counts only the threads that run PyTorch: the
+calling thread and autograd's tpu thread (where an eager backward runs), not
+XLA:CPU's executor threads, which stand in for the device.  Those do more than
+compute: between launches they spin-wait for the next one (Eigen's thread
+pool), so while the host spends 20 us on an op, an executor thread spends
+about as long spinning, and the whole-process figure of a mode that launches
+op by op is about twice its host work.  On a TPU that spinning does not exist.
+Variants run round-robin and each keeps the median of its rounds.
 
     python benchmarks/overhead.py [--rounds 5] [--steps 20] [--plot overhead.png]
 """
@@ -21,6 +27,7 @@ import argparse
 import os
 import statistics
 import sys
+import threading
 import time
 import warnings
 
@@ -94,9 +101,24 @@ def micro_step_fn(variant):
     return lambda: step().item()
 
 
+class HostClock:
+    """CPU time of the threads that run PyTorch: this one and autograd's tpu
+    thread (found by a hook in one tpu backward), not XLA's executors."""
+
+    def __init__(self):
+        idents = {threading.get_ident()}
+        p = torch.zeros(1, device="tpu", requires_grad=True)
+        p.register_hook(lambda g: idents.add(threading.get_ident()))
+        (p * 2).sum().backward()
+        self.clocks = [time.pthread_getcpuclockid(i) for i in idents]
+
+    def __call__(self):
+        return sum(time.clock_gettime(c) for c in self.clocks)
+
+
 def measure(makers, calls, warmup, rounds):
-    """{variant: (CPU seconds per call, wall seconds per call)}, each the median
-    of ``rounds`` round-robin runs of ``calls`` calls."""
+    """{variant: (CPU seconds per call, wall seconds per call, host CPU seconds
+    per call)}, each the median of ``rounds`` round-robin runs of ``calls`` calls."""
     fns = {}
     for variant, make in makers.items():
         torch._dynamo.reset()
@@ -106,22 +128,24 @@ def measure(makers, calls, warmup, rounds):
                 fn()
             torch.tpu.synchronize()
         fns[variant] = fn
-    samples = {v: ([], []) for v in fns}
+    host_clock = HostClock()
+    samples = {v: ([], [], []) for v in fns}
     for _ in range(rounds):
         for variant, fn in fns.items():
             with torch.tpu.set_eager_mode(_mode(variant)):
                 fn()  # back in this mode: one untimed call
-                cpu, wall = time.process_time(), time.perf_counter()
+                cpu, wall, host = time.process_time(), time.perf_counter(), host_clock()
                 for _ in range(calls):
                     fn()
-                samples[variant][0].append((time.process_time() - cpu) / calls)
-                samples[variant][1].append((time.perf_counter() - wall) / calls)
-    return {v: (statistics.median(c), statistics.median(w)) for v, (c, w) in samples.items()}
+                for kept, start, now in zip(samples[variant], (cpu, wall, host),
+                                            (time.process_time(), time.perf_counter(), host_clock())):
+                    kept.append((now - start) / calls)
+    return {v: tuple(statistics.median(k) for k in kept) for v, kept in samples.items()}
 
 
 def run(rounds=5, chain_calls=20, steps=20, warmup=3, chain_variants=CHAIN_VARIANTS,
         step_variants=STEP_VARIANTS):
-    """{"chain": {variant: (CPU s/op, wall s/op)}, "micro": {variant: (CPU s/step, wall s/step)}},
+    """{"chain": {variant: (CPU s/op, wall s/op, host CPU s/op)}, "micro": {variant: (... per step)}},
     on one torch thread."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -132,7 +156,7 @@ def run(rounds=5, chain_calls=20, steps=20, warmup=3, chain_variants=CHAIN_VARIA
             micro = measure({v: micro_step_fn for v in step_variants}, steps, warmup, rounds)
     finally:
         torch.set_num_threads(threads)
-    return {"chain": {v: (c / CHAIN_OPS, w / CHAIN_OPS) for v, (c, w) in chain.items()}, "micro": micro}
+    return {"chain": {v: tuple(t / CHAIN_OPS for t in times) for v, times in chain.items()}, "micro": micro}
 
 
 def rows(results):
@@ -140,13 +164,16 @@ def rows(results):
     out = []
     for name, unit, scale in (("chain", "µs/op", 1e6), ("micro", "ms/step", 1e3)):
         base = results[name].get("cpu-eager", (None,))[0]
-        for variant, (cpu, wall) in results[name].items():
+        host_base = results[name].get("cpu-eager", (None, None, None))[2]
+        for variant, (cpu, wall, host) in results[name].items():
             out.append([f"{name} ({unit})", variant, f"{cpu * scale:.1f}", f"{wall * scale:.1f}",
-                        f"{cpu / base:.1f}x" if base else "-"])
+                        f"{cpu / base:.1f}x" if base else "-", f"{host * scale:.1f}",
+                        f"{host / host_base:.1f}x" if host_base else "-"])
     return out
 
 
-HEADERS = ["benchmark", "variant", "CPU time", "wall time", "CPU time vs CPU eager (1 thread)"]
+HEADERS = ["benchmark", "variant", "CPU time", "wall time", "CPU time vs CPU eager (1 thread)",
+           "host CPU", "host CPU vs CPU eager's"]
 
 
 def plot(results, path, bar_chart):
@@ -157,7 +184,7 @@ def plot(results, path, bar_chart):
     values = {}
     for group, name in zip(groups, ("chain", "micro")):
         base = results[name].get("cpu-eager", (None,))[0]
-        for variant, (cpu, _) in results[name].items():
+        for variant, (cpu, *_) in results[name].items():
             if base:
                 values[(group, variant)] = cpu / base
     bar_chart(path, groups, variants, values, "CPU time / PyTorch CPU eager (log)",
@@ -177,7 +204,8 @@ def main():
     args = parser.parse_args()
     results = run(args.rounds, args.chains, args.steps, args.warmup,
                   [v for v in CHAIN_VARIANTS if v in args.variants], [v for v in STEP_VARIANTS if v in args.variants])
-    print(f"platform: {torch.tpu.get_device_name()}; torch threads: 1; CPU time: all threads of the process")
+    print(f"platform: {torch.tpu.get_device_name()}; torch threads: 1; CPU time: all threads of the process; "
+          "host CPU: the threads running PyTorch (not XLA's executors)")
     print(table(rows(results), HEADERS))
     if args.plot:
         from report import _bar_chart

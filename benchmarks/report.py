@@ -235,7 +235,11 @@ CPU time of the whole process (all threads: XLA's executables run on the same
 cores) per op of a 200-op elementwise chain on 64x64 and per training step of
 a "micro" GPT (2 layers, d_model 32), whose compute is negligible, against
 PyTorch CPU eager on one thread (`benchmarks/overhead.py`): the host work each
-mode adds over a native backend's dispatch.
+mode adds over a native backend's dispatch. "Host CPU" counts only the threads
+that run PyTorch (the caller and autograd's tpu thread), not XLA:CPU's
+executor threads, which stand in for the device: between launches they
+spin-wait for the next one, so for modes that launch op by op the
+whole-process figure is about twice the host's work.
 """
     if errors:
         md += "\n## Failed runs\n\n" + "\n".join(f"- {c} {v}: {e}" for (c, v), e in errors.items()) + "\n"
