@@ -287,3 +287,29 @@ def test_resize_growth_keeps_storage_layout_and_offset(make):
     assert (off, stride) == (cpu_off, cpu_stride)
     n = make("cpu").untyped_storage().nbytes() // 4  # the old elements (the grown part is uninitialized)
     assert storage[:n].tolist() == cpu_storage[:n].tolist()
+
+
+def test_a_remembered_arange_is_each_tensors_own():
+    # torch.arange of plain numbers is computed once and shared by the storages
+    # that take it: a write through one tensor leaves the others (and the
+    # next arange) as they were; -0.0 and 0.0 are different starts
+    a, b = torch.arange(8, device="tpu"), torch.arange(8, device="tpu")
+    a.add_(1)
+    b[0] = 100
+    c = torch.arange(8, device="tpu")
+    assert a.tolist() == list(range(1, 9)) and b.tolist() == [100] + list(range(1, 8))
+    assert c.tolist() == list(range(8))
+    for start in (0.0, -0.0):
+        tpu, cpu = torch.arange(start, 2.0, device="tpu").cpu(), torch.arange(start, 2.0)
+        assert torch.equal(tpu, cpu) and torch.equal(tpu.signbit(), cpu.signbit())
+
+
+def test_empty_checks_are_not_remembered_as_passed():
+    # empty's checks are remembered per (size, dtype, device, format) only
+    # when they pass: the same bad call raises every time
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="negative dimension"):
+            torch.empty(2, -3, device="tpu")
+    assert torch.empty(2, 3, device="tpu", memory_format=torch.contiguous_format).stride() == (3, 1)
+    assert torch.empty(2, 3, 4, 5, device="tpu", memory_format=torch.channels_last).stride() == \
+        torch.empty(2, 3, 4, 5, memory_format=torch.channels_last).stride()

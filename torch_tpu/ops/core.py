@@ -100,17 +100,24 @@ def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_fo
 
 def _zeroed(size, dtype, device, memory_format=None):
     """A new tensor (its buffer holds zeros; empty's values are unspecified)."""
-    runtime.check_device(device)
     dtype = dtype or torch.get_default_dtype()
-    _check_dtype(dtype)
     size = tuple(int(s) for s in size)
+    return buffers.allocate_like(size, _checked_strides(size, dtype, device, memory_format), dtype)
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked_strides(size, dtype, device, memory_format):
+    """The strides of a new tensor, after the CPU's checks of its arguments;
+    remembered (an error is not), as each forward allocates the same few."""
+    runtime.check_device(device)
+    _check_dtype(dtype)
     _check_nonnegative(size)
     strides = buffers.contiguous_strides(size)
     if memory_format not in (None, torch.contiguous_format):
         # the meta tensor's strides, and its error for a format the rank cannot take
         strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
     _check_storage_size(size, strides, dtype)
-    return buffers.allocate_like(size, strides, dtype)
+    return strides
 
 
 @register_raw("_efficientzerotensor.default")

@@ -29,11 +29,18 @@ _aten = torch.ops.aten
 
 
 def _write_out(name, out, fn, *inputs):
-    """Launch ``fn(*inputs)`` as op ``name`` and store its value in ``out``.
-    As the CPU kernels: an out= with the right number of elements keeps its
-    shape and strides (a non-contiguous view is written through, in order)."""
-    value = launch(name, fn, inputs)
+    """Launch ``fn(*inputs)`` as op ``name`` and store its value in ``out``."""
+    return _store(out, launch(name, fn, inputs))
+
+
+def _store(out, value):
+    """``value`` stored in ``out``.  As the CPU kernels: an out= with the right
+    number of elements keeps its shape and strides (a non-contiguous view is
+    written through, in order)."""
     if out.numel() != value.size:
+        if out.untyped_storage().nbytes() == 0 and out.dtype == dtypes.NP_TO_TORCH[value.dtype]:
+            buffers.adopt(out, value)  # (the usual case: torch.arange's own empty out)
+            return out
         out.resize_(value.shape)
     out_checks.check_no_internal_overlap(out)
     shape = tuple(out.shape)
@@ -119,8 +126,24 @@ def arange_start_out(start, end, step=1, *, out):
             f"match the computed number of elements {n}. Note that this may occur as a result of rounding error. "
             f"The out tensor will be resized to a tensor of shape ({n},).")
     acc = _acc_dtype(out.dtype)
-    return _write_out("aten::arange", out, _arange_fn(n, acc, dtypes.to_np(out.dtype)),
-                      np.asarray(start).astype(acc), np.asarray(step).astype(acc))
+    npdtype = dtypes.to_np(out.dtype)
+    start, step = np.asarray(start).astype(acc), np.asarray(step).astype(acc)
+    if n * npdtype.itemsize <= _CONSTANT_BYTES:  # (the bytes: -0.0 and 0.0 start different ramps)
+        return _store(out, _arange_constant(n, acc, npdtype, start.tobytes(), step.tobytes()))
+    return _write_out("aten::arange", out, _arange_fn(n, acc, npdtype), start, step)
+
+
+# ``torch.arange(seq, device=...)`` runs in every forward (positions, masks):
+# a small ramp of given ends is a constant, computed once.  Any number of
+# storages may hold the same array: it is immutable, a write gives a storage
+# a new buffer, and a buffer held here is never donated (access.can_donate).
+_CONSTANT_BYTES = 1 << 18
+
+
+@functools.lru_cache(maxsize=128)
+def _arange_constant(n, acc, npdtype, start, step):
+    start, step = np.frombuffer(start, acc)[0], np.frombuffer(step, acc)[0]
+    return launch("aten::arange", _arange_fn(n, acc, npdtype), (start, step))
 
 
 @functools.lru_cache(maxsize=None)

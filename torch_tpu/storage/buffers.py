@@ -106,6 +106,14 @@ def new_tensor(st, dtype, shape, strides=None, offset=0) -> torch.Tensor:
     return t
 
 
+def adopt(t, arr) -> None:
+    """Point tpu tensor ``t`` at a new storage holding ``arr``, at ``arr``'s
+    shape, row-major (an out= that factories allocate empty, resized to its result)."""
+    aval = getattr(arr, "aval", arr)
+    st = new_storage(math.prod(aval.shape) * aval.dtype.itemsize, arr)
+    _set_storage(_CPU_KEYSET, t, st, 0, aval.shape, contiguous_strides(aval.shape))
+
+
 def wrap(arr, shape=None, strides=None) -> torch.Tensor:
     """A new tpu tensor whose storage holds ``arr`` as it is (no copy)."""
     # A jax.Array's shape and dtype are computed properties; its abstract
@@ -195,6 +203,8 @@ def allocate_like(shape, strides, dtype) -> torch.Tensor:
     if tpu_dtypes.active:  # on a TPU: float64 warns, complex128 is refused
         tpu_dtypes.entering(dtype)
     npdtype = dtypes.to_np(dtype)
+    shape, strides = tuple(shape), tuple(strides)
     n = storage_numel(shape, strides)
-    st = new_storage(n * npdtype.itemsize, _zeros(n, npdtype))
-    return new_tensor(st, dtype, tuple(shape), tuple(strides))
+    if strides == contiguous_strides(shape):  # (most: made as a kernel's output is)
+        return wrap_as(_zeros(n, npdtype), dtype, n * npdtype.itemsize, shape, None)
+    return new_tensor(new_storage(n * npdtype.itemsize, _zeros(n, npdtype)), dtype, shape, strides)
