@@ -97,6 +97,38 @@ def test_strict_checks_against_the_kernels_recent_signatures(monkeypatch):
         torch.testing.assert_close((x + y.t()).cpu(), x.cpu() + y.cpu().t(), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_tensor_passed_twice_is_matched_as_the_same_tensor(mode, monkeypatch):
+    # PyTorch's tensor check refuses a tensor given twice; the matcher checks
+    # the distinct tensors and that each repeat is that same object, so
+    # x * x (and AdamW's addcmul of the gradients with themselves) stays on
+    # the matched path, and x * y is not taken for x * x nor the other way
+    base, other = torch.randn(64, 80), torch.randn(64, 80)  # (past the size buckets: buckets.py)
+    x, y = base.to("tpu"), other.to("tpu")
+    answers = []
+    match = signature_match.Matcher.match
+
+    def spy(self, args, fused):
+        found = match(self, args, fused)
+        answers.append(found is not None)
+        return found
+    monkeypatch.setattr(signature_match.Matcher, "match", spy)
+    for _ in range(3):
+        _run(mode, torch.mul, x, x)
+    assert answers and answers[-1] is True
+    for a, b, expected in [(x, y, base * other), (x, x, base * base), (y, x, other * base), (y, y, other * other)]:
+        torch.testing.assert_close(_run(mode, torch.mul, a, b), expected, rtol=0, atol=0)
+    grads = [torch.randn(4).to("tpu") for _ in range(3)]
+    state = [torch.zeros(4).to("tpu") for _ in range(3)]
+    for _ in range(3):
+        answers.clear()
+        with torch.tpu.set_eager_mode(mode):
+            torch._foreach_addcmul_(state, grads, grads, value=0.5)
+    assert answers and answers[-1] is True
+    for s, g in zip(state, grads):
+        torch.testing.assert_close(s.cpu(), 1.5 * g.cpu() * g.cpu(), rtol=1e-6, atol=0)
+
+
 def test_a_pending_fused_result_passed_in_strict_mode_is_computed_first():
     cpu = [torch.randn(3), torch.randn(3)]
     tpu = [t.to("tpu") for t in cpu]

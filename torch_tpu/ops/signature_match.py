@@ -34,15 +34,19 @@ _TENSOR, _NUMBER, _LIST_NUMBER, _STATIC = range(4)
 
 class Matcher:
     """The arguments of one signature, as ``match`` checks them."""
-    __slots__ = ("guard", "nargs", "list_lens", "tensors", "leaves")
+    __slots__ = ("guard", "nargs", "list_lens", "tensors", "leaves", "repeats")
 
-    def __init__(self, guard, nargs, list_lens, tensor_at, leaves):
-        self.guard = guard          # TensorGuards of the tensor leaves
+    def __init__(self, guard, nargs, list_lens, tensor_at, leaves, repeats=()):
+        self.guard = guard          # TensorGuards of the distinct tensor leaves
         self.nargs = nargs
         self.list_lens = list_lens  # per argument: a list argument's length, else -1 (None: no lists)
-        # the tensor leaves, picked from the leaves (a tuple of them, or one)
+        # the distinct tensor leaves, picked from the leaves (a tuple of them, or one)
         self.tensors = operator.itemgetter(*tensor_at) if tensor_at else (lambda leaves: ())
         self.leaves = leaves        # per leaf: (kind, a, b, c): see make
+        # (leaf, earlier leaf) pairs that are the same tensor (x * x; AdamW's
+        # addcmul of the gradients with themselves): PyTorch's check refuses a
+        # tensor passed twice, so each repeat is checked as that one object
+        self.repeats = repeats
 
     def match(self, args, fused):
         """The call's array inputs, as ``Kernel._fast_key`` would append them
@@ -64,6 +68,9 @@ class Matcher:
         tensors = self.tensors(leaves)
         if not (self.guard.check(*tensors) if type(tensors) is tuple else self.guard.check(tensors)):
             return None
+        for i, j in self.repeats:
+            if leaves[i] is not leaves[j]:
+                return None
         inputs = []
         for x, (kind, a, b, c) in zip(leaves, self.leaves):
             if kind is _TENSOR:  # a: its buffer's shape, b: the buffer's dtype, c: its storage offset
@@ -105,11 +112,19 @@ def make(pos, args, tensor_tag, number_tag):
             list_lens.append(-1)
             leaves.append(_leaf(a, e, tensor_tag, number_tag, _NUMBER))
             flat.append(a)
-    guard = _guard([x for x, leaf in zip(flat, leaves) if leaf[0] is _TENSOR])
+    tensor_at, repeats, first = [], [], {}
+    for i, (x, leaf) in enumerate(zip(flat, leaves)):
+        if leaf[0] is _TENSOR:
+            j = first.setdefault(id(x), i)
+            if j == i:
+                tensor_at.append(i)
+            else:
+                repeats.append((i, j))
+    guard = _guard([flat[i] for i in tensor_at])
     if guard is None:
         return None
     return Matcher(guard, len(args), None if all(n < 0 for n in list_lens) else tuple(list_lens),
-                   tuple(i for i, leaf in enumerate(leaves) if leaf[0] is _TENSOR), tuple(leaves))
+                   tuple(tensor_at), tuple(leaves), tuple(repeats))
 
 
 def _guard(tensors):
