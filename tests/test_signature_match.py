@@ -180,3 +180,27 @@ def test_without_pytorchs_tensor_check_calls_take_the_slow_way(mode, monkeypatch
     f = torch.compile(lambda a: a - 1, backend="tpu", dynamic=False)
     for _ in range(3):
         torch.testing.assert_close(f(x).cpu(), base - 1, rtol=0, atol=0)
+
+
+def test_strict_finds_a_signature_among_many_of_the_same_shapes(monkeypatch):
+    # a training step calls mm with more signatures than the kernel's recent
+    # list keeps (forward and backward matmuls, transposed operands); each
+    # call is still matched (by its arguments' shapes), never rebuilt
+    a, b = torch.randn(8, 8), torch.randn(8, 16)
+    x, w = a.to("tpu"), b.to("tpu")
+    calls = [(x, w), (x.t(), w), (x, x), (x.t(), x), (x, x.t()), (x.t(), x.t()), (w.t(), x), (w.t(), w)]
+    expected = [a @ b, a.t() @ b, a @ a, a.t() @ a, a @ a.t(), a.t() @ a.t(), b.t() @ a, b.t() @ b]
+    kernel = _kernel(torch.ops.aten.mm.default)
+    slow = []
+    fast_key = registry.Kernel._fast_key
+    with torch.tpu.set_eager_mode("strict"):
+        for _ in range(2):
+            for args in calls:
+                torch.mm(*args)
+        monkeypatch.setattr(registry.Kernel, "_fast_key",
+                            lambda self, *a: slow.append(self.name) or fast_key(self, *a))
+        for _ in range(2):
+            got = [torch.mm(*args).cpu() for args in calls]
+    assert len(kernel.cache.recent) < len(calls) and slow == []
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)

@@ -504,6 +504,18 @@ class Kernel:
                 matchers.append(m)
         return entry
 
+    def _shape_matched(self, args, inputs):
+        """(entry, signature) of a strict call that none of the kernel's last
+        signatures took, by the last signatures it had with these first two
+        arguments' shapes (a training step's many matmul shapes), else (None, None)."""
+        recent = self.cache.recent
+        for hit in self.cache.by_shape.get(_shapes_of(args), ()):
+            if not any(h is hit for h in recent):  # (recent ones were refused already)
+                entry = self._matched(hit, args, inputs, False)
+                if entry is not None:
+                    return entry, hit[1]
+        return None, None
+
     def __call__(self, *args, **kwargs):
         if self.check_overlap:
             out_checks.check_overlap(self, args, kwargs)
@@ -521,6 +533,9 @@ class Kernel:
                     if entry is not None:
                         key = hit[1]
                         break
+                else:
+                    if self.cache.by_shape and args:
+                        entry, key = self._shape_matched(args, inputs)
         if (entry is not None and not entry.offsets and self.records_plainly
                 and len(args) <= self.plain_arity):  # fused: the predicted op, recorded
             results = launch(self.name, entry.fn, inputs, entry.out_buffers)
@@ -555,7 +570,7 @@ class Kernel:
         if fast and modes._mode is not _FUSED:  # the next calls check against this one first
             hit = self.cache.by_fn.get(entry.fn)
             if hit is not None and hit[0] is entry:
-                _remember(self.cache.recent, hit, args)
+                _remember(self.cache, hit, args)
         if self.checked_scalars and (kwargs or len(args) > self.plain_arity):  # (add's alpha: keyword only)
             scalar_checks.check(self, entry, args, kwargs)
         if entry.offsets:  # views read at run-time offsets
@@ -917,19 +932,34 @@ def _slow_match(pos, groups, args, inputs, fused):
 
 
 _MAX_MATCHERS = 2  # per signature
+_MAX_SHAPES = 256  # argument shapes a kernel keeps recent signatures for (_shapes_of)
 _RECENT = 4  # signatures a kernel checks a strict call against before it builds the call's
 
 
-def _remember(recent, hit, args):
+def _remember(cache, hit, args):
     """Put ``hit`` (whose signature ``args`` have) first among a kernel's
-    recent signatures, with a matcher made from ``args`` if it has room."""
+    recent signatures, and among those of its first arguments' shapes, with
+    a matcher made from ``args`` if it has room."""
     matchers = hit[2]
     if len(matchers) < _MAX_MATCHERS:
         m = signature_match.make(hit[1][0], args, TENSOR, NUMBER)
         if m is not None:
             matchers.append(m)
+    recent = cache.recent
     if not recent or recent[0] is not hit:
         recent[:] = [hit, *(h for h in recent if h is not hit)][:_RECENT]
+        if len(cache.by_shape) >= _MAX_SHAPES:
+            cache.by_shape.clear()
+        same = cache.by_shape.setdefault(_shapes_of(args), [])
+        if not same or same[0] is not hit:
+            same[:] = [hit, *(h for h in same if h is not hit)][:_RECENT]
+
+
+def _shapes_of(args):
+    """The shapes of a call's first two arguments (None where not a tensor):
+    what ``_Cache.by_shape`` files a kernel's recent signatures under."""
+    return (getattr(args[0], "shape", None) if args else None,
+            getattr(args[1], "shape", None) if len(args) > 1 else None)
 
 
 def _plain_buffer(x, spec, fused):
@@ -990,17 +1020,19 @@ class _Cache(dict):
     """A kernel's entries by signature, and (``by_fn``) each fast-path
     entry, its signature and its matchers by executable, for ``Kernel._matched``; both
     cleared together."""
-    __slots__ = ("by_fn", "recent")
+    __slots__ = ("by_fn", "recent", "by_shape")
 
     def __init__(self):
         super().__init__()
         self.by_fn = {}
         self.recent = []  # strict mode: by_fn values of the kernel's last fast-path calls, latest first
+        self.by_shape = {}  # ... and of its last ones per first arguments' shapes (_shapes_of)
 
     def clear(self):
         super().clear()
         self.by_fn.clear()
         self.recent = []
+        self.by_shape = {}
 
     def forget(self, key, entry):
         """Drop ``entry``, whose launch failed: the next call with its
@@ -1010,6 +1042,7 @@ class _Cache(dict):
             del self[key]
         self.by_fn.pop(entry.fn, None)
         self.recent = []
+        self.by_shape = {}
 
 
 def _storage_groups(tensors):
