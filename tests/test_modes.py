@@ -163,6 +163,35 @@ def test_fused_launches_a_repeated_host_read_ahead_of_time():
         assert fusion.stats.early_launches - before == 2
 
 
+def test_fused_predicts_both_the_first_op_and_the_op_after_an_early_launch(monkeypatch):
+    """A step whose loss read is launched ahead of time leaves no op pending
+    twice: at its start (after the last read) and right after the early
+    launch.  The two places are remembered apart, so from the third step on
+    every op is the one recording predicts (none takes the slow path)."""
+    from torch_tpu.ops import registry
+
+    def step(x, w):
+        loss = (x * w).sum()  # launched when recorded, from the second step on
+        out = (w * 3 - x).mul(2)  # recorded after that launch
+        loss.item()  # runs the rest
+        return out
+
+    fusion.clear_cache()
+    slow = []
+    fast_key = registry.Kernel._fast_key
+    with torch.tpu.set_eager_mode("fused"):
+        x, w = torch.randn(8).to("tpu"), torch.randn(8).to("tpu")
+        for _ in range(3):
+            step(x, w)
+        monkeypatch.setattr(registry.Kernel, "_fast_key", lambda self, *a: slow.append(self.name) or fast_key(self, *a))
+        before = fusion.stats.early_launches
+        for _ in range(2):
+            out = step(x, w)
+        assert fusion.stats.early_launches - before == 2
+        torch.testing.assert_close(out.cpu(), (w.cpu() * 3 - x.cpu()) * 2)
+    assert slow == []
+
+
 def test_fused_chain_packs_python_numbers_and_keeps_their_weak_types():
     """A chain's Python numbers travel packed (one array per kind): each keeps
     the weak type a Python number has, so half and int tensors stay half and

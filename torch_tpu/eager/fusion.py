@@ -131,7 +131,7 @@ def record(fn, inputs, out_buffers, urgent=False):
         # that followed this point last time is checked against this one
         # input by input, and its refs and prefix hash are reused.
         if guess is None or guess[0] is not fn or (refs := _replay(inputs, guess[1])) is None:
-            last = _nodes[-1].prefix if _nodes else 0
+            last = _nodes[-1].prefix if _nodes else _origin
             refs = _refs(inputs)
             prefix = hash((last, id(fn), refs))  # as _prefix_after
             if len(_next) >= _MAX_NEXT:
@@ -170,6 +170,11 @@ _MAX_NEXT = 1 << 16
 
 
 _guess = None      # _next's entry for the pending program's last op: what record expects next
+# The structural hash of an empty pending program: 0 after a flush; after a
+# launch ahead of a predicted read, one of its own, so the op that follows
+# the read (a step's backward) and the program's first op (the step's
+# forward) are remembered apart.
+_origin = 0
 
 
 def predicted():
@@ -183,7 +188,7 @@ def _retarget():
     """Point ``_guess`` at the pending program's end again (after the pending
     ops changed other than by ``record``'s append, or ``_next`` was cleared)."""
     global _guess
-    _guess = _next.get(_nodes[-1].prefix if _nodes else 0)
+    _guess = _next.get(_nodes[-1].prefix if _nodes else _origin)
 
 
 def _refs(inputs):
@@ -272,7 +277,7 @@ def _replay(inputs, refs):
 def _prefix_after(fn, refs):
     """The structural hash of the pending program once an op ``fn`` wired by
     ``refs`` is appended: what a host read's position is remembered by."""
-    return hash((_nodes[-1].prefix if _nodes else 0, id(fn), refs))
+    return hash((_nodes[-1].prefix if _nodes else _origin, id(fn), refs))
 
 
 def _intern(x, items, index):
@@ -308,8 +313,12 @@ def flush(reason="sync", first=None) -> None:
     first chain ends while the second (after a training step's loss read, the
     backward and the optimizer) runs on as the host records what comes next.
     Both cuts depend only on the recorded program, so each is cached."""
+    global _origin
     with _lock:
-        if not _nodes:
+        if not _nodes:  # (a host read after an early launch: the program starts over)
+            if _origin:
+                _origin = 0
+                _retarget()
             return
         nodes, external, numbers = _take_pending()
         logs.fused_flush(len(nodes), reason)  # TORCH_TPU_LOGS=sync
@@ -368,6 +377,8 @@ def _take_pending():
     _external_index.clear()
     _numbers[0].clear()
     _numbers[1].clear()
+    global _origin
+    _origin = 0
     _retarget()
     return nodes, external, numbers
 
@@ -375,7 +386,9 @@ def _take_pending():
 def _launch_early(index):
     """Launch the ops node ``index`` needs (a predicted host read) and keep the
     other pending ops pending, rewired to the values just launched."""
+    global _origin
     nodes, external, numbers = _take_pending()
+    _origin = hash((nodes[index].prefix, "launched"))
     plan = _plan(nodes, index, True)
     computed = {}
     logs.fused_flush(len(plan.chains[0].group), "predicted host read")  # TORCH_TPU_LOGS=sync

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ... import precision
+from ...storage import buffers
 from ..registry import kernel, register, register_raw, resolve
 
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
@@ -132,9 +133,10 @@ class _ForwardInGraph:
 def fused_attention(query, key, value, *args, **kwargs):
     out, lse = _forward(query, key, value, *args, **kwargs)
     # No dropout here, so no RNG state to hand the backward (PyTorch's CUDA
-    # kernels return empty seed/offset tensors in that case too).
-    seed = torch.empty((), dtype=torch.long, device=query.device)
-    offset = torch.empty((), dtype=torch.long, device=query.device)
+    # kernels return empty seed/offset tensors in that case too; made here
+    # without two trips through the dispatcher's empty).
+    seed = buffers.allocate_like((), (), torch.long)
+    offset = buffers.allocate_like((), (), torch.long)
     return out, lse, None, None, query.shape[-2], key.shape[-2], seed, offset, None
 
 
