@@ -597,9 +597,13 @@ class Kernel:
     def _finish(self, entry, results, args, kwargs):
         if self.mode == "inplace":
             self_t = args[0]
-            if self.writes_list:
+            if self.writes_list:  # (an optimizer's foreach: set_buffer inline, per tensor)
                 for t, buf in zip(self_t, results):
-                    buffers.set_buffer(t.untyped_storage(), buf)
+                    st = t.untyped_storage()
+                    if hasattr(st, "_tpu_buf"):
+                        st._tpu_buf = buf
+                    else:
+                        buffers.set_buffer(st, buf)
                 return None
             if type(results) is list:
                 results = results[0]  # recorded: one LazyBuffer for the one buffer written
