@@ -428,16 +428,16 @@ def _is_tensor_entry(e):
 
 def _input_matcher(signature, args):
     """The matcher of a call whose tpu tensor inputs are each their storage's
-    whole buffer (the common case: parameters, activations, optimizer
-    state), so later calls with the signature skip ``_input_buffer``; else
-    None."""
+    whole buffer, as it is or permuted (the common case: parameters,
+    activations, optimizer state, a backward's transposed weights and heads),
+    so later calls with the signature skip ``_input_buffer``; else None."""
     tensor_at, expect, statics = [], [], []
     for i, (a, e) in enumerate(zip(args, signature)):
         if type(e) is TpuInput:
             spec = e.spec
             if a.is_neg() or a.is_conj():  # passed as its values (_input_buffer_general), not its buffer
                 return None
-            if spec.offset != 0 or spec.size != spec.buf_shape or spec.dtype != spec.buf_dtype:
+            if not _whole_buffer(spec):
                 return None
             tensor_at.append(i)
             expect.append((spec.buf_shape, spec.buf_dtype))
@@ -446,6 +446,18 @@ def _input_matcher(signature, args):
         elif e is not _ON_HOST:
             statics.append((i, a))
     return signature_match.graph_matcher(args, tuple(tensor_at), tuple(expect), tuple(statics))
+
+
+def _whole_buffer(spec):
+    """Whether ``_input_buffer`` passes a tensor of view spec ``spec`` as its
+    storage's buffer unchanged, given only that the buffer and the tensor's
+    geometry match the spec (what a GraphMatcher checks): its whole buffer,
+    in row-major order or permuted (``_view_input``'s second case, which a
+    flat buffer never reaches: it is reshaped first)."""
+    if spec.offset != 0 or spec.dtype != spec.buf_dtype:
+        return False
+    return spec.size == spec.buf_shape or (len(spec.buf_shape) != 1
+                                           and math.prod(spec.size) == math.prod(spec.buf_shape))
 
 
 def _input_buffer(t, signature, offsets, lazy=False):
