@@ -106,6 +106,7 @@ class CompiledGraph:
                            and all(p.static or not isinstance(p.val, torch.Tensor) or i in self.host_views
                                    for i, p in enumerate(self.out_plans)))
         self.recorded = {}  # signature -> _Recorded
+        self.made = None  # how outputs become tensors, once known: see _made
         self.input_plan = None  # (the last call's signature, its matcher or None): see _input_matcher
         self.uses_rng = any(n.op == "call_function" and registry.graph_form(n.target) is not None
                             and registry.graph_form(n.target).opts.rng
@@ -193,15 +194,37 @@ class CompiledGraph:
         where made on the host) and the host part's values."""
         view_bases = {i: args[v.input] for i, v in self.host_views.items() if v.input is not None}
         args.clear()  # boxed calling convention: let inputs die early
-        tensors = [None if i in self.host_views else
-                   host_values[self.host_outputs[i]] if i in self.host_outputs else plan(r)
-                   for i, (r, plan) in enumerate(zip(outputs, self.out_plans))]
+        made = self.made
+        if made is not None:  # every output the executable makes wrapped at once
+            at, wrap, rest = made
+            tensors = [None] * len(self.out_plans)
+            for i, t in zip(at, wrap([outputs[i] for i in at])):
+                tensors[i] = t
+            for i in rest:
+                tensors[i] = self.out_plans[i](outputs[i])
+            for i, node in self.host_outputs.items():
+                tensors[i] = host_values[node]
+        else:
+            tensors = [None if i in self.host_views else
+                       host_values[self.host_outputs[i]] if i in self.host_outputs else plan(r)
+                       for i, (r, plan) in enumerate(zip(outputs, self.out_plans))]
+            self.made = self._made()
         for i, view in self.host_views.items():
             tensors[i] = view(view_bases[i] if view.input is not None else tensors[view.output])
         if self.scalar_outputs is not None:
             for i, value in self.scalar_outputs[signature].items():
                 tensors[i] = value
         return tensors
+
+    def _made(self):
+        """``(positions, buffers.OutputTensors, other positions)`` of the outputs
+        the executable makes, once their plans know their tensors (after a
+        first call): the static tpu tensors, wrapped together, and the rest."""
+        own = [i for i in range(len(self.out_plans)) if i not in self.host_views and i not in self.host_outputs]
+        at = [i for i in own if self.out_plans[i].meta is not None]
+        if any(self.out_plans[i].static and self.out_plans[i].meta is None for i in own):
+            return None  # (a first call that made no such tensor: not known yet)
+        return at, buffers.OutputTensors([self.out_plans[i].meta for i in at]), [i for i in own if i not in at]
 
     def _fall_back(self, signature, args, host_inputs, error):
         """Run this signature's calls on the eager kernels from now on (with
