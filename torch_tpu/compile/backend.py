@@ -121,7 +121,8 @@ class CompiledGraph:
             fusion.flush("compiled graph")
         plan = self.input_plan  # the last call's signature and its matcher
         arrays = plan[1].match(args, defer) if plan is not None and plan[1] is not None else None
-        if arrays is not None and plan[0][-1] is precision.current:
+        matched = arrays is not None and plan[0][-1] is precision.current
+        if matched:
             signature, offsets = plan[0], ()
         else:
             arrays, signature, offsets = [], [], []
@@ -169,7 +170,13 @@ class CompiledGraph:
             targets = [args[i] for i in self.mutated]
             if plan is not None and plan.swaps is None:  # worked out once per signature
                 plan.swaps = _swaps(targets, new_values)
-            _write_inputs(targets, new_values, plan.swaps if plan is not None else ())
+                plan.all_swap = all(plan.swaps)
+            if matched and plan is not None and plan.all_swap:
+                # the matcher saw each storage hold its buffer, and no lazy conj/neg bit (a dispatch key)
+                for t, value in zip(targets, new_values):
+                    t.untyped_storage()._tpu_buf = value
+            else:
+                _write_inputs(targets, new_values, plan.swaps if plan is not None else ())
         return self._tensors(signature, args, outputs, host_values)
 
     def _record(self, signature, arrays, args):
@@ -364,7 +371,7 @@ class _Recorded:
 
 class _Donation:
     """Which buffers calls of one signature may donate, and the executable that does."""
-    __slots__ = ("positions", "at", "inputs", "exe", "swaps")
+    __slots__ = ("positions", "at", "inputs", "exe", "swaps", "all_swap")
 
     def __init__(self, positions, inputs):
         self.positions = positions  # argument positions (after the rng material)
@@ -372,6 +379,7 @@ class _Donation:
         self.inputs = inputs  # the graph inputs whose buffers those are
         self.exe = None  # the donating executable, once built
         self.swaps = None  # per rewritten input, whether its new value becomes its buffer (_swaps)
+        self.all_swap = False  # every one does
 
     def may(self, arrays, args):
         """Whether this call may donate them: each is its storage's buffer and
