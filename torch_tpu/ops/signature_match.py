@@ -164,8 +164,9 @@ class GraphMatcher:
             except AttributeError:
                 return None
             if type(buf) is LazyBuffer:  # (has shape and dtype itself)
-                if not lazy or buf.value is not None:
-                    buf = fusion.resolve(buf)
+                if not lazy or buf.value is not None:  # a computed one as resolve would give it, without its frame
+                    value = buf.value
+                    buf = value if value is not None and not buf.early else fusion.resolve(buf)
                 aval = getattr(buf, "aval", buf)
             else:
                 aval = buf.aval if type(buf) is _ArrayImpl else getattr(buf, "aval", buf)
