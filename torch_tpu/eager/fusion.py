@@ -146,14 +146,9 @@ def record(fn, inputs, out_buffers, urgent=False):
             out.shape = shape if type(shape) is tuple else tuple(shape)
             out.dtype, out.value, out.node, out.slot, out.early = dtype, None, index, 0, False
             outs, out_refs = [out], [_weakref(out)]
-        else:  # (a compiled graph's dozens of outputs: each made as above, no __init__ frame)
-            outs = []
-            for slot, (shape, dtype) in enumerate(out_buffers):
-                out = _lazy(LazyBuffer)
-                out.shape = shape if type(shape) is tuple else tuple(shape)
-                out.dtype, out.value, out.node, out.slot, out.early = dtype, None, index, slot, False
-                outs.append(out)
-            out_refs = list(map(_weakref, outs))
+        else:
+            outs = [LazyBuffer(shape, dtype, index, slot) for slot, (shape, dtype) in enumerate(out_buffers)]
+            out_refs = [_weakref(o) for o in outs]
         node = _lazy(_Node)
         node.fn, node.refs, node.outputs, node.prefix, node.urgent = fn, refs, out_refs, prefix, urgent
         _nodes.append(node)
