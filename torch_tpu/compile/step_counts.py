@@ -18,6 +18,8 @@ from .. import dtypes, tpu_dtypes
 
 aten = torch.ops.aten
 
+_data_ptr, _fill = torch.Tensor.data_ptr, torch.Tensor.fill_
+
 # the dtypes whose values a Python list holds exactly (tolist, fill_, np.array)
 _EXACT = (torch.float32, torch.float64, torch.int32, torch.int64)
 
@@ -38,11 +40,10 @@ class StepCounts:
         """The packed new counts, after the update; None (nothing done) when
         two counts share memory: the foreach add then bumps it twice."""
         counts = [args[i] for i in self.bump_at]
-        if len({t.data_ptr() for t in counts}) != len(counts):
+        if len(set(map(_data_ptr, counts))) != len(counts):
             return None
         values = torch.stack(counts).add_(self.scalar).tolist()
-        for t, v in zip(counts, values):
-            t.fill_(v)
+        list(map(_fill, counts, values))  # each count written in place (its version bumped, as by the add)
         if tpu_dtypes.active:  # as numpy_from_cpu_tensor: on a TPU, float64 warns
             tpu_dtypes.entering(self.dtype)
         if self.pack_order is not None:
