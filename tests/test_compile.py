@@ -683,3 +683,31 @@ def test_graphs_on_rows_of_a_tensor_compile_once():
             want[i].mul_(2).add_(1)
     assert stats.compiles - before <= 2  # the first row (offset 0) compiles like any other
     assert torch.equal(written.cpu(), want)
+
+
+def test_graph_outputs_made_together_are_storages_of_their_own():
+    """A compiled graph's outputs are wrapped together (one address range per
+    call, buffers.OutputTensors): each still its own storage, with its own
+    address range and bytes, counted as allocated until it dies."""
+    import gc
+
+    f = torch.compile(lambda a: (a * 2, (a + 1).t(), a.amax(), a[0] - 1), backend="tpu", dynamic=False)
+    base = torch.randn(3, 5)
+    x = base.to("tpu")
+    for _ in range(3):
+        outs = f(x)
+        for got, want in zip(outs, (base * 2, (base + 1).t(), base.amax(), base[0] - 1)):
+            torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+    del outs
+    gc.collect()
+    before = torch.tpu.memory_allocated()
+    stats = torch.tpu.memory_stats()
+    outs = f(x)
+    spans = sorted((o.untyped_storage().data_ptr(), o.untyped_storage().nbytes()) for o in outs)
+    assert len({o.untyped_storage().data_ptr() for o in outs}) == len(outs)
+    assert all(a + n <= b for (a, n), (b, _) in zip(spans, spans[1:]))  # no overlap
+    assert torch.tpu.memory_allocated() - before == sum(n for _, n in spans) == 4 * (15 + 15 + 1 + 5)
+    assert torch.tpu.memory_stats()["allocation.all.allocated"] - stats["allocation.all.allocated"] == 4
+    del outs
+    gc.collect()
+    assert torch.tpu.memory_allocated() == before

@@ -160,6 +160,35 @@ def test_compiled_graph_inputs_of_other_geometry_are_not_taken_for_the_cached_on
         torch.testing.assert_close(f(x, y).cpu(), base * 2 + other, rtol=0, atol=0, msg=name)
 
 
+def test_compiled_graph_inputs_that_are_permuted_whole_buffers_are_matched(monkeypatch):
+    """A backward's transposed weights and permuted heads: each its storage's
+    whole buffer, so a later call is checked by the matcher, not input by
+    input, and a call of another layout still runs the graph of its own."""
+    from torch_tpu.compile import backend
+    f = torch.compile(lambda a, b: a * 2 + b, backend="tpu", dynamic=False)
+    base, other = torch.randn(2, 3, 4), torch.randn(4, 2, 3)
+    x, y = base.to("tpu"), other.to("tpu")
+    z = torch.randn(4, 3, 2)
+    want = base.permute(2, 0, 1) * 2 + other
+    for _ in range(3):
+        torch.testing.assert_close(f(x.permute(2, 0, 1), y).cpu(), want, rtol=0, atol=0)
+    slow = []
+    real = backend._input_buffer
+    monkeypatch.setattr(backend, "_input_buffer", lambda *a, **k: slow.append(1) or real(*a, **k))
+    torch.testing.assert_close(f(x.permute(2, 0, 1), y).cpu(), want, rtol=0, atol=0)
+    assert not slow  # matched
+    cases = {
+        "row-major, the same size": (x.permute(2, 0, 1).contiguous(), base.permute(2, 0, 1)),
+        "another buffer's transpose": (z.to("tpu").transpose(1, 2), z.transpose(1, 2)),
+        "a flat buffer, the same strides": (x.reshape(-1).clone().view(2, 3, 4).permute(2, 0, 1),
+                                            base.permute(2, 0, 1)),
+        "a permuted part of a larger buffer": (torch.cat([x, x])[2:].permute(2, 0, 1), base.permute(2, 0, 1)),
+    }
+    for name, (a, a_cpu) in cases.items():
+        torch.testing.assert_close(f(a, y).cpu(), a_cpu * 2 + other, rtol=0, atol=0, msg=name)
+        torch.testing.assert_close(f(x.permute(2, 0, 1), y).cpu(), want, rtol=0, atol=0, msg=name)
+
+
 def test_compiled_graph_called_with_lazy_negations_reads_their_values():
     f = torch.compile(lambda a: a + 1, backend="tpu", dynamic=False)
     for _ in range(3):

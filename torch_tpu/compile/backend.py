@@ -106,6 +106,7 @@ class CompiledGraph:
                            and all(p.static or not isinstance(p.val, torch.Tensor) or i in self.host_views
                                    for i, p in enumerate(self.out_plans)))
         self.recorded = {}  # signature -> _Recorded
+        self.made = None  # how outputs become tensors, once known: see _made
         self.input_plan = None  # (the last call's signature, its matcher or None): see _input_matcher
         self.uses_rng = any(n.op == "call_function" and registry.graph_form(n.target) is not None
                             and registry.graph_form(n.target).opts.rng
@@ -120,7 +121,8 @@ class CompiledGraph:
             fusion.flush("compiled graph")
         plan = self.input_plan  # the last call's signature and its matcher
         arrays = plan[1].match(args, defer) if plan is not None and plan[1] is not None else None
-        if arrays is not None and plan[0][-1] is precision.current:
+        matched = arrays is not None and plan[0][-1] is precision.current
+        if matched:
             signature, offsets = plan[0], ()
         else:
             arrays, signature, offsets = [], [], []
@@ -168,7 +170,13 @@ class CompiledGraph:
             targets = [args[i] for i in self.mutated]
             if plan is not None and plan.swaps is None:  # worked out once per signature
                 plan.swaps = _swaps(targets, new_values)
-            _write_inputs(targets, new_values, plan.swaps if plan is not None else ())
+                plan.all_swap = all(plan.swaps)
+            if matched and plan is not None and plan.all_swap:
+                # the matcher saw each storage hold its buffer, and no lazy conj/neg bit (a dispatch key)
+                for t, value in zip(targets, new_values):
+                    t.untyped_storage()._tpu_buf = value
+            else:
+                _write_inputs(targets, new_values, plan.swaps if plan is not None else ())
         return self._tensors(signature, args, outputs, host_values)
 
     def _record(self, signature, arrays, args):
@@ -193,15 +201,37 @@ class CompiledGraph:
         where made on the host) and the host part's values."""
         view_bases = {i: args[v.input] for i, v in self.host_views.items() if v.input is not None}
         args.clear()  # boxed calling convention: let inputs die early
-        tensors = [None if i in self.host_views else
-                   host_values[self.host_outputs[i]] if i in self.host_outputs else plan(r)
-                   for i, (r, plan) in enumerate(zip(outputs, self.out_plans))]
+        made = self.made
+        if made is not None:  # every output the executable makes wrapped at once
+            at, wrap, rest = made
+            tensors = [None] * len(self.out_plans)
+            for i, t in zip(at, wrap([outputs[i] for i in at])):
+                tensors[i] = t
+            for i in rest:
+                tensors[i] = self.out_plans[i](outputs[i])
+            for i, node in self.host_outputs.items():
+                tensors[i] = host_values[node]
+        else:
+            tensors = [None if i in self.host_views else
+                       host_values[self.host_outputs[i]] if i in self.host_outputs else plan(r)
+                       for i, (r, plan) in enumerate(zip(outputs, self.out_plans))]
+            self.made = self._made()
         for i, view in self.host_views.items():
             tensors[i] = view(view_bases[i] if view.input is not None else tensors[view.output])
         if self.scalar_outputs is not None:
             for i, value in self.scalar_outputs[signature].items():
                 tensors[i] = value
         return tensors
+
+    def _made(self):
+        """``(positions, buffers.OutputTensors, other positions)`` of the outputs
+        the executable makes, once their plans know their tensors (after a
+        first call): the static tpu tensors, wrapped together, and the rest."""
+        own = [i for i in range(len(self.out_plans)) if i not in self.host_views and i not in self.host_outputs]
+        at = [i for i in own if self.out_plans[i].meta is not None]
+        if any(self.out_plans[i].static and self.out_plans[i].meta is None for i in own):
+            return None  # (a first call that made no such tensor: not known yet)
+        return at, buffers.OutputTensors([self.out_plans[i].meta for i in at]), [i for i in own if i not in at]
 
     def _fall_back(self, signature, args, host_inputs, error):
         """Run this signature's calls on the eager kernels from now on (with
@@ -341,7 +371,7 @@ class _Recorded:
 
 class _Donation:
     """Which buffers calls of one signature may donate, and the executable that does."""
-    __slots__ = ("positions", "at", "inputs", "exe", "swaps")
+    __slots__ = ("positions", "at", "inputs", "exe", "swaps", "all_swap")
 
     def __init__(self, positions, inputs):
         self.positions = positions  # argument positions (after the rng material)
@@ -349,6 +379,7 @@ class _Donation:
         self.inputs = inputs  # the graph inputs whose buffers those are
         self.exe = None  # the donating executable, once built
         self.swaps = None  # per rewritten input, whether its new value becomes its buffer (_swaps)
+        self.all_swap = False  # every one does
 
     def may(self, arrays, args):
         """Whether this call may donate them: each is its storage's buffer and
@@ -428,16 +459,16 @@ def _is_tensor_entry(e):
 
 def _input_matcher(signature, args):
     """The matcher of a call whose tpu tensor inputs are each their storage's
-    whole buffer (the common case: parameters, activations, optimizer
-    state), so later calls with the signature skip ``_input_buffer``; else
-    None."""
+    whole buffer, as it is or permuted (the common case: parameters,
+    activations, optimizer state, a backward's transposed weights and heads),
+    so later calls with the signature skip ``_input_buffer``; else None."""
     tensor_at, expect, statics = [], [], []
     for i, (a, e) in enumerate(zip(args, signature)):
         if type(e) is TpuInput:
             spec = e.spec
             if a.is_neg() or a.is_conj():  # passed as its values (_input_buffer_general), not its buffer
                 return None
-            if spec.offset != 0 or spec.size != spec.buf_shape or spec.dtype != spec.buf_dtype:
+            if not _whole_buffer(spec):
                 return None
             tensor_at.append(i)
             expect.append((spec.buf_shape, spec.buf_dtype))
@@ -446,6 +477,18 @@ def _input_matcher(signature, args):
         elif e is not _ON_HOST:
             statics.append((i, a))
     return signature_match.graph_matcher(args, tuple(tensor_at), tuple(expect), tuple(statics))
+
+
+def _whole_buffer(spec):
+    """Whether ``_input_buffer`` passes a tensor of view spec ``spec`` as its
+    storage's buffer unchanged, given only that the buffer and the tensor's
+    geometry match the spec (what a GraphMatcher checks): its whole buffer,
+    in row-major order or permuted (``_view_input``'s second case, which a
+    flat buffer never reaches: it is reshaped first)."""
+    if spec.offset != 0 or spec.dtype != spec.buf_dtype:
+        return False
+    return spec.size == spec.buf_shape or (len(spec.buf_shape) != 1
+                                           and math.prod(spec.size) == math.prod(spec.buf_shape))
 
 
 def _input_buffer(t, signature, offsets, lazy=False):

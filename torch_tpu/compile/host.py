@@ -17,6 +17,7 @@ import operator
 import torch
 
 from .. import dtypes
+from . import step_counts
 
 aten = torch.ops.aten
 
@@ -143,6 +144,10 @@ class HostPart:
                     self._scalar_dtypes.append(v.dtype)
         self._outputs = [n for n in (computed + list(host_only)) if any(u.op == "output" for u in n.users)]
         self._fn = self._generate(gm, cpu_inputs, computed, copies) if computed or copies else None
+        # the common program (an optimizer's step counts) without FX's generic calls
+        self._counts = None if self._fn is None else step_counts.match(
+            _in_place_update(copies, computed), computed, self.exports, self._outputs,
+            {p: i for i, p in enumerate(placeholders)})
 
     def __bool__(self):
         return self._fn is not None
@@ -187,6 +192,10 @@ class HostPart:
         """Compute the host nodes from the call's arguments (and apply their
         in-place updates): ``(host outputs {node: tensor}, arrays for the
         executable)``."""
+        if self._counts is not None:
+            pack = self._counts(args)
+            if pack is not None:
+                return {}, [pack]
         packs, others, outputs = self._fn(*[args[i] for i in self.input_positions])
         arrays = [dtypes.numpy_from_cpu_tensor(t) for t in (*packs, *others)]
         return dict(zip(self._outputs, outputs)), arrays

@@ -17,6 +17,7 @@ slow way.  Without that check (another PyTorch), there are no matchers.
 """
 import operator
 
+from jax._src.array import ArrayImpl as _ArrayImpl  # the concrete jax.Array type
 from torch import Tensor
 
 from ..eager import fusion
@@ -162,23 +163,30 @@ class GraphMatcher:
     def match(self, args, lazy):
         """The arrays to pass (``lazy``: pending fused results as they are,
         for recording), or None."""
-        if len(args) != self.nargs or not self.guard.check(*[args[i] for i in self.tensor_at]):
+        if len(args) != self.nargs:
+            return None
+        tensors = [args[i] for i in self.tensor_at]
+        if not self.guard.check(*tensors):
             return None
         for i, v in self.statics:
             x = args[i]
             if type(x) is not type(v) or x != v:
                 return None
         arrays = []
-        for i, (shape, dtype) in zip(self.tensor_at, self.expect):
-            x = args[i]
+        for x, (shape, dtype) in zip(tensors, self.expect):
             try:
                 buf = x.untyped_storage()._tpu_buf
             except AttributeError:
                 return None
-            if type(buf) is LazyBuffer and (not lazy or buf.value is not None):
-                buf = fusion.resolve(buf)
-            aval = getattr(buf, "aval", buf)
-            if aval.shape != shape or aval.dtype != dtype or x.storage_offset():
+            if type(buf) is LazyBuffer:  # (has shape and dtype itself)
+                if not lazy or buf.value is not None:  # a computed one as resolve would give it, without its frame
+                    value = buf.value
+                    buf = value if value is not None and not buf.early else fusion.resolve(buf)
+                aval = getattr(buf, "aval", buf)
+            else:
+                aval = buf.aval if type(buf) is _ArrayImpl else getattr(buf, "aval", buf)
+            # (NumPy's dtypes of one kind are one object: `is` first, `!=` only when not)
+            if aval.shape != shape or aval.dtype is not dtype and aval.dtype != dtype or x.storage_offset():
                 return None
             arrays.append(buf)
         return arrays

@@ -150,6 +150,46 @@ def wrap_as(arr, dtype, nbytes, shape, strides) -> torch.Tensor:
     return t
 
 
+class OutputTensors:
+    """``wrap_as`` for a fixed list of results (a compiled graph's outputs),
+    their ``wrap_as`` arguments known in advance: their addresses are one
+    range allocated per call, at offsets worked out once, and each tensor is
+    made inline (no frames per output)."""
+    __slots__ = ("metas", "offsets", "size", "nbytes")
+
+    def __init__(self, metas):
+        self.metas = metas  # per result: wrap_as's (dtype, nbytes, shape, strides)
+        self.offsets, self.size = [], 0
+        for _, nbytes, _, _ in metas:
+            self.offsets.append(self.size)
+            self.size += memory.span(nbytes)
+        self.nbytes = sum(m[1] for m in metas)
+
+    def __call__(self, arrays):
+        base = _allocate_range(self.size, self.nbytes, len(self.metas))
+        tensors = []
+        for arr, (dtype, nbytes, shape, strides), offset in zip(arrays, self.metas, self.offsets):
+            addr = base + offset
+            if strides is None and _SWAP_STORAGE:  # as wrap_as
+                t = _create_empty(shape, dtype)
+                st = t.untyped_storage()
+                st._swap_data_ptr_(_construct_storage(addr, DEVICE, nbytes))
+            else:
+                st = _construct_storage(addr, DEVICE, nbytes)
+                t = _create_empty((0,), dtype)
+                _set_storage(_CPU_KEYSET, t, st, 0, shape, strides or contiguous_strides(shape))
+            st._tpu_buf = arr  # as _own
+            ref = _StorageRef(st, _release)
+            ref.addr = addr
+            ref.nbytes = nbytes
+            _BY_ADDRESS[addr] = ref
+            tensors.append(t)
+        return tensors
+
+
+_allocate_range = memory.allocate_range
+
+
 _SHARED_ZEROS_BYTES = 1 << 22
 
 

@@ -58,6 +58,29 @@ def allocate(nbytes: int) -> int:
     return addr
 
 
+def span(nbytes: int) -> int:
+    """The address range ``allocate`` gives ``nbytes``: rounded up to the alignment."""
+    return -(-nbytes // _ALIGN) * _ALIGN or _ALIGN
+
+
+def allocate_range(size: int, nbytes: int, count: int) -> int:
+    """The address of a new range of ``size`` (the spans of ``count``
+    storages of ``nbytes`` in all), counted as ``count`` allocations: a
+    compiled graph's outputs under one lock instead of one each."""
+    s = _stats
+    with _lock:
+        if _deaths:
+            _apply_deaths(s)
+        addr = s.next_address
+        s.next_address = addr + size
+        allocated = s.allocated = s.allocated + nbytes
+        s.count += count
+        s.num_alloc += count
+        if allocated > s.peak:
+            s.peak = allocated
+    return addr
+
+
 def allocated() -> int:
     with _lock:
         _apply_deaths(_stats)
