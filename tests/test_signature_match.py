@@ -14,6 +14,19 @@ def _kernel(op):
     return registry.KERNELS[op]
 
 
+def _matcher_answers(monkeypatch):
+    """From now on, whether each matcher asked took its call (a list, in order)."""
+    answers = []
+    match = signature_match.Matcher.match
+
+    def spy(self, args, fused):
+        found = match(self, args, fused)
+        answers.append(found is not None)
+        return found
+    monkeypatch.setattr(signature_match.Matcher, "match", spy)
+    return answers
+
+
 def _run(mode, fn, *args):
     with torch.tpu.set_eager_mode(mode):
         out = fn(*args)
@@ -73,18 +86,11 @@ def test_foreach_lists_are_matched_tensor_by_tensor(mode):
 def test_strict_checks_against_the_kernels_recent_signatures(monkeypatch):
     x, y, w = torch.randn(4, 4).to("tpu"), torch.randn(4, 4).to("tpu"), torch.randn(3, 5).to("tpu")
     kernel = _kernel(torch.ops.aten.add.Tensor)
-    answers = []
-    match = signature_match.Matcher.match
-
-    def spy(self, args, fused):
-        found = match(self, args, fused)
-        answers.append(found is not None)
-        return found
     with torch.tpu.set_eager_mode("strict"):
         x + y  # its signature: built (or found), remembered first, with a matcher
         hit = kernel.cache.recent[0]
         assert kernel.cache.by_fn[hit[0].fn] is hit and len(hit[2]) >= 1
-        monkeypatch.setattr(signature_match.Matcher, "match", spy)
+        answers = _matcher_answers(monkeypatch)
         x + y
         assert answers == [True]
         answers.clear()
@@ -105,14 +111,7 @@ def test_a_tensor_passed_twice_is_matched_as_the_same_tensor(mode, monkeypatch):
     # the matched path, and x * y is not taken for x * x nor the other way
     base, other = torch.randn(64, 80), torch.randn(64, 80)  # (past the size buckets: buckets.py)
     x, y = base.to("tpu"), other.to("tpu")
-    answers = []
-    match = signature_match.Matcher.match
-
-    def spy(self, args, fused):
-        found = match(self, args, fused)
-        answers.append(found is not None)
-        return found
-    monkeypatch.setattr(signature_match.Matcher, "match", spy)
+    answers = _matcher_answers(monkeypatch)
     for _ in range(3):
         _run(mode, torch.mul, x, x)
     assert answers and answers[-1] is True
