@@ -10,6 +10,7 @@ import torch
 from helpers import strict  # noqa: F401  (no CPU fallback)
 
 import torch_tpu  # noqa: F401
+from torch_tpu.eager import checks
 
 
 @contextlib.contextmanager
@@ -247,7 +248,8 @@ def test_index_from_host_values_raises_at_the_op(make_index):
     lambda: torch.zeros(6, dtype=torch.int32, device="tpu"),
     lambda: torch.full((2, 3), 2, dtype=torch.long, device="tpu"),
     lambda: torch.tensor([0, 1, 2, 3, 4, 5], device="tpu"),
-], ids=["ones", "zeros", "full", "tensor"])
+    lambda: torch.arange(6, device="tpu"),  # (a remembered constant: its storages hold one array)
+], ids=["ones", "zeros", "full", "tensor", "arange"])
 @pytest.mark.parametrize("bad", [10, -11])
 def test_index_with_a_host_written_element_raises_at_the_op(make_index, bad):
     # factories fill with host values; setitem of a number writes a host value:
@@ -260,6 +262,18 @@ def test_index_with_a_host_written_element_raises_at_the_op(make_index, bad):
     with pytest.raises(IndexError, match=f"index {bad} is out of bounds"):
         x[idx] = 1.0
     torch.tpu.synchronize()  # nothing was left pending
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_positions_from_arange_are_checked_at_the_embedding(mode):
+    # a GPT's positions: torch.arange(seq) into the position table, every forward
+    emb = torch.nn.Embedding(4, 2).to("tpu")
+    with torch.tpu.set_eager_mode(mode):
+        for _ in range(2):
+            with pytest.raises(IndexError, match="index out of range in self"):
+                emb(torch.arange(5, device="tpu"))
+        emb(torch.arange(4, device="tpu"))
+        assert not checks._pending  # no device check left for the next host wait
 
 
 def test_host_known_index_values_follow_writes():

@@ -11,7 +11,7 @@ from torch_tpu.ops import registry
 def _general_key(kernel, args):
     inputs = []
     pos = tuple(kernel._encode(a, kernel.arg_names[i], inputs) for i, a in enumerate(args))
-    groups = registry._storage_groups(args[0]) if kernel.writes_list else None
+    groups = registry.written_lists.groups(args) if kernel.writes_list else None
     return (pos, (), groups, torch.get_default_dtype(), registry.precision.current), inputs
 
 
@@ -64,3 +64,52 @@ def test_foreach_results_match_cpu_with_shared_storages_and_views():
     # (XLA's sqrt, like the single-tensor kernel's, may be an ulp off the CPU's)
     torch.testing.assert_close([t.cpu() for t in torch._foreach_sqrt([t.abs() for t in tpu])],
                                torch._foreach_sqrt([c.abs() for c in cpu]))
+
+
+_CROSSING = {  # written storages read or written again at another position: the CPU loops
+    "same tensor twice": lambda b, c: torch._foreach_add_([b[0], b[0]], 1),
+    "overlapping views": lambda b, c: torch._foreach_mul_([b[0, :2], b[0, 1:]], 2.0),
+    "lists crossed": lambda b, c: torch._foreach_add_([b, c], [c, b]),
+    "views crossed": lambda b, c: torch._foreach_add_([b[0], b[1]], [b[1], b[0]], alpha=2),
+    "one tensor read at every position": lambda b, c: torch._foreach_mul_([c[0, 0], b], c[0, 0]),
+    "addcmul reading the next": lambda b, c: torch._foreach_addcmul_([b, c], [c, b], [c, c], value=0.5),
+}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("case", list(_CROSSING))
+def test_foreach_writes_seen_by_later_positions_as_on_cpu(case, mode):
+    """``_foreach_add_([x, x], 1)`` adds 2 on the CPU (it loops ``add_`` per
+    tensor): one executable over the list's old values would add 1."""
+    def run(device):
+        b = (torch.arange(6.0).reshape(2, 3) + 1).to(device)
+        c = (torch.arange(6.0).reshape(2, 3) * 0.5 - 1).to(device)
+        for _ in range(2):  # the first call and the cached path
+            _CROSSING[case](b, c)
+        return b.cpu(), c.cpu()
+    with torch.tpu.set_eager_mode(mode):
+        got = run("tpu")
+    torch.testing.assert_close(got, run("cpu"), rtol=0, atol=0)
+
+
+def test_only_crossing_writes_run_position_by_position():
+    from torch_tpu.ops import written_lists
+    b, c = torch.zeros(2, 3, device="tpu"), torch.zeros(3, device="tpu")
+    seq = written_lists.SEQUENTIAL
+    assert written_lists.groups([[b[0], b[1], c], [c, b, c]]) == (0, 0, 2, seq)
+    assert written_lists.groups([[b[0], b[1], c], [b[0], b[1], c]]) == (0, 0, 2, seq)  # (conservative)
+    assert written_lists.groups([[b[0], b[1], c], 2.0]) == (0, 0, 2)  # rows of one storage: one program
+    assert written_lists.groups([[b, c], [b, c], [c.clone(), b.clone()]]) == (0, 1)  # read where written
+    assert written_lists.groups([[b, c], [1.0, 2.0]]) == (0, 1)
+    assert written_lists.groups([[b[:, :2], b[:, 2]], 2.0]) == (0, 0, seq)  # interleaved spans: conservative
+
+
+@pytest.mark.parametrize("call", [
+    lambda c, b: torch._foreach_mul_([c, b], c[0, 0]),  # c *= one of its own elements
+    lambda c, b: torch._foreach_add_([c[0, :2]], [c[0, 1:]]),
+])
+def test_foreach_refuses_a_read_that_partly_overlaps_its_write_as_cpu(call):
+    for device in ("cpu", "tpu"):
+        c, b = torch.ones(2, 3, device=device), torch.ones(2, 3, device=device)
+        with pytest.raises(RuntimeError, match="refer to a single memory location"):
+            call(c, b)

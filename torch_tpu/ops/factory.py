@@ -33,18 +33,23 @@ def _write_out(name, out, fn, *inputs):
     return _store(out, launch(name, fn, inputs))
 
 
-def _store(out, value):
+def _store(out, value, host=None):
     """``value`` stored in ``out``.  As the CPU kernels: an out= with the right
     number of elements keeps its shape and strides (a non-contiguous view is
-    written through, in order)."""
+    written through, in order).  ``host``: the values, flat and read-only,
+    for host_mirror to keep."""
     if out.numel() != value.size:
         if out.untyped_storage().nbytes() == 0 and out.dtype == dtypes.NP_TO_TORCH[value.dtype]:
             buffers.adopt(out, value)  # (the usual case: torch.arange's own empty out)
+            if host is not None:  # (a new storage of its own, whole)
+                out.untyped_storage()._tpu_host = (value, out.dtype, host)
             return out
         out.resize_(value.shape)
     out_checks.check_no_internal_overlap(out)
     shape = tuple(out.shape)
     access.write(out, value if value.shape == shape else value.reshape(shape))  # (a reshape is a dispatch)
+    if host is not None:
+        host_mirror.remember(out, host, copy=False)
     return out
 
 
@@ -129,7 +134,7 @@ def arange_start_out(start, end, step=1, *, out):
     npdtype = dtypes.to_np(out.dtype)
     start, step = np.asarray(start).astype(acc), np.asarray(step).astype(acc)
     if n * npdtype.itemsize <= _CONSTANT_BYTES:  # (the bytes: -0.0 and 0.0 start different ramps)
-        return _store(out, _arange_constant(n, acc, npdtype, start.tobytes(), step.tobytes()))
+        return _store(out, *_arange_constant(n, acc, npdtype, start.tobytes(), step.tobytes()))
     return _write_out("aten::arange", out, _arange_fn(n, acc, npdtype), start, step)
 
 
@@ -137,13 +142,22 @@ def arange_start_out(start, end, step=1, *, out):
 # a small ramp of given ends is a constant, computed once.  Any number of
 # storages may hold the same array: it is immutable, a write gives a storage
 # a new buffer, and a buffer held here is never donated (access.can_donate).
+# An integer ramp keeps its host values too (host_mirror), read once: an
+# index made from it (positions into an embedding) is range-checked on the
+# host at once, as on the CPU, instead of by a device check.
 _CONSTANT_BYTES = 1 << 18
 
 
 @functools.lru_cache(maxsize=128)
 def _arange_constant(n, acc, npdtype, start, step):
+    """(the ramp's array, its values on the host when host_mirror keeps them, else None)"""
     start, step = np.frombuffer(start, acc)[0], np.frombuffer(step, acc)[0]
-    return launch("aten::arange", _arange_fn(n, acc, npdtype), (start, step))
+    value = launch("aten::arange", _arange_fn(n, acc, npdtype), (start, step))
+    host = None
+    if npdtype.kind in "iub" and n <= host_mirror.MAX_NUMEL:
+        host = np.asarray(value).reshape(-1)
+        host.flags.writeable = False
+    return value, host
 
 
 @functools.lru_cache(maxsize=None)

@@ -15,19 +15,20 @@ from .. import dtypes
 from ..eager import access
 from ..storage import buffers
 
-_MAX_NUMEL = 4096  # index-sized tensors only: larger ones are not kept
+MAX_NUMEL = 4096  # index-sized tensors only: larger ones are not kept
 
 
-def remember(t: torch.Tensor, host: np.ndarray) -> None:
-    """``t`` (a tpu tensor filling its whole storage, row-major) now holds ``host``."""
-    if t.is_floating_point() or t.is_complex() or t.numel() > _MAX_NUMEL:
+def remember(t: torch.Tensor, host: np.ndarray, copy=True) -> None:
+    """``t`` (a tpu tensor filling its whole storage, row-major) now holds
+    ``host`` (kept as it is with ``copy=False``: a flat array nobody writes)."""
+    if t.is_floating_point() or t.is_complex() or t.numel() > MAX_NUMEL:
         return
     st = t.untyped_storage()
     if (t.storage_offset() != 0 or not t.is_contiguous()
             or t.numel() * t.element_size() != st.nbytes()):
         return
     owner = buffers.storage_of(st)
-    owner._tpu_host = (buffers.get_buffer(st), t.dtype, np.array(host).reshape(-1))
+    owner._tpu_host = (buffers.get_buffer(st), t.dtype, np.array(host).reshape(-1) if copy else host)
 
 
 def recall(t: torch.Tensor):
@@ -56,7 +57,7 @@ def _flat_before_write(dst):
         return None
     st = dst.untyped_storage()
     numel = st.nbytes() // dst.element_size()
-    if numel > _MAX_NUMEL or dst.device.type != "tpu":
+    if numel > MAX_NUMEL or dst.device.type != "tpu":
         return None
     if dst.storage_offset() == 0 and dst.is_contiguous() and dst.numel() == numel:
         return np.empty(numel, dtypes.TORCH_TO_NP[dst.dtype])

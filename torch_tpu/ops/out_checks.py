@@ -133,7 +133,7 @@ _OVERLAP_ALLOWED = {"fill_", "zero_", "index_put_", "_index_put_impl_", "masked_
 # Elementwise ops registered with no promotion rule: TensorIterator kernels on
 # the CPU all the same (their destinations are checked as the others').
 _TENSOR_ITERATOR = {"pow", "logit", "logical_and", "logical_or", "logical_xor", "logical_not"}
-_PARTIAL = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+PARTIAL_OVERLAP = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
             "single memory location. Please clone() the tensor before performing the operation.")
 
 
@@ -164,8 +164,8 @@ def check_overlap(kernel, args, kwargs) -> None:
     for x in args:
         if isinstance(x, torch.Tensor) and x is not dst:
             storage = storage or dst.untyped_storage()._cdata
-            if x.untyped_storage()._cdata == storage and _partly_overlap(dst, x):
-                raise RuntimeError(_PARTIAL)
+            if x.untyped_storage()._cdata == storage and partly_overlap(dst, x):
+                raise RuntimeError(PARTIAL_OVERLAP)
 
 
 # In-place index and scatter ops: ATen checks their destination against their
@@ -222,8 +222,8 @@ def check_indexed_overlap(kernel, rule, args, kwargs) -> None:
                 continue
             storage = storage or dst.untyped_storage()._cdata
             if x.untyped_storage()._cdata == storage and (
-                    _overlaps(dst, x) if refuse_same else _partly_overlap(dst, x)):
-                raise RuntimeError(_PARTIAL)
+                    _overlaps(dst, x) if refuse_same else partly_overlap(dst, x)):
+                raise RuntimeError(PARTIAL_OVERLAP)
 
 
 def _overlaps(a, b) -> bool:
@@ -242,7 +242,7 @@ def check_no_internal_overlap(t) -> None:
         raise RuntimeError(_OVERLAP)
 
 
-def _partly_overlap(a, b) -> bool:
+def partly_overlap(a, b) -> bool:
     """ATen's get_overlap_status(a, b) == Partial, for two tensors of one storage."""
     if a.numel() == 0 or b.numel() == 0:
         return False

@@ -41,7 +41,7 @@ from ..eager.fusion import LazyBuffer
 from ..eager.launch import failure, launch
 from ..storage import buffers, numbers, views
 from ..storage.views import OutSpec, ViewSpec
-from . import dtype_support, errors, out_checks, random_bits, scalar_checks, signature_match
+from . import dtype_support, errors, out_checks, random_bits, scalar_checks, signature_match, written_lists
 from .. import logs as _logs
 
 log = logging.getLogger("torch_tpu.ops")
@@ -320,7 +320,8 @@ def _install(op, kernel, graph=None, dispatch_key="PrivateUse1") -> None:
 # ---- the kernel wrapper -----------------------------------------------------
 
 class _Entry:
-    __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors", "donor", "offsets", "rng")
+    __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors", "wrap_outputs", "donor",
+                 "offsets", "rng")
 
     def __init__(self, fn, out_specs, single, out_buffers, donor=None):
         self.fn = fn
@@ -337,6 +338,7 @@ class _Entry:
         # from the first call's results, as wrap would (one executable's
         # results always have the same shapes and dtypes)
         self.out_tensors = None
+        self.wrap_outputs = None  # several outputs: buffers.OutputTensors of out_tensors
         self.rng = None  # a random kernel's random_bits.Plan
 
     def at_offsets(self, offsets):
@@ -344,7 +346,7 @@ class _Entry:
         entry = _Entry.__new__(_Entry)
         for name in _Entry.__slots__:
             setattr(entry, name, getattr(self, name))
-        entry.out_tensors = None
+        entry.out_tensors = entry.wrap_outputs = None
         entry.offsets = tuple(map(_offset_arg, offsets))
         return entry
 
@@ -475,7 +477,7 @@ class Kernel:
                 pos.append(entry)
             else:  # CPU tensors, generators, ...
                 return None
-        groups = _storage_groups(args[0]) if self.writes_list else None
+        groups = written_lists.groups(args) if self.writes_list else None
         return (tuple(pos), (), groups, torch.get_default_dtype(), precision.current)
 
     def _matched(self, hit, args, inputs, fused):
@@ -491,7 +493,7 @@ class Kernel:
             return None
         for m in matchers:
             found = m.match(args, fused)
-            if found is not None and (groups is None or _storage_groups(args[0]) == groups):
+            if found is not None and (groups is None or written_lists.matches(groups, args, found)):
                 inputs += found
                 return entry
         # strict mode builds the key next (its matchers come from there); a
@@ -553,10 +555,12 @@ class Kernel:
             kw = tuple((k, self._encode(v, k, inputs)) for k, v in kwargs.items()
                        if k not in self.out_names)
             # The default dtype decides the result dtype of int tensor + Python float.
-            key = (pos, kw, _storage_groups(args[0]) if self.writes_list else None, torch.get_default_dtype(),
+            key = (pos, kw, written_lists.groups(args) if self.writes_list else None, torch.get_default_dtype(),
                    precision.current)
             if self.out_names:  # the out dtypes: _build asks whether the CPU accepts them
                 key += tuple(getattr(kwargs.get(n), "dtype", None) for n in self.out_names)
+        if entry is None and self.writes_list and key[2][-1:] == (written_lists.SEQUENTIAL,):
+            return written_lists.one_by_one(self.op, args, kwargs)  # (rare: never cached)
         if entry is None:
             entry = self.cache.get(key)
         if entry is None and self.bucketed is not None and (out := self.bucketed(self, key, args, kwargs)) is not None:
@@ -614,8 +618,10 @@ class Kernel:
             metas = entry.out_tensors = _out_tensors(results, entry.out_layouts)
         if entry.single and self.returns_one:  # most ops: no list of outputs
             return buffers.wrap_as(results[0], *metas[0])
-        wrap_as = buffers.wrap_as
-        tensors = [wrap_as(arr, *meta) for arr, meta in zip(results, metas)]
+        wrap = entry.wrap_outputs
+        if wrap is None:
+            wrap = entry.wrap_outputs = buffers.OutputTensors(metas)
+        tensors = wrap(results)
         if self.mode == "out":
             from .core import copy_into
             outs = []
@@ -929,7 +935,7 @@ def _slow_match(pos, groups, args, inputs, fused):
             elif type(x) is not type(e) or x != e:  # a static value (None included)
                 break
         else:  # a written list: its tensors share storages as they did
-            if groups is None or _storage_groups(args[0]) == groups:
+            if groups is None or written_lists.groups(args) == groups:
                 return True
     del inputs[:]
     return False
@@ -1047,12 +1053,6 @@ class _Cache(dict):
         self.by_fn.pop(entry.fn, None)
         self.recent = []
         self.by_shape = {}
-
-
-def _storage_groups(tensors):
-    """For each tensor, the index of the first tensor sharing its storage."""
-    first = {}
-    return tuple(first.setdefault(t.untyped_storage().data_ptr(), i) for i, t in enumerate(tensors))
 
 
 def _flat(xs):
