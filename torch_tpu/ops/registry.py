@@ -492,7 +492,7 @@ class Kernel:
         if default_dtype is not torch.get_default_dtype() or matmul_precision is not precision.current:
             return None
         for m in matchers:
-            found = m.match(args, fused)
+            found = m.check(args, fused)
             if found is not None and (groups is None or written_lists.matches(groups, args, found)):
                 inputs += found
                 return entry

@@ -35,7 +35,7 @@ _TENSOR, _NUMBER, _LIST_NUMBER, _STATIC = range(4)
 
 class Matcher:
     """The arguments of one signature, as ``match`` checks them."""
-    __slots__ = ("guard", "nargs", "list_lens", "tensors", "leaves", "repeats")
+    __slots__ = ("guard", "nargs", "list_lens", "tensors", "leaves", "repeats", "check")
 
     def __init__(self, guard, nargs, list_lens, tensor_at, leaves, repeats=()):
         self.guard = guard          # TensorGuards of the distinct tensor leaves
@@ -48,6 +48,10 @@ class Matcher:
         # addcmul of the gradients with themselves): PyTorch's check refuses a
         # tensor passed twice, so each repeat is checked as that one object
         self.repeats = repeats
+        # what callers call: ``match``, or for a call without lists (most
+        # ops) the same checks as straight-line code made for its leaves
+        # (~1 us less per op: no loop, no per-leaf tuples)
+        self.check = _unrolled(self) if list_lens is None and nargs <= _MAX_UNROLLED else self.match
 
     def match(self, args, fused):
         """The call's array inputs, as ``Kernel._fast_key`` would append them
@@ -126,6 +130,43 @@ def make(pos, args, tensor_tag, number_tag):
         return None
     return Matcher(guard, len(args), None if all(n < 0 for n in list_lens) else tuple(list_lens),
                    tuple(tensor_at), tuple(leaves), tuple(repeats))
+
+
+_MAX_UNROLLED = 16  # arguments
+
+
+def _unrolled(m):
+    """``m.match`` for a call without list arguments, as straight-line code
+    made for its leaves (no loop, no per-leaf tuple): the same checks in the
+    same order, the same inputs."""
+    n = m.nargs
+    xs = [f"x{i}" for i in range(n)]
+    ns = {"guard_check": m.guard.check, "LazyBuffer": LazyBuffer, "resolve": fusion.resolve,
+          "on_device": numbers.on_device}
+    tensor_at = [i for i, leaf in enumerate(m.leaves) if leaf[0] is _TENSOR and i not in dict(m.repeats)]
+    code = ["def match(args, fused):",
+            f"    if len(args) != {n}: return None",
+            f"    {', '.join(xs)}{',' if n == 1 else ''} = args",
+            f"    if not guard_check({', '.join(xs[i] for i in tensor_at)}): return None"]
+    code += [f"    if x{i} is not x{j}: return None" for i, j in m.repeats]
+    out = []
+    for i, (kind, a, b, c) in enumerate(m.leaves):
+        ns[f"a{i}"], ns[f"b{i}"], ns[f"c{i}"] = a, b, c
+        if kind is _TENSOR:  # a: its buffer's shape, b: the buffer's dtype, c: its storage offset
+            code += [f"    try: buf{i} = x{i}.untyped_storage()._tpu_buf",
+                     "    except AttributeError: return None",
+                     f"    aval = getattr(buf{i}, 'aval', buf{i})",
+                     f"    if (aval.shape != a{i} or aval.dtype is not b{i} and aval.dtype != b{i}"
+                     f" or x{i}.storage_offset() != c{i}): return None"]
+            out.append(f"buf{i} if fused or type(buf{i}) is not LazyBuffer else resolve(buf{i})")
+        elif kind is _STATIC:
+            code.append(f"    if type(x{i}) is not type(a{i}) or x{i} != a{i}: return None")
+        else:  # a traced number of kind a
+            code.append(f"    if type(x{i}) is not a{i}: return None")
+            out.append(f"x{i} if fused else on_device(x{i})")
+    code.append(f"    return [{', '.join(out)}]")
+    exec("\n".join(code), ns)
+    return ns["match"]
 
 
 def _guard(tensors):
