@@ -208,10 +208,12 @@ def plan(kind, static, devices, shape, dtype, block=None, out_shape=None):
 
 FAST_OPS = ("sum", "avg", "max", "min")
 # Up to this payload the marks ride in the payload's buffer (one round trip,
-# two copies of the payload: in and out); above it they get their own tiny
-# reduce.  (Measured between 2 CPU processes: both cost the same at 256 KB;
-# from 1 MB on the copies cost more than the second round: +0.3 ms at 1 MB,
-# +1.3 ms at 4 MB.)
+# two copies of the payload: in and out).  Above it a sum of floats takes no
+# copy and no second round (see FastPlan's poison); any other large one gets
+# its marks their own tiny reduce.  (Measured between 2 CPU processes: joint
+# and separate cost the same at 256 KB; from 1 MB on the copies cost more
+# than the second round: +0.3 ms at 1 MB, +1.3 ms at 4 MB; the second round
+# itself costs 0.1 to 0.6 ms.)
 JOINT_BYTES = 1 << 18
 
 
@@ -230,15 +232,28 @@ class FastPlan(_Layout):
     never a transport mismatch.  (The marks ride in the payload's buffer: a
     separate or tuple reduce is a second collective, and with a constant
     mark XLA would drop it.)  The second output: every rank's missed flag
-    (int32, one per rank), then the cost padding."""
+    (int32, one per rank), then the cost padding.
+
+    A large sum of floats (``poisoned``) carries no marks at all: a rank that
+    missed sends zeros with a NaN first (``missed_payload``), and NaN plus
+    anything is NaN, so a result whose first element is a number proves
+    that no rank missed.  Only a NaN there (a miss, or the callers' own
+    NaN or inf - inf) makes the ranks reduce their marks, in a second
+    collective under ``lax.cond``: every rank sees the same first element
+    (an all-reduce's result is the same on every rank), so all of them take
+    the branch or none.  The payload is then neither copied (as a joint
+    buffer would be) nor followed by a second round."""
 
     def __init__(self, static, devices, shape, dtype):
         super().__init__(devices, shape, dtype)
         world = len(devices)
         op, scale = static
-        local = tuple(shape) or (1,)
+        self.shape = tuple(shape)
+        local = self.shape or (1,)
         n = int(np.prod(local))
         joint = n * self.dtype.itemsize <= JOINT_BYTES
+        self.poisoned = poisoned = (not joint and n > 0 and op in ("sum", "avg")
+                                    and jnp.issubdtype(self.dtype, jnp.inexact))
 
         def body(x, flag):
             dt = x.dtype
@@ -256,6 +271,11 @@ class FastPlan(_Layout):
             if joint:
                 y = reduce(jnp.concatenate([flat, marks.astype(flat.dtype)]), AXIS)
                 out, marks = y[:n], y[n:]
+            elif poisoned:  # the marks' round only when the result starts with a NaN
+                out = reduce(flat, AXIS)
+                marks = jax.lax.cond(jnp.isnan(out[0]),
+                                     lambda m: reduce(m.astype(jnp.int32), AXIS),
+                                     lambda m: jnp.zeros(m.shape, jnp.int32), marks)
             else:  # copying a large payload costs more than a second, tiny round
                 out, marks = reduce(flat, AXIS), reduce(marks.astype(jnp.int32), AXIS)
             if red == "avg":
@@ -285,6 +305,14 @@ class FastPlan(_Layout):
     def launch(self, x, missed=False):
         out, check = self.program(self.assemble(x), self.mark(x, missed))
         return out._arrays[0], check._arrays[0]
+
+    def missed_payload(self, device):
+        """What a rank that called something else sends: zeros (poisoned:
+        with a NaN first, the mark itself)."""
+        zeros = np.zeros(self.shape, self.dtype)
+        if self.poisoned:
+            zeros.reshape(-1)[0] = np.nan
+        return jax.device_put(zeros, device)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -25,8 +25,6 @@ wrong guess costs a wasted round, never mismatched buffers.
 import concurrent.futures
 import threading
 
-import jax
-import numpy as np
 
 from . import programs
 
@@ -146,8 +144,8 @@ def _missed(s, guess, sig, devices, x, timeout_s):
     except Exception:  # noqa: BLE001 -- a failed program; its work reports it
         s.broken = True
     p = programs.fast_plan(guess[1], devices, guess[2], guess[3])
-    zeros = jax.device_put(np.zeros(guess[2], guess[3]), _device(x))
-    launched = programs.Launched(p.launch(zeros, missed=True), _verdict(guess, sig, devices, x))
+    launched = programs.Launched(p.launch(p.missed_payload(_device(x)), missed=True),
+                                 _verdict(guess, sig, devices, x))
     try:
         _, check = launched.result(timeout_s)
     except concurrent.futures.TimeoutError:
