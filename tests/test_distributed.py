@@ -583,6 +583,16 @@ def _check_large_prediction(torch, dist, r, w, dev):
     t = big()
     assert (programs.counts["fast"], programs.counts["launches"]) == (fast + 1, launches + 1)
     _eq(t, [float(tri + w)] * n)
+    # calls back to back keep no result alive past its tensor's next call (the
+    # deferred checks held each work and its output to the next host wait:
+    # every call then faulted in fresh pages for its result)
+    import weakref
+    t = big()
+    first = weakref.ref(access.read(t))
+    for _ in range(3):
+        dist.all_reduce(t)
+    assert first() is None
+    _eq(t, [float((tri + w) * w ** 3)] * n)
     got = big(first=float("nan")).cpu()  # a NaN of the callers': no mismatch, the NaN summed
     assert math.isnan(got[0]) and torch.equal(got[1:], torch.full((n - 1,), float(tri + w))), got
     devices = tuple(bootstrap.device_of_rank(k) for k in range(w))

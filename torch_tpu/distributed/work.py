@@ -16,6 +16,7 @@ DDP's optimizer step is queued while its last buckets still reduce.  Debug
 mode waits at the call, to raise there.
 """
 import concurrent.futures
+import functools
 import heapq
 import threading
 import time
@@ -120,6 +121,26 @@ def _gave_up(pending):
         fut.timed_out = True
 
 
+def _mismatch_error(what, mismatch, sigs):
+    """The error for a collective's check output ``sigs``, or None."""
+    detail = None if sigs is None else mismatch(sigs)
+    if detail is None:
+        return None
+    return CollectiveMismatch(f"tpu_dist: {what}: ranks called it with mismatched "
+                              f"tensors or arguments ({detail})")
+
+
+def _wait_deferred(what, timeout_s, fut):
+    """Wait for a deferred collective ``fut`` within the group timeout."""
+    try:
+        if fut.timed_out:
+            raise concurrent.futures.TimeoutError
+        fut.result(timeout_s)
+    except concurrent.futures.TimeoutError:
+        fut.timed_out = True  # its stream stops predicting
+        raise CollectiveTimeout(_late(what, timeout_s)) from None
+
+
 class XlaWork(dist.Work):
     """Pending XLA collectives: (future of (result, signatures), writer) pairs."""
 
@@ -155,11 +176,7 @@ class XlaWork(dist.Work):
         return done
 
     def _mismatch(self, sigs, mismatch):
-        detail = None if sigs is None else mismatch(sigs)
-        if detail is None:
-            return None
-        return CollectiveMismatch(f"tpu_dist: {self._what}: ranks called it with mismatched "
-                                  f"tensors or arguments ({detail})")
+        return _mismatch_error(self._what, mismatch, sigs)
 
     def _finish(self, done):
         for _, sigs, _, mismatch in done:
@@ -187,19 +204,14 @@ class XlaWork(dist.Work):
         for fut, writer in self._pending:
             out, check = fut.value
             fut.value = (check,)  # what is left to wait for: the output is the tensor's now
-            checks.defer_launch(check, lambda c, m=fut.mismatch: self._mismatch(c, m),
-                                lambda fut=fut: self._wait_deferred(fut))
+            # The checks hold neither this work nor its outputs: each result
+            # goes once its tensor moves on.  (Kept to the next host wait, the
+            # results of calls issued back to back all stayed alive, and the
+            # allocator gave every later call fresh pages to fault in.)
+            checks.defer_launch(check, functools.partial(_mismatch_error, self._what, fut.mismatch),
+                                functools.partial(_wait_deferred, self._what, self._timeout_s, fut))
             results.append((out, writer))
         self._write(results)
-
-    def _wait_deferred(self, fut):
-        try:
-            if fut.timed_out:
-                raise concurrent.futures.TimeoutError
-            fut.result(self._timeout_s)
-        except concurrent.futures.TimeoutError:
-            fut.timed_out = True  # its stream stops predicting
-            raise CollectiveTimeout(_late(self._what, self._timeout_s)) from None
 
     def wait(self, timeout=timedelta(0)):
         if not self._done and self._deferrable():
