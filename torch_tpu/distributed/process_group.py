@@ -41,6 +41,7 @@ class ProcessGroupTpu(ProcessGroup):
         self._timeout_s = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
         self._ranks = list(global_ranks) if global_ranks else list(range(size))
         self._name = ""
+        self._whats = {}  # collective kind -> how errors name a call of it
         self._desc = ""
         # Every member must join the Gloo group now: creation is collective.
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size,
@@ -58,6 +59,7 @@ class ProcessGroupTpu(ProcessGroup):
 
     def _set_group_name(self, name):
         self._name = name
+        self._whats = {}
 
     def getGroupName(self):
         return self._name
@@ -77,7 +79,10 @@ class ProcessGroupTpu(ProcessGroup):
 
     # ---- helpers ----------------------------------------------------------
     def _what(self, kind):
-        return f"{kind} on group {self._name or '?'} (rank {self.rank()} of {self.size()})"
+        what = self._whats.get(kind)  # (rank() and size() cross into C++ each: formatted once)
+        if what is None:
+            what = self._whats[kind] = f"{kind} on group {self._name or '?'} (rank {self.rank()} of {self.size()})"
+        return what
 
     def _start(self, kind, static, x, block=None, out_shape=None):
         """Submit ``kind`` on block ``x`` (seen by the kernel reshaped to

@@ -129,7 +129,8 @@ class _Layout:
             x = x.reshape(1)
         # jax.make_array_from_single_device_arrays without rebuilding the aval
         # and re-checking the dtype each call (the plan is keyed on both)
-        return ArrayImpl(self.aval, self.spec, [x], committed=True)
+        # and without re-checking x's device and shape (the rank's own, the plan's)
+        return ArrayImpl(self.aval, self.spec, [x], committed=True, _skip_checks=True)
 
     def launch(self, x):
         """Start the program on this rank's block ``x``: (local result, check
@@ -292,14 +293,14 @@ class FastPlan(_Layout):
         self._marks = {}
 
     def mark(self, x, missed):
-        """The global mark input, built once per device and value."""
-        key = (next(iter(x.devices())), missed)
-        m = self._marks.get(key)
+        """The global mark input, built once per value (on x's device: a
+        process drives one device of the mesh, the same each call)."""
+        m = self._marks.get(missed)
         if m is None:
-            local = jax.device_put(np.array([1 if missed else 0], np.int32), key[0])
+            local = jax.device_put(np.array([1 if missed else 0], np.int32), next(iter(x.devices())))
             aval = core.update_aval_with_sharding(
                 core.ShapedArray((len(self.spec.mesh.devices),), np.int32, weak_type=False), self.spec)
-            m = self._marks[key] = ArrayImpl(aval, self.spec, [local], committed=True)
+            m = self._marks[missed] = ArrayImpl(aval, self.spec, [local], committed=True)
         return m
 
     def launch(self, x, missed=False):

@@ -22,9 +22,9 @@ wrong guess costs a wasted round, never mismatched buffers.
   ranks wait for it at the same point of their streams.  A timed-out call
   ends prediction for the stream: its ranks may be out of step.
 """
+import collections
 import concurrent.futures
 import threading
-
 
 from . import programs
 
@@ -39,13 +39,19 @@ class _Stream:
         self.misses = {}  # agreed signature -> how often every rank missed after it
         self.last = None  # the previous call's agreed signature, when known
         self.unsettled = None  # (Launched, previous signature, its signature)
-        self.running = []  # launched, not yet seen done: a timeout among them breaks the stream
+        self.running = collections.deque()  # launched, not yet seen done: a timeout among them breaks the stream
         self.broken = False
 
     def check_timeouts(self):
-        if self.running:
-            self.running = [one for one in self.running if not one.done()]
-            if any(one.timed_out for one in self.running):
+        """Broken if a collective still running was given up on.  (Asking
+        each whether it is done costs a call into XLA per running collective:
+        only the oldest are asked, to drop them, unless one timed out.)"""
+        running = self.running
+        while running and running[0].done():
+            running.popleft()
+        if any(one.timed_out for one in running):
+            self.running = running = collections.deque(one for one in running if not one.done())
+            if any(one.timed_out for one in running):
                 self.broken = True
 
     def settle(self, timeout_s):
