@@ -210,6 +210,7 @@ def scenario_default():
     print("costs ok")
     _check_prediction(torch, dist, r, w, dev)
     _check_large_prediction(torch, dist, r, w, dev)
+    _check_deferred_gathers(torch, dist, r, w, dev)
     print("prediction ok")
     _check_ddp(torch, dist, r, w, dev)
     dist.destroy_process_group()
@@ -437,6 +438,7 @@ def scenario_predict():
     torch, dist, r, w, dev = _init()
     _check_prediction(torch, dist, r, w, dev)
     _check_large_prediction(torch, dist, r, w, dev)
+    _check_deferred_gathers(torch, dist, r, w, dev)
     dist.destroy_process_group()
     print("prediction ok")
 
@@ -623,6 +625,33 @@ def _check_large_prediction(torch, dist, r, w, dev):
     t = torch.ones(2, device=dev)
     dist.all_reduce(t)
     _eq(t, [float(w)] * 2)
+
+
+def _check_deferred_gathers(torch, dist, r, w, dev):
+    # all_gather_into_tensor and reduce_scatter_tensor (checked programs) wait
+    # for nothing, as a predicted all_reduce: their results and checks are
+    # looked at by the next host read; ranks that disagree raise there, on
+    # every rank, and the group goes on.
+    from torch_tpu.distributed import programs
+    x = torch.arange(3.0, device=dev) + 10 * r
+    big = torch.empty(3 * w, device=dev)
+    out = torch.empty(3, device=dev)
+    for _ in range(2):  # (the first after the all_reduces above waits: it missed their prediction)
+        waits = programs.counts["waits"]
+        dist.all_gather_into_tensor(big, x)
+        dist.reduce_scatter_tensor(out, big)
+    assert programs.counts["waits"] == waits, programs.counts
+    gathered = torch.cat([torch.arange(3.0) + 10 * k for k in range(w)])
+    _eq(big, gathered)
+    _eq(out, w * gathered[3 * r:3 * r + 3])
+    try:
+        dist.all_gather_into_tensor(torch.empty((3 + r) * w, device=dev), torch.ones(3 + r, device=dev))
+        out.cpu()  # the next host read raises
+        raise AssertionError("mismatched all_gather_into_tensor did not fail")
+    except RuntimeError as e:
+        assert "mismatched" in str(e) and "all_gather_into_tensor" in str(e), e
+    dist.all_gather_into_tensor(big, x)
+    _eq(big, gathered)
 
 
 def _mlp(torch):

@@ -94,8 +94,9 @@ class ProcessGroupTpu(ProcessGroup):
     def _jax(self, t):
         return tensors.to_jax(t, self._device)
 
-    def _work(self, kind, pending, result, after=None, may_defer=False):
-        return XlaWork(self._what(kind), self._timeout_s, pending, result, after, may_defer)
+    def _work(self, kind, pending, result, after=None, may_defer=False, checked_too=False):
+        return XlaWork(self._what(kind), self._timeout_s, pending, result, after, may_defer,
+                       checked_too)
 
     def _via_gloo(self, method, outputs, *args):
         """Run Gloo ``method`` on CPU copies; outputs: the tensors written back."""
@@ -186,7 +187,8 @@ class ProcessGroupTpu(ProcessGroup):
         fut = self._start("all_gather", (), self._jax(input_), block=(1,) + tuple(input_.shape),
                           out_shape=tuple(output.shape))
         return self._work("all_gather_into_tensor",
-                          [(fut, lambda o: tensors.write(output, o))], [output])
+                          [(fut, lambda o: tensors.write(output, o))], [output],
+                          may_defer=True, checked_too=True)
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
@@ -234,7 +236,8 @@ class ProcessGroupTpu(ProcessGroup):
         fut = self._start("reduce_scatter", _reduce_op(opts.reduceOp), self._jax(input_),
                           block=(self.size(),) + tuple(output.shape), out_shape=tuple(output.shape))
         return self._work("reduce_scatter_tensor",
-                          [(fut, lambda o: tensors.write(output, o))], [output])
+                          [(fut, lambda o: tensors.write(output, o))], [output],
+                          may_defer=True, checked_too=True)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)]

@@ -6,7 +6,8 @@ signatures gathered with it when the call was a checked one (a mismatch
 means ranks disagreed on shapes or on which collective to run), and only
 then writes the results into the output tensors.
 
-A predicted all_reduce (stream.py) is the exception, and waits for nothing,
+A predicted all_reduce (stream.py), an all_gather_into_tensor and a
+reduce_scatter_tensor are the exception, and wait for nothing,
 as a CUDA collective is only queued on its stream: its results go into the
 output tensors while still computing, and its checks (a rank that called
 something else, a peer that never joins, within the group timeout) are
@@ -144,12 +145,19 @@ def _wait_deferred(what, timeout_s, fut):
 class XlaWork(dist.Work):
     """Pending XLA collectives: (future of (result, signatures), writer) pairs."""
 
-    def __init__(self, what, timeout_s, pending, result=None, after=None, may_defer=False):
+    def __init__(self, what, timeout_s, pending, result=None, after=None, may_defer=False,
+                 checked_too=False):
         super().__init__()
         # only a collective whose results reach the user only through its
         # output tensors (a barrier must synchronize; an internal size exchange
         # reads its result directly, after the checks)
         self._may_defer = may_defer
+        # a checked program (not predicted) may defer too: its payload's
+        # collective runs only when every rank's signature agrees, so ranks
+        # that disagree stay in step on the transport and raise at their next
+        # host wait.  (A checked all_reduce need not: the stream waits for it
+        # at the next launch to learn the pattern, stream.py.)
+        self._checked_too = checked_too
         self._what = what
         self._timeout_s = timeout_s
         self._pending = pending
@@ -195,7 +203,8 @@ class XlaWork(dist.Work):
             self._after()
 
     def _deferrable(self):
-        return (self._may_defer and self._pending and all(f.predicted for f, _ in self._pending)
+        return (self._may_defer and self._pending
+                and (self._checked_too or all(f.predicted for f, _ in self._pending))
                 and modes.current() is not modes.EagerMode.DEBUG)
 
     def _finish_deferred(self):
