@@ -644,6 +644,13 @@ def _check_deferred_gathers(torch, dist, r, w, dev):
     gathered = torch.cat([torch.arange(3.0) + 10 * k for k in range(w)])
     _eq(big, gathered)
     _eq(out, w * gathered[3 * r:3 * r + 3])
+    # the host read waits for the last first: one handoff to the waiter thread
+    # at most, not one per collective issued back to back
+    handoffs = programs.counts["handoffs"]
+    for _ in range(10):
+        dist.all_gather_into_tensor(big, x)
+    _eq(big, gathered)
+    assert programs.counts["handoffs"] <= handoffs + 1, programs.counts
     try:
         dist.all_gather_into_tensor(torch.empty((3 + r) * w, device=dev), torch.ones(3 + r, device=dev))
         out.cpu()  # the next host read raises

@@ -351,7 +351,8 @@ def describe(sig_row):
 
 
 # deterministic: tests count them, not time them ("waits": Launched.result calls)
-counts = {"plans": 0, "launches": 0, "fast": 0, "waits": 0}
+# "handoffs": waits that found the program unfinished and handed it to the waiter thread
+counts = {"plans": 0, "launches": 0, "fast": 0, "waits": 0, "handoffs": 0}
 
 
 def rows(sigs):
@@ -407,6 +408,7 @@ class Launched:
         if self.done():
             return self.value
         if self._waited is None:
+            counts["handoffs"] += 1
             self._waited = _pool().submit(jax.block_until_ready, self.value)
         self._waited.result(timeout)
         return self.value
