@@ -219,8 +219,18 @@ JOINT_BYTES = 1 << 18
 
 
 def fast_capable(kind, static, block, out_shape):
-    """Whether a call has a one-collective form (FastPlan)."""
-    return kind == "all_reduce" and static[0] in FAST_OPS and block is None and out_shape is None
+    """Whether a call has a predicted form (FastPlan, FastBlocks)."""
+    if kind == "all_reduce":
+        return static[0] in FAST_OPS and block is None and out_shape is None
+    return kind == "all_gather" or (kind == "reduce_scatter" and static[0] in ("sum", "avg"))
+
+
+def fast(sig, devices):
+    """The predicted program of call signature ``sig`` (stream.py's)."""
+    kind, static, shape, dtype, block, out_shape = sig
+    if kind == "all_reduce":
+        return fast_plan(static, devices, shape, dtype)
+    return fast_blocks(kind, static, devices, shape, dtype, block, out_shape)
 
 
 class FastPlan(_Layout):
@@ -322,6 +332,58 @@ def fast_plan(static, devices, shape, dtype):
     return FastPlan(static, devices, shape, dtype)
 
 
+class FastBlocks(_Layout):
+    """An all_gather or reduce_scatter every rank predicted (see stream.py):
+    the checked program's collective without its signature exchange (a
+    fixed-size gather of at least 64 KB a rank), its check the ranks' missed
+    marks as FastPlan's.  A gather of floats carries them in the payload, as
+    FastPlan's poison: a rank that missed sends zeros with a NaN first, and
+    every rank sees every block, so only a NaN first in some block (a miss,
+    or the callers' own NaN) makes the ranks reduce their marks, under
+    ``lax.cond``.  Any other reduces them in a second, tiny collective."""
+
+    def __init__(self, kind, static, devices, shape, dtype, block, out_shape):
+        super().__init__(devices, shape, dtype)
+        world = len(devices)
+        self.shape = tuple(shape)
+        kernel = _kernel(kind, static, world)
+        block = tuple(shape) if block is None else tuple(block)
+        n = int(np.prod(self.shape or (1,)))
+        self.poisoned = poisoned = (kind == "all_gather" and n > 0
+                                    and jnp.issubdtype(self.dtype, jnp.inexact))
+
+        def body(x, flag):
+            y = kernel(x.reshape(block))
+            marks = jnp.where(jnp.arange(world) == jax.lax.axis_index(AXIS), flag, 0).astype(jnp.int32)
+            if poisoned:  # every rank's block, first element: the same on every rank
+                firsts = y.reshape(world, -1)[:, 0]
+                marks = jax.lax.cond(jnp.any(jnp.isnan(firsts)), lambda m: jax.lax.psum(m, AXIS),
+                                     lambda m: jnp.zeros(m.shape, jnp.int32), marks)
+            else:
+                marks = jax.lax.psum(marks, AXIS)
+            gone = (marks != 0).astype(jnp.int32)
+            pad = jnp.sum(jnp.arange(2 * INLINE_FLOPS, dtype=jnp.int32) * (jnp.sum(gone) + 1),
+                          keepdims=True)  # see FastPlan
+            if out_shape is not None:
+                y = y.reshape(out_shape)
+            y = y.reshape(1) if y.ndim == 0 else y
+            return y, jnp.concatenate([gone, pad])
+
+        self.program = jax.jit(jax.shard_map(body, mesh=self.spec.mesh, in_specs=(P(AXIS), P(AXIS)),
+                                             out_specs=(P(AXIS), P(AXIS)), check_vma=False))
+        self._marks = {}
+
+    mark = FastPlan.mark
+    launch = FastPlan.launch
+    missed_payload = FastPlan.missed_payload
+
+
+@functools.lru_cache(maxsize=1024)
+def fast_blocks(kind, static, devices, shape, dtype, block, out_shape):
+    counts["plans"] += 1
+    return FastBlocks(kind, static, devices, shape, dtype, block, out_shape)
+
+
 def missed_ranks(check):
     """The ranks a FastPlan's check output says called something else."""
     return [i for i, m in enumerate(np.asarray(check)[:-1]) if m]
@@ -384,9 +446,9 @@ class Launched:
     wait to one waiter thread and waits on that with the timeout: a missing
     peer then costs the group timeout, not a hang.
     """
-    __slots__ = ("value", "_waited", "mismatch", "timed_out", "predicted")
+    __slots__ = ("value", "_waited", "mismatch", "timed_out", "predicted", "checked")
 
-    def __init__(self, value, mismatch=None, predicted=False):
+    def __init__(self, value, mismatch=None, predicted=False, checked=False):
         self.value = value
         self._waited = None
         # mismatch(check output) -> None, or what the ranks disagreed on
@@ -395,6 +457,10 @@ class Launched:
         # a FastPlan every rank launched as predicted: no transport mismatch
         # possible, so its work need not wait for it (work.py)
         self.predicted = predicted
+        # a checked program (its payload's collective runs only when every
+        # rank agrees): no transport mismatch possible either.  (Not a missed
+        # prediction's program: its result has the predicted call's shape.)
+        self.checked = checked
 
     def done(self):
         return all(a.is_ready() for a in self.value)
@@ -448,4 +514,4 @@ def submit(kind, static, devices, x, block=None, out_shape=None):
     p = plan(kind, static, devices, tuple(x.shape), x.dtype,
              None if block is None else tuple(block), None if out_shape is None else tuple(out_shape))
     counts["launches"] += 1
-    return Launched(p.launch(x))
+    return Launched(p.launch(x), checked=True)

@@ -66,7 +66,7 @@ class _Stream:
             self.broken = True
             return
         try:
-            _, sigs = launched.result(timeout_s)
+            sigs = launched.result(timeout_s)[-1]  # (a deferred work keeps only its check there)
             agreed = programs.agrees(sigs)
         except concurrent.futures.TimeoutError:
             launched.timed_out = True
@@ -119,7 +119,7 @@ def _launch(s, sig, kind, static, devices, x, block, out_shape, timeout_s):
         programs.counts["launches"] += 1
         if guess == sig:
             programs.counts["fast"] += 1
-            p = programs.fast_plan(static, devices, sig[2], sig[3])
+            p = programs.fast(sig, devices)
             return programs.Launched(p.launch(x), _verdict(guess, None, devices, x), predicted=True)
         launched = _missed(s, guess, sig, devices, x, timeout_s)
         if launched is not None:
@@ -149,7 +149,7 @@ def _missed(s, guess, sig, devices, x, timeout_s):
         s.broken = True
     except Exception:  # noqa: BLE001 -- a failed program; its work reports it
         s.broken = True
-    p = programs.fast_plan(guess[1], devices, guess[2], guess[3])
+    p = programs.fast(guess, devices)
     launched = programs.Launched(p.launch(p.missed_payload(_device(x)), missed=True),
                                  _verdict(guess, sig, devices, x))
     try:

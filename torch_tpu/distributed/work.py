@@ -204,7 +204,7 @@ class XlaWork(dist.Work):
 
     def _deferrable(self):
         return (self._may_defer and self._pending
-                and (self._checked_too or all(f.predicted for f, _ in self._pending))
+                and all(f.predicted or (self._checked_too and f.checked) for f, _ in self._pending)
                 and modes.current() is not modes.EagerMode.DEBUG)
 
     def _finish_deferred(self):
