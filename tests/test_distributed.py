@@ -633,18 +633,19 @@ def _check_deferred_gathers(torch, dist, r, w, dev):
     # looked at by the next host read; ranks that disagree raise there, on
     # every rank, and the group goes on.
     from torch_tpu.distributed import programs
-    x = torch.arange(3.0, device=dev) + 10 * r
-    big = torch.empty(3 * w, device=dev)
-    out = torch.empty(3, device=dev)
+    k = 17  # a size no other check calls with: no history in the group's stream
+    x = torch.arange(float(k), device=dev) + 100 * r
+    big = torch.empty(k * w, device=dev)
+    out = torch.empty(k, device=dev)
     for _ in range(4):  # (the first ones wait: a miss of the all_reduces' prediction, then learning)
         waits, fast = programs.counts["waits"], programs.counts["fast"]
         dist.all_gather_into_tensor(big, x)
         dist.reduce_scatter_tensor(out, big)
     assert programs.counts["waits"] == waits, programs.counts
     assert programs.counts["fast"] == fast + 2, programs.counts  # predicted: no signature exchange
-    gathered = torch.cat([torch.arange(3.0) + 10 * k for k in range(w)])
+    gathered = torch.cat([torch.arange(float(k)) + 100 * q for q in range(w)])
     _eq(big, gathered)
-    _eq(out, w * gathered[3 * r:3 * r + 3])
+    _eq(out, w * gathered[k * r:k * r + k])
     # the host read waits for the last first: one handoff to the waiter thread
     # at most, not one per collective issued back to back
     handoffs = programs.counts["handoffs"]
@@ -654,7 +655,7 @@ def _check_deferred_gathers(torch, dist, r, w, dev):
     _eq(big, gathered)
     assert programs.counts["handoffs"] <= handoffs + 1, programs.counts
     try:
-        dist.all_gather_into_tensor(torch.empty((3 + r) * w, device=dev), torch.ones(3 + r, device=dev))
+        dist.all_gather_into_tensor(torch.empty((k + r) * w, device=dev), torch.ones(k + r, device=dev))
         out.cpu()  # the next host read raises
         raise AssertionError("mismatched all_gather_into_tensor did not fail")
     except RuntimeError as e:
@@ -668,7 +669,7 @@ def _check_deferred_gathers(torch, dist, r, w, dev):
     from torch_tpu.distributed import bootstrap
     from torch_tpu.eager import access
     devices = tuple(bootstrap.device_of_rank(k) for k in range(w))
-    p = programs.fast_blocks("all_gather", (), devices, (3,), "float32", (1, 3), (3 * w,))
+    p = programs.fast_blocks("all_gather", (), devices, (k,), "float32", (1, k), (k * w,))
     assert p.poisoned
     xj = access.read(x)
     text = p.program.lower(p.assemble(xj), p.mark(xj, False)).compile().as_text()
