@@ -9,8 +9,9 @@ rank knows in advance what the others will call.
 
 Each group's stream (keyed by its devices) records which agreed signature
 followed which.  Every input to that record is agreed by all ranks, so every
-rank predicts the same next call and launches the same FastPlan for it: a
-wrong guess costs a wasted round, never mismatched buffers.
+rank predicts the same next call and launches the same FastPlan for it (a
+FastBlocks for an all_gather or reduce_scatter: programs.fast): a wrong
+guess costs a wasted round, never mismatched buffers.
 
 - A call that matches the prediction runs the FastPlan with its payload.
 - A call that does not runs the same FastPlan with zeros and a "missed"
