@@ -209,6 +209,8 @@ def scenario_default():
     _check_costs(torch, dist, dev)
     print("costs ok")
     _check_prediction(torch, dist, r, w, dev)
+    _check_large_prediction(torch, dist, r, w, dev)
+    _check_deferred_gathers(torch, dist, r, w, dev)
     print("prediction ok")
     _check_ddp(torch, dist, r, w, dev)
     dist.destroy_process_group()
@@ -435,6 +437,8 @@ def _check_costs(torch, dist, dev):
 def scenario_predict():
     torch, dist, r, w, dev = _init()
     _check_prediction(torch, dist, r, w, dev)
+    _check_large_prediction(torch, dist, r, w, dev)
+    _check_deferred_gathers(torch, dist, r, w, dev)
     dist.destroy_process_group()
     print("prediction ok")
 
@@ -552,6 +556,127 @@ def _check_prediction(torch, dist, r, w, dev):
     fast, waits = programs.counts["fast"], programs.counts["waits"]
     dist.barrier()
     assert programs.counts["fast"] == fast + 1 and programs.counts["waits"] > waits, programs.counts
+
+
+def _check_large_prediction(torch, dist, r, w, dev):
+    # Past programs.JOINT_BYTES a predicted sum of floats is its payload's
+    # all-reduce alone, as the bare psum: no copy of the payload, and the
+    # marks' reduce only under a cond, taken when the result starts with a
+    # NaN (a missing rank sends a NaN there; the callers' own NaN costs the
+    # round and nothing else).  Hits, a NaN of the callers', a miss on every
+    # rank and a miss on one rank all behave as with marks in the payload.
+    import math
+    import re
+
+    from torch_tpu.distributed import bootstrap, programs
+    from torch_tpu.eager import access
+    n = programs.JOINT_BYTES // 4 + 1
+    tri = sum(range(w))
+
+    def big(first=None):
+        t = torch.full((n,), 1.0 + r, device=dev)
+        if first is not None:
+            t[0] = first
+        dist.all_reduce(t)
+        return t
+    for _ in range(3):
+        big()
+    fast, launches = programs.counts["fast"], programs.counts["launches"]
+    t = big()
+    assert (programs.counts["fast"], programs.counts["launches"]) == (fast + 1, launches + 1)
+    _eq(t, [float(tri + w)] * n)
+    # calls back to back keep no result alive past its tensor's next call (the
+    # deferred checks held each work and its output to the next host wait:
+    # every call then faulted in fresh pages for its result)
+    import weakref
+    t = big()
+    first = weakref.ref(access.read(t))
+    for _ in range(3):
+        dist.all_reduce(t)
+    assert first() is None
+    _eq(t, [float((tri + w) * w ** 3)] * n)
+    got = big(first=float("nan")).cpu()  # a NaN of the callers': no mismatch, the NaN summed
+    assert math.isnan(got[0]) and torch.equal(got[1:], torch.full((n - 1,), float(tri + w))), got
+    devices = tuple(bootstrap.device_of_rank(k) for k in range(w))
+    p = programs.fast_plan(("sum", None), devices, (n,), "float32")
+    assert p.poisoned
+    x = access.read(torch.ones(n, device=dev))
+    text = p.program.lower(p.assemble(x), p.mark(x, False)).compile().as_text()
+    entry = text[text.index("ENTRY"):]
+    assert len(re.findall(r"= \S+ all-reduce\(", entry)) == 1, entry  # the payload's
+    assert len(re.findall(r"= \S+ all-reduce\(", text)) == 2, text  # + the marks', in the cond
+    made = sorted(re.findall(rf"= f32\[{n}\]\S* (\S+)\(", entry))  # what has the payload's size
+    assert made == ["all-reduce", "parameter"], entry
+    # every rank calls something else: the checked program runs it
+    s = torch.full((7,), 1.0, device=dev)
+    dist.all_reduce(s)
+    _eq(s, [float(w)] * 7)
+    for _ in range(3):
+        big()
+    # rank 1 alone calls something else: every rank raises
+    try:
+        if r == 1:
+            dist.all_reduce(torch.ones(5, device=dev))
+        else:
+            big().cpu()  # as predicted: it learns at its next host read
+        raise AssertionError("mismatched all_reduce did not fail")
+    except RuntimeError as e:
+        assert "mismatched" in str(e), e
+    t = torch.ones(2, device=dev)
+    dist.all_reduce(t)
+    _eq(t, [float(w)] * 2)
+
+
+def _check_deferred_gathers(torch, dist, r, w, dev):
+    # all_gather_into_tensor and reduce_scatter_tensor (checked programs) wait
+    # for nothing, as a predicted all_reduce: their results and checks are
+    # looked at by the next host read; ranks that disagree raise there, on
+    # every rank, and the group goes on.
+    from torch_tpu.distributed import programs
+    k = 17  # a size no other check calls with: no history in the group's stream
+    x = torch.arange(float(k), device=dev) + 100 * r
+    big = torch.empty(k * w, device=dev)
+    out = torch.empty(k, device=dev)
+    for _ in range(4):  # (the first ones wait: a miss of the all_reduces' prediction, then learning)
+        waits, fast = programs.counts["waits"], programs.counts["fast"]
+        dist.all_gather_into_tensor(big, x)
+        dist.reduce_scatter_tensor(out, big)
+    assert programs.counts["waits"] == waits, programs.counts
+    assert programs.counts["fast"] == fast + 2, programs.counts  # predicted: no signature exchange
+    gathered = torch.cat([torch.arange(float(k)) + 100 * q for q in range(w)])
+    _eq(big, gathered)
+    _eq(out, w * gathered[k * r:k * r + k])
+    # the host read waits for the last first: one handoff to the waiter thread
+    # at most, not one per collective issued back to back
+    handoffs = programs.counts["handoffs"]
+    for _ in range(5):
+        dist.all_gather_into_tensor(big, x)
+        dist.reduce_scatter_tensor(out, big)
+    _eq(big, gathered)
+    assert programs.counts["handoffs"] <= handoffs + 1, programs.counts
+    try:
+        dist.all_gather_into_tensor(torch.empty((k + r) * w, device=dev), torch.ones(k + r, device=dev))
+        out.cpu()  # the next host read raises
+        raise AssertionError("mismatched all_gather_into_tensor did not fail")
+    except RuntimeError as e:
+        assert "mismatched" in str(e) and "all_gather_into_tensor" in str(e), e
+    dist.all_gather_into_tensor(big, x)
+    _eq(big, gathered)
+    # a predicted gather of floats is its all-gather alone: the marks' reduce
+    # runs under a cond (taken when some block starts with a NaN)
+    import re
+
+    from torch_tpu.distributed import bootstrap
+    from torch_tpu.eager import access
+    devices = tuple(bootstrap.device_of_rank(k) for k in range(w))
+    p = programs.fast_blocks("all_gather", (), devices, (k,), "float32", (1, k), (k * w,))
+    assert p.poisoned
+    xj = access.read(x)
+    text = p.program.lower(p.assemble(xj), p.mark(xj, False)).compile().as_text()
+    entry = text[text.index("ENTRY"):]
+    assert len(re.findall(r"= \S+ all-gather(-start)?\(", entry)) == 1, entry
+    assert len(re.findall(r"= \S+ all-reduce\(", entry)) == 0, entry
+    assert len(re.findall(r"= \S+ all-reduce\(", text)) == 1, text
 
 
 def _mlp(torch):

@@ -41,6 +41,7 @@ class ProcessGroupTpu(ProcessGroup):
         self._timeout_s = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
         self._ranks = list(global_ranks) if global_ranks else list(range(size))
         self._name = ""
+        self._whats = {}  # collective kind -> how errors name a call of it
         self._desc = ""
         # Every member must join the Gloo group now: creation is collective.
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size,
@@ -58,6 +59,7 @@ class ProcessGroupTpu(ProcessGroup):
 
     def _set_group_name(self, name):
         self._name = name
+        self._whats = {}
 
     def getGroupName(self):
         return self._name
@@ -77,7 +79,10 @@ class ProcessGroupTpu(ProcessGroup):
 
     # ---- helpers ----------------------------------------------------------
     def _what(self, kind):
-        return f"{kind} on group {self._name or '?'} (rank {self.rank()} of {self.size()})"
+        what = self._whats.get(kind)  # (rank() and size() cross into C++ each: formatted once)
+        if what is None:
+            what = self._whats[kind] = f"{kind} on group {self._name or '?'} (rank {self.rank()} of {self.size()})"
+        return what
 
     def _start(self, kind, static, x, block=None, out_shape=None):
         """Submit ``kind`` on block ``x`` (seen by the kernel reshaped to
@@ -89,8 +94,9 @@ class ProcessGroupTpu(ProcessGroup):
     def _jax(self, t):
         return tensors.to_jax(t, self._device)
 
-    def _work(self, kind, pending, result, after=None, may_defer=False):
-        return XlaWork(self._what(kind), self._timeout_s, pending, result, after, may_defer)
+    def _work(self, kind, pending, result, after=None, may_defer=False, checked_too=False):
+        return XlaWork(self._what(kind), self._timeout_s, pending, result, after, may_defer,
+                       checked_too)
 
     def _via_gloo(self, method, outputs, *args):
         """Run Gloo ``method`` on CPU copies; outputs: the tensors written back."""
@@ -181,7 +187,8 @@ class ProcessGroupTpu(ProcessGroup):
         fut = self._start("all_gather", (), self._jax(input_), block=(1,) + tuple(input_.shape),
                           out_shape=tuple(output.shape))
         return self._work("all_gather_into_tensor",
-                          [(fut, lambda o: tensors.write(output, o))], [output])
+                          [(fut, lambda o: tensors.write(output, o))], [output],
+                          may_defer=True, checked_too=True)
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
@@ -229,7 +236,8 @@ class ProcessGroupTpu(ProcessGroup):
         fut = self._start("reduce_scatter", _reduce_op(opts.reduceOp), self._jax(input_),
                           block=(self.size(),) + tuple(output.shape), out_shape=tuple(output.shape))
         return self._work("reduce_scatter_tensor",
-                          [(fut, lambda o: tensors.write(output, o))], [output])
+                          [(fut, lambda o: tensors.write(output, o))], [output],
+                          may_defer=True, checked_too=True)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)]

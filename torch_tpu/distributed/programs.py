@@ -129,7 +129,8 @@ class _Layout:
             x = x.reshape(1)
         # jax.make_array_from_single_device_arrays without rebuilding the aval
         # and re-checking the dtype each call (the plan is keyed on both)
-        return ArrayImpl(self.aval, self.spec, [x], committed=True)
+        # and without re-checking x's device and shape (the rank's own, the plan's)
+        return ArrayImpl(self.aval, self.spec, [x], committed=True, _skip_checks=True)
 
     def launch(self, x):
         """Start the program on this rank's block ``x``: (local result, check
@@ -208,16 +209,28 @@ def plan(kind, static, devices, shape, dtype, block=None, out_shape=None):
 
 FAST_OPS = ("sum", "avg", "max", "min")
 # Up to this payload the marks ride in the payload's buffer (one round trip,
-# two copies of the payload: in and out); above it they get their own tiny
-# reduce.  (Measured between 2 CPU processes: both cost the same at 256 KB;
-# from 1 MB on the copies cost more than the second round: +0.3 ms at 1 MB,
-# +1.3 ms at 4 MB.)
+# two copies of the payload: in and out).  Above it a sum of floats takes no
+# copy and no second round (see FastPlan's poison); any other large one gets
+# its marks their own tiny reduce.  (Measured between 2 CPU processes: joint
+# and separate cost the same at 256 KB; from 1 MB on the copies cost more
+# than the second round: +0.3 ms at 1 MB, +1.3 ms at 4 MB; the second round
+# itself costs 0.1 to 0.6 ms.)
 JOINT_BYTES = 1 << 18
 
 
 def fast_capable(kind, static, block, out_shape):
-    """Whether a call has a one-collective form (FastPlan)."""
-    return kind == "all_reduce" and static[0] in FAST_OPS and block is None and out_shape is None
+    """Whether a call has a predicted form (FastPlan, FastBlocks)."""
+    if kind == "all_reduce":
+        return static[0] in FAST_OPS and block is None and out_shape is None
+    return kind == "all_gather" or (kind == "reduce_scatter" and static[0] in ("sum", "avg"))
+
+
+def fast(sig, devices):
+    """The predicted program of call signature ``sig`` (stream.py's)."""
+    kind, static, shape, dtype, block, out_shape = sig
+    if kind == "all_reduce":
+        return fast_plan(static, devices, shape, dtype)
+    return fast_blocks(kind, static, devices, shape, dtype, block, out_shape)
 
 
 class FastPlan(_Layout):
@@ -230,15 +243,28 @@ class FastPlan(_Layout):
     never a transport mismatch.  (The marks ride in the payload's buffer: a
     separate or tuple reduce is a second collective, and with a constant
     mark XLA would drop it.)  The second output: every rank's missed flag
-    (int32, one per rank), then the cost padding."""
+    (int32, one per rank), then the cost padding.
+
+    A large sum of floats (``poisoned``) carries no marks at all: a rank that
+    missed sends zeros with a NaN first (``missed_payload``), and NaN plus
+    anything is NaN, so a result whose first element is a number proves
+    that no rank missed.  Only a NaN there (a miss, or the callers' own
+    NaN or inf - inf) makes the ranks reduce their marks, in a second
+    collective under ``lax.cond``: every rank sees the same first element
+    (an all-reduce's result is the same on every rank), so all of them take
+    the branch or none.  The payload is then neither copied (as a joint
+    buffer would be) nor followed by a second round."""
 
     def __init__(self, static, devices, shape, dtype):
         super().__init__(devices, shape, dtype)
         world = len(devices)
         op, scale = static
-        local = tuple(shape) or (1,)
+        self.shape = tuple(shape)
+        local = self.shape or (1,)
         n = int(np.prod(local))
         joint = n * self.dtype.itemsize <= JOINT_BYTES
+        self.poisoned = poisoned = (not joint and n > 0 and op in ("sum", "avg")
+                                    and jnp.issubdtype(self.dtype, jnp.inexact))
 
         def body(x, flag):
             dt = x.dtype
@@ -256,6 +282,11 @@ class FastPlan(_Layout):
             if joint:
                 y = reduce(jnp.concatenate([flat, marks.astype(flat.dtype)]), AXIS)
                 out, marks = y[:n], y[n:]
+            elif poisoned:  # the marks' round only when the result starts with a NaN
+                out = reduce(flat, AXIS)
+                marks = jax.lax.cond(jnp.isnan(out[0]),
+                                     lambda m: reduce(m.astype(jnp.int32), AXIS),
+                                     lambda m: jnp.zeros(m.shape, jnp.int32), marks)
             else:  # copying a large payload costs more than a second, tiny round
                 out, marks = reduce(flat, AXIS), reduce(marks.astype(jnp.int32), AXIS)
             if red == "avg":
@@ -272,25 +303,85 @@ class FastPlan(_Layout):
         self._marks = {}
 
     def mark(self, x, missed):
-        """The global mark input, built once per device and value."""
-        key = (next(iter(x.devices())), missed)
-        m = self._marks.get(key)
+        """The global mark input, built once per value (on x's device: a
+        process drives one device of the mesh, the same each call)."""
+        m = self._marks.get(missed)
         if m is None:
-            local = jax.device_put(np.array([1 if missed else 0], np.int32), key[0])
+            local = jax.device_put(np.array([1 if missed else 0], np.int32), next(iter(x.devices())))
             aval = core.update_aval_with_sharding(
                 core.ShapedArray((len(self.spec.mesh.devices),), np.int32, weak_type=False), self.spec)
-            m = self._marks[key] = ArrayImpl(aval, self.spec, [local], committed=True)
+            m = self._marks[missed] = ArrayImpl(aval, self.spec, [local], committed=True)
         return m
 
     def launch(self, x, missed=False):
         out, check = self.program(self.assemble(x), self.mark(x, missed))
         return out._arrays[0], check._arrays[0]
 
+    def missed_payload(self, device):
+        """What a rank that called something else sends: zeros (poisoned:
+        with a NaN first, the mark itself)."""
+        zeros = np.zeros(self.shape, self.dtype)
+        if self.poisoned:
+            zeros.reshape(-1)[0] = np.nan
+        return jax.device_put(zeros, device)
+
 
 @functools.lru_cache(maxsize=1024)
 def fast_plan(static, devices, shape, dtype):
     counts["plans"] += 1
     return FastPlan(static, devices, shape, dtype)
+
+
+class FastBlocks(_Layout):
+    """An all_gather or reduce_scatter every rank predicted (see stream.py):
+    the checked program's collective without its signature exchange (a
+    fixed-size gather of at least 64 KB a rank), its check the ranks' missed
+    marks as FastPlan's.  A gather of floats carries them in the payload, as
+    FastPlan's poison: a rank that missed sends zeros with a NaN first, and
+    every rank sees every block, so only a NaN first in some block (a miss,
+    or the callers' own NaN) makes the ranks reduce their marks, under
+    ``lax.cond``.  Any other reduces them in a second, tiny collective."""
+
+    def __init__(self, kind, static, devices, shape, dtype, block, out_shape):
+        super().__init__(devices, shape, dtype)
+        world = len(devices)
+        self.shape = tuple(shape)
+        kernel = _kernel(kind, static, world)
+        block = tuple(shape) if block is None else tuple(block)
+        n = int(np.prod(self.shape or (1,)))
+        self.poisoned = poisoned = (kind == "all_gather" and n > 0
+                                    and jnp.issubdtype(self.dtype, jnp.inexact))
+
+        def body(x, flag):
+            y = kernel(x.reshape(block))
+            marks = jnp.where(jnp.arange(world) == jax.lax.axis_index(AXIS), flag, 0).astype(jnp.int32)
+            if poisoned:  # every rank's block, first element: the same on every rank
+                firsts = y.reshape(world, -1)[:, 0]
+                marks = jax.lax.cond(jnp.any(jnp.isnan(firsts)), lambda m: jax.lax.psum(m, AXIS),
+                                     lambda m: jnp.zeros(m.shape, jnp.int32), marks)
+            else:
+                marks = jax.lax.psum(marks, AXIS)
+            gone = (marks != 0).astype(jnp.int32)
+            pad = jnp.sum(jnp.arange(2 * INLINE_FLOPS, dtype=jnp.int32) * (jnp.sum(gone) + 1),
+                          keepdims=True)  # see FastPlan
+            if out_shape is not None:
+                y = y.reshape(out_shape)
+            y = y.reshape(1) if y.ndim == 0 else y
+            return y, jnp.concatenate([gone, pad])
+
+        self.program = jax.jit(jax.shard_map(body, mesh=self.spec.mesh, in_specs=(P(AXIS), P(AXIS)),
+                                             out_specs=(P(AXIS), P(AXIS)), check_vma=False))
+        self._marks = {}
+
+    mark = FastPlan.mark
+    launch = FastPlan.launch
+    missed_payload = FastPlan.missed_payload
+
+
+@functools.lru_cache(maxsize=1024)
+def fast_blocks(kind, static, devices, shape, dtype, block, out_shape):
+    counts["plans"] += 1
+    return FastBlocks(kind, static, devices, shape, dtype, block, out_shape)
 
 
 def missed_ranks(check):
@@ -322,7 +413,8 @@ def describe(sig_row):
 
 
 # deterministic: tests count them, not time them ("waits": Launched.result calls)
-counts = {"plans": 0, "launches": 0, "fast": 0, "waits": 0}
+# "handoffs": waits that found the program unfinished and handed it to the waiter thread
+counts = {"plans": 0, "launches": 0, "fast": 0, "waits": 0, "handoffs": 0}
 
 
 def rows(sigs):
@@ -354,9 +446,9 @@ class Launched:
     wait to one waiter thread and waits on that with the timeout: a missing
     peer then costs the group timeout, not a hang.
     """
-    __slots__ = ("value", "_waited", "mismatch", "timed_out", "predicted")
+    __slots__ = ("value", "_waited", "mismatch", "timed_out", "predicted", "checked")
 
-    def __init__(self, value, mismatch=None, predicted=False):
+    def __init__(self, value, mismatch=None, predicted=False, checked=False):
         self.value = value
         self._waited = None
         # mismatch(check output) -> None, or what the ranks disagreed on
@@ -365,6 +457,10 @@ class Launched:
         # a FastPlan every rank launched as predicted: no transport mismatch
         # possible, so its work need not wait for it (work.py)
         self.predicted = predicted
+        # a checked program (its payload's collective runs only when every
+        # rank agrees): no transport mismatch possible either.  (Not a missed
+        # prediction's program: its result has the predicted call's shape.)
+        self.checked = checked
 
     def done(self):
         return all(a.is_ready() for a in self.value)
@@ -378,6 +474,7 @@ class Launched:
         if self.done():
             return self.value
         if self._waited is None:
+            counts["handoffs"] += 1
             self._waited = _pool().submit(jax.block_until_ready, self.value)
         self._waited.result(timeout)
         return self.value
@@ -417,4 +514,4 @@ def submit(kind, static, devices, x, block=None, out_shape=None):
     p = plan(kind, static, devices, tuple(x.shape), x.dtype,
              None if block is None else tuple(block), None if out_shape is None else tuple(out_shape))
     counts["launches"] += 1
-    return Launched(p.launch(x))
+    return Launched(p.launch(x), checked=True)

@@ -9,8 +9,9 @@ rank knows in advance what the others will call.
 
 Each group's stream (keyed by its devices) records which agreed signature
 followed which.  Every input to that record is agreed by all ranks, so every
-rank predicts the same next call and launches the same FastPlan for it: a
-wrong guess costs a wasted round, never mismatched buffers.
+rank predicts the same next call and launches the same FastPlan for it (a
+FastBlocks for an all_gather or reduce_scatter: programs.fast): a wrong
+guess costs a wasted round, never mismatched buffers.
 
 - A call that matches the prediction runs the FastPlan with its payload.
 - A call that does not runs the same FastPlan with zeros and a "missed"
@@ -22,11 +23,9 @@ wrong guess costs a wasted round, never mismatched buffers.
   ranks wait for it at the same point of their streams.  A timed-out call
   ends prediction for the stream: its ranks may be out of step.
 """
+import collections
 import concurrent.futures
 import threading
-
-import jax
-import numpy as np
 
 from . import programs
 
@@ -41,13 +40,19 @@ class _Stream:
         self.misses = {}  # agreed signature -> how often every rank missed after it
         self.last = None  # the previous call's agreed signature, when known
         self.unsettled = None  # (Launched, previous signature, its signature)
-        self.running = []  # launched, not yet seen done: a timeout among them breaks the stream
+        self.running = collections.deque()  # launched, not yet seen done: a timeout among them breaks the stream
         self.broken = False
 
     def check_timeouts(self):
-        if self.running:
-            self.running = [one for one in self.running if not one.done()]
-            if any(one.timed_out for one in self.running):
+        """Broken if a collective still running was given up on.  (Asking
+        each whether it is done costs a call into XLA per running collective:
+        only the oldest are asked, to drop them, unless one timed out.)"""
+        running = self.running
+        while running and running[0].done():
+            running.popleft()
+        if any(one.timed_out for one in running):
+            self.running = running = collections.deque(one for one in running if not one.done())
+            if any(one.timed_out for one in running):
                 self.broken = True
 
     def settle(self, timeout_s):
@@ -62,7 +67,7 @@ class _Stream:
             self.broken = True
             return
         try:
-            _, sigs = launched.result(timeout_s)
+            sigs = launched.result(timeout_s)[-1]  # (a deferred work keeps only its check there)
             agreed = programs.agrees(sigs)
         except concurrent.futures.TimeoutError:
             launched.timed_out = True
@@ -115,7 +120,7 @@ def _launch(s, sig, kind, static, devices, x, block, out_shape, timeout_s):
         programs.counts["launches"] += 1
         if guess == sig:
             programs.counts["fast"] += 1
-            p = programs.fast_plan(static, devices, sig[2], sig[3])
+            p = programs.fast(sig, devices)
             return programs.Launched(p.launch(x), _verdict(guess, None, devices, x), predicted=True)
         launched = _missed(s, guess, sig, devices, x, timeout_s)
         if launched is not None:
@@ -145,9 +150,9 @@ def _missed(s, guess, sig, devices, x, timeout_s):
         s.broken = True
     except Exception:  # noqa: BLE001 -- a failed program; its work reports it
         s.broken = True
-    p = programs.fast_plan(guess[1], devices, guess[2], guess[3])
-    zeros = jax.device_put(np.zeros(guess[2], guess[3]), _device(x))
-    launched = programs.Launched(p.launch(zeros, missed=True), _verdict(guess, sig, devices, x))
+    p = programs.fast(guess, devices)
+    launched = programs.Launched(p.launch(p.missed_payload(_device(x)), missed=True),
+                                 _verdict(guess, sig, devices, x))
     try:
         _, check = launched.result(timeout_s)
     except concurrent.futures.TimeoutError:

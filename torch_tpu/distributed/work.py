@@ -6,7 +6,8 @@ signatures gathered with it when the call was a checked one (a mismatch
 means ranks disagreed on shapes or on which collective to run), and only
 then writes the results into the output tensors.
 
-A predicted all_reduce (stream.py) is the exception, and waits for nothing,
+A predicted all_reduce (stream.py), an all_gather_into_tensor and a
+reduce_scatter_tensor are the exception, and wait for nothing,
 as a CUDA collective is only queued on its stream: its results go into the
 output tensors while still computing, and its checks (a rank that called
 something else, a peer that never joins, within the group timeout) are
@@ -16,6 +17,7 @@ DDP's optimizer step is queued while its last buckets still reduce.  Debug
 mode waits at the call, to raise there.
 """
 import concurrent.futures
+import functools
 import heapq
 import threading
 import time
@@ -120,15 +122,42 @@ def _gave_up(pending):
         fut.timed_out = True
 
 
+def _mismatch_error(what, mismatch, sigs):
+    """The error for a collective's check output ``sigs``, or None."""
+    detail = None if sigs is None else mismatch(sigs)
+    if detail is None:
+        return None
+    return CollectiveMismatch(f"tpu_dist: {what}: ranks called it with mismatched "
+                              f"tensors or arguments ({detail})")
+
+
+def _wait_deferred(what, timeout_s, fut):
+    """Wait for a deferred collective ``fut`` within the group timeout."""
+    try:
+        if fut.timed_out:
+            raise concurrent.futures.TimeoutError
+        fut.result(timeout_s)
+    except concurrent.futures.TimeoutError:
+        fut.timed_out = True  # its stream stops predicting
+        raise CollectiveTimeout(_late(what, timeout_s)) from None
+
+
 class XlaWork(dist.Work):
     """Pending XLA collectives: (future of (result, signatures), writer) pairs."""
 
-    def __init__(self, what, timeout_s, pending, result=None, after=None, may_defer=False):
+    def __init__(self, what, timeout_s, pending, result=None, after=None, may_defer=False,
+                 checked_too=False):
         super().__init__()
         # only a collective whose results reach the user only through its
         # output tensors (a barrier must synchronize; an internal size exchange
         # reads its result directly, after the checks)
         self._may_defer = may_defer
+        # a checked program (not predicted) may defer too: its payload's
+        # collective runs only when every rank's signature agrees, so ranks
+        # that disagree stay in step on the transport and raise at their next
+        # host wait.  (A checked all_reduce need not: the stream waits for it
+        # at the next launch to learn the pattern, stream.py.)
+        self._checked_too = checked_too
         self._what = what
         self._timeout_s = timeout_s
         self._pending = pending
@@ -155,11 +184,7 @@ class XlaWork(dist.Work):
         return done
 
     def _mismatch(self, sigs, mismatch):
-        detail = None if sigs is None else mismatch(sigs)
-        if detail is None:
-            return None
-        return CollectiveMismatch(f"tpu_dist: {self._what}: ranks called it with mismatched "
-                                  f"tensors or arguments ({detail})")
+        return _mismatch_error(self._what, mismatch, sigs)
 
     def _finish(self, done):
         for _, sigs, _, mismatch in done:
@@ -178,7 +203,8 @@ class XlaWork(dist.Work):
             self._after()
 
     def _deferrable(self):
-        return (self._may_defer and self._pending and all(f.predicted for f, _ in self._pending)
+        return (self._may_defer and self._pending
+                and all(f.predicted or (self._checked_too and f.checked) for f, _ in self._pending)
                 and modes.current() is not modes.EagerMode.DEBUG)
 
     def _finish_deferred(self):
@@ -187,19 +213,14 @@ class XlaWork(dist.Work):
         for fut, writer in self._pending:
             out, check = fut.value
             fut.value = (check,)  # what is left to wait for: the output is the tensor's now
-            checks.defer_launch(check, lambda c, m=fut.mismatch: self._mismatch(c, m),
-                                lambda fut=fut: self._wait_deferred(fut))
+            # The checks hold neither this work nor its outputs: each result
+            # goes once its tensor moves on.  (Kept to the next host wait, the
+            # results of calls issued back to back all stayed alive, and the
+            # allocator gave every later call fresh pages to fault in.)
+            checks.defer_launch(check, functools.partial(_mismatch_error, self._what, fut.mismatch),
+                                functools.partial(_wait_deferred, self._what, self._timeout_s, fut))
             results.append((out, writer))
         self._write(results)
-
-    def _wait_deferred(self, fut):
-        try:
-            if fut.timed_out:
-                raise concurrent.futures.TimeoutError
-            fut.result(self._timeout_s)
-        except concurrent.futures.TimeoutError:
-            fut.timed_out = True  # its stream stops predicting
-            raise CollectiveTimeout(_late(self._what, self._timeout_s)) from None
 
     def wait(self, timeout=timedelta(0)):
         if not self._done and self._deferrable():
