@@ -113,3 +113,33 @@ def test_foreach_refuses_a_read_that_partly_overlaps_its_write_as_cpu(call):
         c, b = torch.ones(2, 3, device=device), torch.ones(2, 3, device=device)
         with pytest.raises(RuntimeError, match="refer to a single memory location"):
             call(c, b)
+
+
+_PROMOTING = {  # each position computes in the dtype its operands promote to, as the CPU's per-tensor op
+    "int + float number": lambda d: torch._foreach_add([torch.arange(3, device=d)], 1.5),
+    "bool + int number": lambda d: torch._foreach_add([torch.ones(3, dtype=torch.bool, device=d)], 1),
+    "float + complex number": lambda d: torch._foreach_mul([torch.ones(3, device=d)], 2j),
+    "int * float numbers": lambda d: torch._foreach_mul([torch.arange(3, device=d), torch.arange(2, device=d)],
+                                                        [1.5, 0.25]),
+    "int + float tensors": lambda d: torch._foreach_add([torch.arange(3, device=d)],
+                                                        [torch.full((3,), 0.5, device=d)], alpha=2),
+    "int clamp_min float": lambda d: torch._foreach_clamp_min([torch.arange(3, device=d)], 1.5),
+    "number ** bool": lambda d: torch._foreach_pow(3, [torch.tensor([True, False], device=d)]),
+    "float number ** int": lambda d: torch._foreach_pow(2.5, [torch.arange(3, device=d)]),
+    # integer pow wraps as the CPU's (by squaring); a negative exponent gives 0 (or +-1 for +-1)
+    "int ** big ints": lambda d: torch._foreach_pow([torch.tensor([7, 7, -3], device=d)],
+                                                    [torch.tensor([63, 100, 41], device=d)]),
+    "int ** -1": lambda d: torch._foreach_pow([torch.tensor([7, 1, -1, 2], device=d)],
+                                              [torch.tensor([-1, -1, -1, 3], device=d)]),
+    "sign of bools": lambda d: torch._foreach_sign([torch.tensor([True, False], device=d)]),
+    "sigmoid of ints": lambda d: torch._foreach_sigmoid([torch.arange(-3, 3, device=d)]),
+}
+
+
+@pytest.mark.parametrize("case", list(_PROMOTING))
+def test_foreach_results_in_promoted_dtype_as_cpu(case):
+    got = [t.cpu() for t in _PROMOTING[case]("tpu")]
+    want = _PROMOTING[case]("cpu")
+    assert [t.dtype for t in got] == [t.dtype for t in want]
+    torch.testing.assert_close(got, list(want), rtol=0, atol=0)
+
