@@ -143,3 +143,21 @@ def test_foreach_results_in_promoted_dtype_as_cpu(case):
     assert [t.dtype for t in got] == [t.dtype for t in want]
     torch.testing.assert_close(got, list(want), rtol=0, atol=0)
 
+
+@pytest.mark.parametrize("op", [torch._foreach_mul_, torch._foreach_add_])
+@pytest.mark.parametrize("ok,refused", [
+    (True, 8),  # the CPU holds bools * True; bools * 8 is int64
+    ([1, 2], [2, 2.5]),
+])
+def test_foreach_in_place_cast_refusal_after_an_accepted_call(op, ok, refused):
+    """A result a position cannot hold: the CPU's RuntimeError, also after a
+    call with the same tensors' dtypes was accepted (the refusal then comes
+    from the meta kernel, whose wording once failed with a TypeError on a list)."""
+    for device in ("cpu", "tpu"):
+        # (more elements than dtype_support asks the CPU about exactly)
+        xs = [torch.ones(70, 70, dtype=torch.bool, device=device), torch.ones(2, dtype=torch.bool, device=device)]
+        if isinstance(ok, list):
+            xs = [torch.ones(2, device=device), torch.ones(3, dtype=torch.int64, device=device)]
+        op(xs, ok)
+        with pytest.raises(RuntimeError, match="can't be cast to the desired output type"):
+            op(xs, refused)

@@ -126,6 +126,10 @@ _CPU_ERRORS = [
 def _cannot_cast_result(args):
     """The CPU's in-place refusal: ``int_tensor.add_(1.5)``, ``bool_tensor.add_(uint8_tensor)``."""
     self, other = args[0], args[1]
+    if isinstance(self, (list, tuple)):  # a _foreach_*_ op: the CPU's loop refuses at the first position
+        pairs = list(zip(self, other if isinstance(other, (list, tuple)) else [other] * len(self)))
+        self, other = next(((s, o) for s, o in pairs if not torch.can_cast(torch.result_type(s, o), s.dtype)),
+                           pairs[0])
     result = torch.result_type(self, other)
     return f"result type {scalar_type_name(result)} can't be cast to the desired output type {scalar_type_name(self.dtype)}"
 
