@@ -73,6 +73,9 @@ _CROSSING = {  # written storages read or written again at another position: the
     "views crossed": lambda b, c: torch._foreach_add_([b[0], b[1]], [b[1], b[0]], alpha=2),
     "one tensor read at every position": lambda b, c: torch._foreach_mul_([c[0, 0], b], c[0, 0]),
     "addcmul reading the next": lambda b, c: torch._foreach_addcmul_([b, c], [c, b], [c, c], value=0.5),
+    # one packed number per position (a CPU tensor), given to each position's call
+    "addcmul with packed scalars": lambda b, c: torch._foreach_addcmul_([b, b], [c, c], [c, b],
+                                                                        torch.tensor([0.5, 2.0])),
 }
 
 
@@ -161,3 +164,32 @@ def test_foreach_in_place_cast_refusal_after_an_accepted_call(op, ok, refused):
         op(xs, ok)
         with pytest.raises(RuntimeError, match="can't be cast to the desired output type"):
             op(xs, refused)
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_foreach_broadcast_mismatch_worded_as_cpu(in_place):
+    """The CPU's loop names the first position whose sizes clash (tensors
+    too large for dtype_support to ask the CPU: the meta kernel's wording)."""
+    op = torch._foreach_addcmul_ if in_place else torch._foreach_addcmul
+    for device in ("cpu", "tpu"):
+        xs = [torch.ones(70, 70, device=device), torch.ones(70, 70, device=device)]
+        t1 = [torch.ones(70, 1, device=device), torch.ones(69, 1, device=device)]
+        t2 = [torch.ones(1, 70, device=device), torch.ones(1, 69, device=device)]
+        with pytest.raises(RuntimeError, match=r"^The size of tensor a \(70\) must match the size of tensor b "
+                                               r"\(69\) at non-singleton dimension 0$"):
+            op(xs, t1, t2, scalars=[1.0, 2.0])
+
+
+@pytest.mark.parametrize("dtype,call,error", [
+    (torch.int64, torch._foreach_addcdiv, "Integer division with addcdiv is no longer supported"),
+    (torch.bool, torch._foreach_addcdiv, "Integer division with addcdiv is no longer supported"),
+    (torch.bool, torch._foreach_addcmul, "not implemented for 'Bool'"),
+])
+def test_foreach_packed_scalars_refusals_as_cpu(dtype, call, error):
+    """The CPU's dtype refusals with a packed scalars tensor, for tensors too
+    large for dtype_support's exact stand-ins (their scalars stay as given;
+    the meta kernel reads them on the CPU)."""
+    for device in ("cpu", "tpu"):
+        xs = [torch.ones(70, 70, dtype=dtype, device=device) for _ in range(2)]
+        with pytest.raises((RuntimeError, NotImplementedError), match=error):
+            call(xs, xs, xs, torch.tensor([1, 2]))

@@ -50,6 +50,11 @@ def _broadcast_mismatch(match, tensors, args):
                 if sa != sb and 1 not in (sa, sb):
                     return (f"The size of tensor a ({sa}) must match the size of tensor b ({sb}) "
                             f"at non-singleton dimension {d}")
+    # a _foreach_* op: the CPU's loop names the first position whose tensors clash
+    lists = [a for a in args if isinstance(a, (list, tuple)) and a and all(isinstance(t, torch.Tensor) for t in a)]
+    for position in zip(*lists):
+        if (message := _broadcast_mismatch(match, list(position), ())) is not None:
+            return message
     return None
 
 

@@ -820,8 +820,10 @@ class Kernel:
         return outs
 
     def _meta(self, args, kwargs):
-        margs = [to_meta(a) for a in args]
-        mkw = {k: to_meta(v) for k, v in kwargs.items()}
+        # (a _foreach_* op's packed ``scalars`` tensor stays on the CPU: its meta kernel reads it there)
+        names = self.arg_names
+        margs = [a if names[i] == "scalars" and _is_cpu_tensor(a) else to_meta(a) for i, a in enumerate(args)]
+        mkw = {k: v if k == "scalars" and _is_cpu_tensor(v) else to_meta(v) for k, v in kwargs.items()}
         try:
             with warnings.catch_warnings():  # (an out= resize warns once, in out_checks.resize_output, on every call)
                 warnings.filterwarnings("ignore", message=out_checks.RESIZED)
@@ -881,6 +883,10 @@ def _check_in_place_cast(kernel, args, kwargs):
     if not torch.can_cast(result, args[0].dtype):
         raise RuntimeError(f"result type {errors.scalar_type_name(result)} can't be cast to the desired "
                            f"output type {errors.scalar_type_name(args[0].dtype)}")
+
+
+def _is_cpu_tensor(x):
+    return isinstance(x, Tensor) and x.device.type == "cpu"
 
 
 def _check_list_in_place_cast(kernel, args, kwargs):
