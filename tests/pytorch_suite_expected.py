@@ -24,6 +24,9 @@ PyTorch's (never copied into this repository); the versions measured:
     test/test_torch.py      pytorch/pytorch@e121c6ea4c91fb2e6c506175cf9d87e512211afb (409890 characters; imports under
         torch 2.13 with ``skipIfMps`` imported as ``skipIfMPS as skipIfMps`` and ``tf32_is_not_fp32``, gone from
         common_cuda, defined in the file to return False): only its device-type class TestTorchDeviceType
+    test/test_foreach.py    the stored copy the read_file tool calls id 45103009 (55558 characters; imports
+        under torch 2.13 as it is), kept without its CUDA-only tests (@onlyCUDA, or skipped without CUDA or
+        without several GPUs), which neither the CPU class nor tpu's runs
 
 An index out of range is an IndexError at the op when the index's values are
 known on the host (built from a list or a CPU tensor, or filled/written with
@@ -121,6 +124,11 @@ EXPECTED_FAILURES = {
         "TestReductionsTPU::test_argminmax_multiple_tpu_float32": FIRST_CALL_COMPILE,
     },
     "test_indexing.py": {},
+    # test_foreach.py measured in parts (its 2304 test_parity cases are slow on this machine): every test
+    # but test_parity, and 79 test_parity fastpath cases (float32/int64/bool/complex64).  Left tpu-only,
+    # a defect, not listed: test_parity__foreach_clamp_{min,max}_fastpath_{in,out}place_tpu_complex64
+    # (clamp of complex tensors by numbers computes on tpu where the CPU refuses)
+    "test_foreach.py": {},
     # suitesa's files
     "test_tensor_creation_ops.py": {
         "TestTensorCreationTPU::test_logspace_vs_numpy_complex_tpu_complex64": RANDOM_INPUTS_BOTH,

@@ -73,6 +73,9 @@ _CROSSING = {  # written storages read or written again at another position: the
     "views crossed": lambda b, c: torch._foreach_add_([b[0], b[1]], [b[1], b[0]], alpha=2),
     "one tensor read at every position": lambda b, c: torch._foreach_mul_([c[0, 0], b], c[0, 0]),
     "addcmul reading the next": lambda b, c: torch._foreach_addcmul_([b, c], [c, b], [c, c], value=0.5),
+    # one packed number per position (a CPU tensor), given to each position's call
+    "addcmul with packed scalars": lambda b, c: torch._foreach_addcmul_([b, b], [c, c], [c, b],
+                                                                        torch.tensor([0.5, 2.0])),
 }
 
 
@@ -113,3 +116,80 @@ def test_foreach_refuses_a_read_that_partly_overlaps_its_write_as_cpu(call):
         c, b = torch.ones(2, 3, device=device), torch.ones(2, 3, device=device)
         with pytest.raises(RuntimeError, match="refer to a single memory location"):
             call(c, b)
+
+
+_PROMOTING = {  # each position computes in the dtype its operands promote to, as the CPU's per-tensor op
+    "int + float number": lambda d: torch._foreach_add([torch.arange(3, device=d)], 1.5),
+    "bool + int number": lambda d: torch._foreach_add([torch.ones(3, dtype=torch.bool, device=d)], 1),
+    "float + complex number": lambda d: torch._foreach_mul([torch.ones(3, device=d)], 2j),
+    "int * float numbers": lambda d: torch._foreach_mul([torch.arange(3, device=d), torch.arange(2, device=d)],
+                                                        [1.5, 0.25]),
+    "int + float tensors": lambda d: torch._foreach_add([torch.arange(3, device=d)],
+                                                        [torch.full((3,), 0.5, device=d)], alpha=2),
+    "int clamp_min float": lambda d: torch._foreach_clamp_min([torch.arange(3, device=d)], 1.5),
+    "number ** bool": lambda d: torch._foreach_pow(3, [torch.tensor([True, False], device=d)]),
+    "float number ** int": lambda d: torch._foreach_pow(2.5, [torch.arange(3, device=d)]),
+    # integer pow wraps as the CPU's (by squaring); a negative exponent gives 0 (or +-1 for +-1)
+    "int ** big ints": lambda d: torch._foreach_pow([torch.tensor([7, 7, -3], device=d)],
+                                                    [torch.tensor([63, 100, 41], device=d)]),
+    "int ** -1": lambda d: torch._foreach_pow([torch.tensor([7, 1, -1, 2], device=d)],
+                                              [torch.tensor([-1, -1, -1, 3], device=d)]),
+    "sign of bools": lambda d: torch._foreach_sign([torch.tensor([True, False], device=d)]),
+    "sigmoid of ints": lambda d: torch._foreach_sigmoid([torch.arange(-3, 3, device=d)]),
+}
+
+
+@pytest.mark.parametrize("case", list(_PROMOTING))
+def test_foreach_results_in_promoted_dtype_as_cpu(case):
+    got = [t.cpu() for t in _PROMOTING[case]("tpu")]
+    want = _PROMOTING[case]("cpu")
+    assert [t.dtype for t in got] == [t.dtype for t in want]
+    torch.testing.assert_close(got, list(want), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op", [torch._foreach_mul_, torch._foreach_add_])
+@pytest.mark.parametrize("ok,refused", [
+    (True, 8),  # the CPU holds bools * True; bools * 8 is int64
+    ([1, 2], [2, 2.5]),
+])
+def test_foreach_in_place_cast_refusal_after_an_accepted_call(op, ok, refused):
+    """A result a position cannot hold: the CPU's RuntimeError, also after a
+    call with the same tensors' dtypes was accepted (the refusal then comes
+    from the meta kernel, whose wording once failed with a TypeError on a list)."""
+    for device in ("cpu", "tpu"):
+        # (more elements than dtype_support asks the CPU about exactly)
+        xs = [torch.ones(70, 70, dtype=torch.bool, device=device), torch.ones(2, dtype=torch.bool, device=device)]
+        if isinstance(ok, list):
+            xs = [torch.ones(2, device=device), torch.ones(3, dtype=torch.int64, device=device)]
+        op(xs, ok)
+        with pytest.raises(RuntimeError, match="can't be cast to the desired output type"):
+            op(xs, refused)
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_foreach_broadcast_mismatch_worded_as_cpu(in_place):
+    """The CPU's loop names the first position whose sizes clash (tensors
+    too large for dtype_support to ask the CPU: the meta kernel's wording)."""
+    op = torch._foreach_addcmul_ if in_place else torch._foreach_addcmul
+    for device in ("cpu", "tpu"):
+        xs = [torch.ones(70, 70, device=device), torch.ones(70, 70, device=device)]
+        t1 = [torch.ones(70, 1, device=device), torch.ones(69, 1, device=device)]
+        t2 = [torch.ones(1, 70, device=device), torch.ones(1, 69, device=device)]
+        with pytest.raises(RuntimeError, match=r"^The size of tensor a \(70\) must match the size of tensor b "
+                                               r"\(69\) at non-singleton dimension 0$"):
+            op(xs, t1, t2, scalars=[1.0, 2.0])
+
+
+@pytest.mark.parametrize("dtype,call,error", [
+    (torch.int64, torch._foreach_addcdiv, "Integer division with addcdiv is no longer supported"),
+    (torch.bool, torch._foreach_addcdiv, "Integer division with addcdiv is no longer supported"),
+    (torch.bool, torch._foreach_addcmul, "not implemented for 'Bool'"),
+])
+def test_foreach_packed_scalars_refusals_as_cpu(dtype, call, error):
+    """The CPU's dtype refusals with a packed scalars tensor, for tensors too
+    large for dtype_support's exact stand-ins (their scalars stay as given;
+    the meta kernel reads them on the CPU)."""
+    for device in ("cpu", "tpu"):
+        xs = [torch.ones(70, 70, dtype=dtype, device=device) for _ in range(2)]
+        with pytest.raises((RuntimeError, NotImplementedError), match=error):
+            call(xs, xs, xs, torch.tensor([1, 2]))

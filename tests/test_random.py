@@ -286,3 +286,13 @@ def test_no_fallback():
                                  "aten::_standard_gamma", "aten::_sample_dirichlet", "aten::_dirichlet_grad",
                                  "aten::poisson", "aten::binomial"))
                    for k in torch_tpu.fallback_ops())
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int64, torch.bool, torch.float32])
+def test_randn_of_nothing_any_dtype_as_cpu(dtype):
+    """The CPU draws nothing for an empty tensor and checks no dtype there
+    (std still: a negative one is refused)."""
+    assert torch.randn(0, dtype=dtype, device="tpu").dtype == dtype
+    assert torch.empty(0, 3, dtype=dtype, device="tpu").normal_().shape == (0, 3)
+    with pytest.raises(RuntimeError, match="normal expects std >= 0.0"):
+        torch.empty(0, dtype=dtype, device="tpu").normal_(0, -1)

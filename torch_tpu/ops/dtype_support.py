@@ -74,7 +74,11 @@ def _empty_out(x, replace):
 
 
 def _run(op, args, kwargs, replace, exact):
-    a = [_stand_in(x, replace, exact) for x in args]
+    # a _foreach_* op's packed ``scalars`` (a small CPU tensor, one number per
+    # position) is passed as it is: a shorter stand-in would be refused for its length
+    names = [x.name for x in op._schema.arguments]
+    a = [x if names[i] == "scalars" and isinstance(x, torch.Tensor) and x.device.type == "cpu"
+         else _stand_in(x, replace, exact) for i, x in enumerate(args)]
     # out= stand-ins are empty: resizing one does not warn ("an output with one or more elements was resized")
     outs = {x.name for x in op._schema.arguments if x.kwarg_only and x.alias_info is not None and x.alias_info.is_write}
     k = {n: _stand_in(v, replace, exact) if n not in outs else _empty_out(v, replace) for n, v in kwargs.items()}

@@ -50,6 +50,11 @@ def _broadcast_mismatch(match, tensors, args):
                 if sa != sb and 1 not in (sa, sb):
                     return (f"The size of tensor a ({sa}) must match the size of tensor b ({sb}) "
                             f"at non-singleton dimension {d}")
+    # a _foreach_* op: the CPU's loop names the first position whose tensors clash
+    lists = [a for a in args if isinstance(a, (list, tuple)) and a and all(isinstance(t, torch.Tensor) for t in a)]
+    for position in zip(*lists):
+        if (message := _broadcast_mismatch(match, list(position), ())) is not None:
+            return message
     return None
 
 
@@ -126,6 +131,10 @@ _CPU_ERRORS = [
 def _cannot_cast_result(args):
     """The CPU's in-place refusal: ``int_tensor.add_(1.5)``, ``bool_tensor.add_(uint8_tensor)``."""
     self, other = args[0], args[1]
+    if isinstance(self, (list, tuple)):  # a _foreach_*_ op: the CPU's loop refuses at the first position
+        pairs = list(zip(self, other if isinstance(other, (list, tuple)) else [other] * len(self)))
+        self, other = next(((s, o) for s, o in pairs if not torch.can_cast(torch.result_type(s, o), s.dtype)),
+                           pairs[0])
     result = torch.result_type(self, other)
     return f"result type {scalar_type_name(result)} can't be cast to the desired output type {scalar_type_name(self.dtype)}"
 

@@ -10,8 +10,16 @@ import numpy as np
 
 from ..dtypes import to_opmath
 from . import elementwise
-from .registry import register
+from .registry import _trace, register
 
+
+def _in_result(x, i):
+    """Position ``i``'s tensor in its result's computation dtype: the CPU runs
+    the single-tensor op per position, whose operands promote together
+    (bool + 1 is int64, int + 1.5 float32, float + 1j complex64); computing in
+    the list's own dtype would round the other operand to it first."""
+    out = _trace.out_dtypes
+    return to_opmath(x.astype(out[i]) if i < len(out) and out[i] is not None else x)
 
 
 def _like(v, x):
@@ -26,11 +34,11 @@ def _scalars(scalars, n):
 def _binary(name, fn):
     """Scalar, ScalarList, List and Tensor variants of a binary pointwise op."""
     def scalar(self, scalar):
-        return [fn(to_opmath(x), _like(s, to_opmath(x))) for x, s in zip(self, _scalars(scalar, len(self)))]
+        return [fn(x, _like(s, x)) for x, s in zip(_results(self), _scalars(scalar, len(self)))]
 
     def tensor_list(self, other, alpha=1):
         # alpha is 1 (exact) unless the caller passed one
-        return [fn(to_opmath(x), _like(y, to_opmath(x)) * _like(alpha, to_opmath(x))) for x, y in zip(self, other)]
+        return [fn(x, _like(y, x) * _like(alpha, x)) for x, y in zip(_results(self), other)]
 
     def tensor(self, other, alpha=1):
         return tensor_list(self, [other] * len(self), alpha)
@@ -39,6 +47,10 @@ def _binary(name, fn):
     for overload, impl in variants.items():
         if _exists(f"_foreach_{name}", overload):
             register(f"_foreach_{name}.{overload}", allow_cpu=("other",))(impl)
+
+
+def _results(xs):
+    return [_in_result(x, i) for i, x in enumerate(xs)]
 
 
 def _exists(packet, overload):
@@ -52,26 +64,33 @@ def _exists(packet, overload):
 for _name, _fn in {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": elementwise._true_div,
                    "maximum": jnp.maximum, "minimum": jnp.minimum,
                    "clamp_min": jnp.maximum, "clamp_max": jnp.minimum,
-                   "pow": jnp.power}.items():
+                   "pow": elementwise._pow}.items():
     _binary(_name, _fn)
 
 
 def _unary(name, fn):
+    # (integers and bools computing a float result are cast to it first, as the
+    # single-tensor kernels' INT_TO_FLOAT promotion; a complex abs keeps its input)
+    def impl(self):
+        return [fn(to_opmath(x) if jnp.issubdtype(x.dtype, jnp.inexact) else _in_result(x, i))
+                for i, x in enumerate(self)]
     if _exists(f"_foreach_{name}", "default"):
-        register(f"_foreach_{name}.default")(lambda self: [fn(to_opmath(x)) for x in self])
+        register(f"_foreach_{name}.default")(impl)
 
 
-for _name, _fn in {"sqrt": jnp.sqrt, "neg": jnp.negative, "abs": jnp.abs, "exp": jnp.exp,
-                   "log": jnp.log, "reciprocal": lambda x: 1 / x, "sign": jnp.sign,
-                   "rsqrt": lambda x: 1 / jnp.sqrt(x), "sigmoid": lambda x: 1 / (1 + jnp.exp(-x)),
-                   "tanh": jnp.tanh, "zero": jnp.zeros_like}.items():
+# The single-tensor kernels' formulas (their values at the edges: sign of a bool, exp of complex infinities).
+_SAME = elementwise._INT_TO_FLOAT_UNARY
+for _name, _fn in {"sqrt": _SAME["sqrt"], "neg": jnp.negative, "abs": jnp.abs, "exp": _SAME["exp"],
+                   "log": _SAME["log"], "reciprocal": elementwise._reciprocal, "sign": elementwise._sign,
+                   "rsqrt": _SAME["rsqrt"], "sigmoid": _SAME["sigmoid"],
+                   "tanh": _SAME["tanh"], "zero": jnp.zeros_like}.items():
     _unary(_name, _fn)
 
 
 def _pointwise_ternary(name, combine):
     def scalar(self, tensor1, tensor2, value=1):
-        return [combine(to_opmath(x), _like(a, to_opmath(x)), _like(b, to_opmath(x)), _like(v, to_opmath(x)))
-                for x, a, b, v in zip(self, tensor1, tensor2, _scalars(value, len(self)))]
+        return [combine(x, _like(a, x), _like(b, x), _like(v, x))
+                for x, a, b, v in zip(_results(self), tensor1, tensor2, _scalars(value, len(self)))]
 
     def tensor(self, tensor1, tensor2, scalars):
         return scalar(self, tensor1, tensor2, [scalars[i] for i in range(len(self))])
@@ -89,13 +108,12 @@ _lerp = elementwise.lerp
 
 @register("_foreach_lerp.Scalar")
 def foreach_lerp_scalar(self, tensors1, weight):
-    return [_lerp(to_opmath(x), _like(e, to_opmath(x)), _like(weight, to_opmath(x))) for x, e in zip(self, tensors1)]
+    return [_lerp(x, _like(e, x), _like(weight, x)) for x, e in zip(_results(self), tensors1)]
 
 
 @register("_foreach_lerp.List")
 def foreach_lerp_list(self, tensors1, weights):
-    return [_lerp(to_opmath(x), _like(e, to_opmath(x)), _like(w, to_opmath(x)))
-            for x, e, w in zip(self, tensors1, weights)]
+    return [_lerp(x, _like(e, x), _like(w, x)) for x, e, w in zip(_results(self), tensors1, weights)]
 
 
 @register("_foreach_norm.Scalar", static_scalars=True)
@@ -120,4 +138,4 @@ def foreach_copy(self, src, non_blocking=False):
 @register("_foreach_pow.ScalarAndTensor", allow_cpu=("exponent",))
 def foreach_scalar_pow(self, exponent):
     # Adam's bias corrections under torch.compile: beta ** step for every step tensor.
-    return [jnp.power(_like(self, to_opmath(e)), to_opmath(e)) for e in exponent]
+    return [elementwise._pow(_like(self, e), e) for e in _results(exponent)]

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from . import indexing, random_bits
-from .registry import guard, out_dtype, register, register_raw, rng_key
+from .registry import guard, out_dtype, register, register_raw, rng_key, wrap_entry
 
 aten = torch.ops.aten
 
@@ -51,6 +51,19 @@ def _normal_like(self, mean=0.0, std=1.0, generator=None):
 
 register("normal_.default", mode="inplace", rng=True)(_normal_like)  # its functional twin has another name
 register("normal_functional.default", rng=True)(_normal_like)
+
+
+def _normal_of_nothing(kernel, self, *args, **kwargs):
+    """An empty tensor: the CPU checks std, then draws nothing, whatever the
+    dtype (``torch.randn(0, dtype=torch.int16)`` is empty; the meta kernel
+    refuses the dtype)."""
+    if self.numel() == 0:
+        torch.empty(0).normal_(*args, **{k: v for k, v in kwargs.items() if k != "generator"})
+        return self
+    return kernel(self, *args, **kwargs)
+
+
+wrap_entry("normal_.default", around=_normal_of_nothing)
 
 
 @register("normal.Tensor_float", "normal.float_Tensor", "normal.Tensor_Tensor", rng=True)

@@ -673,6 +673,8 @@ class Kernel:
             self.opts.first_call_check(args, kwargs)
         if self.mode == "inplace" and self.opts.promote is not None and not self.writes_list:
             _check_in_place_cast(self, args, kwargs)
+        if self.writes_list and not self.name.startswith("aten::_foreach_copy"):  # (copy_ casts)
+            _check_list_in_place_cast(self, args, kwargs)
         single = not isinstance(meta_out, (tuple, list))
         promote_dtype = self.promote_dtype(args, kwargs)
 
@@ -818,8 +820,10 @@ class Kernel:
         return outs
 
     def _meta(self, args, kwargs):
-        margs = [to_meta(a) for a in args]
-        mkw = {k: to_meta(v) for k, v in kwargs.items()}
+        # (a _foreach_* op's packed ``scalars`` tensor stays on the CPU: its meta kernel reads it there)
+        names = self.arg_names
+        margs = [a if names[i] == "scalars" and _is_cpu_tensor(a) else to_meta(a) for i, a in enumerate(args)]
+        mkw = {k: v if k == "scalars" and _is_cpu_tensor(v) else to_meta(v) for k, v in kwargs.items()}
         try:
             with warnings.catch_warnings():  # (an out= resize warns once, in out_checks.resize_output, on every call)
                 warnings.filterwarnings("ignore", message=out_checks.RESIZED)
@@ -879,6 +883,30 @@ def _check_in_place_cast(kernel, args, kwargs):
     if not torch.can_cast(result, args[0].dtype):
         raise RuntimeError(f"result type {errors.scalar_type_name(result)} can't be cast to the desired "
                            f"output type {errors.scalar_type_name(args[0].dtype)}")
+
+
+def _is_cpu_tensor(x):
+    return isinstance(x, Tensor) and x.device.type == "cpu"
+
+
+def _check_list_in_place_cast(kernel, args, kwargs):
+    """``_check_in_place_cast`` per position of a ``_foreach_*_`` op, as the
+    CPU's loop of in-place ops refuses (``_foreach_mul_(bools, 8)``): its
+    meta kernels do not check, and ``dtype_support`` knows only the tensors'
+    dtypes (a call with True passes it for the next with 8).  alpha, and
+    addcmul/addcdiv's values, do not promote."""
+    names = kernel.arg_names
+    skip = {"alpha"} | ({"value", "scalars"} if "tensor1" in names else set())
+    self = args[0]
+    rest = [a for n, a in zip(names[1:], args[1:]) if n not in skip]
+    rest += [v for n, v in kwargs.items() if n not in skip]
+    for i, x in enumerate(self):
+        at = [a[i] if isinstance(a, (list, tuple)) and len(a) == len(self) else a for a in rest]
+        operands = [to_meta(a) for a in [x, *at] if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
+        _, result = elementwise_dtypes(*operands, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+        if not torch.can_cast(result, x.dtype):
+            raise RuntimeError(f"result type {errors.scalar_type_name(result)} can't be cast to the desired "
+                               f"output type {errors.scalar_type_name(x.dtype)}")
 
 
 def _promotion_operands(args, kwargs):

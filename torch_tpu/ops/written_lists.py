@@ -87,11 +87,18 @@ def _overlap(a, b):
 
 def one_by_one(op, args, kwargs):
     """``op`` applied at each position of the written list in turn, as the
-    CPU's loop: list arguments of the list's length give their element."""
+    CPU's loop: list arguments of the list's length give their element, and
+    so does a packed ``scalars`` tensor (addcmul_'s one number per position)."""
     n = len(args[0])
+
+    def at(a, i):
+        if (type(a) is list or type(a) is tuple) and len(a) == n:
+            return a[i:i + 1]
+        if isinstance(a, Tensor) and a.device.type == "cpu" and a.dim() == 1 and len(a) == n:
+            return a[i:i + 1]
+        return a
     for i in range(n):
-        op(*[a[i:i + 1] if (type(a) is list or type(a) is tuple) and len(a) == n else a for a in args],
-           **kwargs)
+        op(*[at(a, i) for a in args], **{k: at(v, i) for k, v in kwargs.items()})
 
 
 def _refuse_partial_overlap(dst, x):
