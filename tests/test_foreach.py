@@ -193,3 +193,18 @@ def test_foreach_packed_scalars_refusals_as_cpu(dtype, call, error):
         xs = [torch.ones(70, 70, dtype=dtype, device=device) for _ in range(2)]
         with pytest.raises((RuntimeError, NotImplementedError), match=error):
             call(xs, xs, xs, torch.tensor([1, 2]))
+
+
+@pytest.mark.parametrize("call", [
+    lambda f, c: torch._foreach_clamp_min(f, 1j),
+    lambda f, c: torch._foreach_clamp_max(f, [1j, 1.0]),
+    lambda f, c: torch._foreach_clamp_max_(c, 1j),
+    lambda f, c: torch._foreach_clamp_min(c, [1j, 2j]),
+], ids=["float-by-complex", "float-by-complex-list", "complex-in-place", "complex-by-complex-list"])
+def test_foreach_clamp_by_a_complex_number_refused_as_cpu(call):
+    # (the dtype check's float stand-ins fail too with a complex number: it cannot tell)
+    for device in ("cpu", "tpu"):
+        f, c = [torch.ones(2, device=device)] * 2, [torch.ones(2, dtype=torch.complex64, device=device)] * 2
+        for _ in range(2):  # a refused signature is refused again
+            with pytest.raises(NotImplementedError, match="clamp is not supported for complex types"):
+                call(f, c)

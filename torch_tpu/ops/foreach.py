@@ -31,8 +31,9 @@ def _scalars(scalars, n):
     return scalars if isinstance(scalars, (list, tuple)) else [scalars] * n
 
 
-def _binary(name, fn):
-    """Scalar, ScalarList, List and Tensor variants of a binary pointwise op."""
+def _binary(name, fn, scalar_check=None):
+    """Scalar, ScalarList, List and Tensor variants of a binary pointwise op
+    (``scalar_check``: the number variants' first-call check)."""
     def scalar(self, scalar):
         return [fn(x, _like(s, x)) for x, s in zip(_results(self), _scalars(scalar, len(self)))]
 
@@ -46,7 +47,8 @@ def _binary(name, fn):
     variants = {"Scalar": scalar, "ScalarList": scalar, "List": tensor_list, "Tensor": tensor}
     for overload, impl in variants.items():
         if _exists(f"_foreach_{name}", overload):
-            register(f"_foreach_{name}.{overload}", allow_cpu=("other",))(impl)
+            check = scalar_check if overload in ("Scalar", "ScalarList") else None
+            register(f"_foreach_{name}.{overload}", allow_cpu=("other",), first_call_check=check)(impl)
 
 
 def _results(xs):
@@ -61,11 +63,22 @@ def _exists(packet, overload):
 
 # div: correctly rounded, as the single-tensor kernel (XLA turns a division by
 # one number into a multiplication by its reciprocal: 1 ulp off the CPU's)
+def _refuse_complex_clamp(args, kwargs):
+    """As the CPU: no clamp by a complex number, nor of a complex tensor (its
+    meta kernel computes; with a complex number the dtype check's float
+    stand-ins fail too, so it cannot name the dtype)."""
+    tensors, scalars = args[0], args[1] if len(args) > 1 else kwargs.get("scalar", kwargs.get("scalars"))
+    numbers = scalars if isinstance(scalars, (list, tuple)) else [scalars]
+    if any(t.is_complex() for t in tensors) or any(isinstance(v, complex) for v in numbers):
+        raise NotImplementedError("clamp is not supported for complex types")
+
+
 for _name, _fn in {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": elementwise._true_div,
                    "maximum": jnp.maximum, "minimum": jnp.minimum,
-                   "clamp_min": jnp.maximum, "clamp_max": jnp.minimum,
                    "pow": elementwise._pow}.items():
     _binary(_name, _fn)
+_binary("clamp_min", jnp.maximum, _refuse_complex_clamp)
+_binary("clamp_max", jnp.minimum, _refuse_complex_clamp)
 
 
 def _unary(name, fn):
