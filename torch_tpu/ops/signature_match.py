@@ -51,7 +51,7 @@ class Matcher:
         # what callers call: ``match``, or for a call without lists (most
         # ops) the same checks as straight-line code made for its leaves
         # (~1 us less per op: no loop, no per-leaf tuples)
-        self.check = _unrolled(self) if list_lens is None and nargs <= _MAX_UNROLLED else self.match
+        self.check = _unrolled(self) if list_lens is None and 0 < nargs <= _MAX_UNROLLED else self.match
 
     def match(self, args, fused):
         """The call's array inputs, as ``Kernel._fast_key`` would append them
