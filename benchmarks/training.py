@@ -60,13 +60,15 @@ def time_steps(step, steps, warmup):
 def executables_alone(step, repeat=5):
     """Seconds per step that the step's whole-graph XLA executables (fused
     chains, compiled graphs) take on their own: one step's calls are captured
-    with their inputs, then replayed back to back, each waited for, with no
-    Python in between.  The floor the step time reaches as host overhead goes
-    to zero; inputs are not donated, so replaying them is safe."""
+    with copies of their inputs, then replayed back to back, each waited for,
+    with no Python in between.  The floor the step time reaches as host
+    overhead goes to zero.  A compiled step donates the buffers it replaces
+    (parameters, optimizer state), so each replay gets fresh copies, made
+    before it is timed."""
     calls, original = [], jax.stages.Compiled.__call__
 
     def capture(exe, *args):
-        calls.append((exe, args))
+        calls.append((exe, [_copy(a) for a in args]))  # (before the call donates them)
         return original(exe, *args)
     jax.stages.Compiled.__call__ = capture
     try:
@@ -75,11 +77,17 @@ def executables_alone(step, repeat=5):
         jax.stages.Compiled.__call__ = original
     best = float("inf")
     for _ in range(repeat + 1):  # the first replay warms up
+        replay = [(exe, [_copy(a) for a in args]) for exe, args in calls]
+        jax.block_until_ready([args for _, args in replay])
         start = time.perf_counter()
-        for exe, args in calls:
+        for exe, args in replay:
             jax.block_until_ready(exe(*args))
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def _copy(x):
+    return x.copy() if isinstance(x, jax.Array) else x
 
 
 # the variants whose step runs as whole-graph executables (see executables_alone)
@@ -130,11 +138,14 @@ def run_rounds(jobs, steps, warmup, rounds, keep_going=False):
             for job in jobs:
                 if job not in errors:
                     try:
-                        rounds_of.setdefault(job, []).append(run(*job, steps, warmup))
+                        result = run(*job, steps, warmup)
                     except Exception as e:
                         if not keep_going:
                             raise
                         errors[job] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                        rounds_of.pop(job, None)  # (a job that failed in any round is reported as failed)
+                    else:
+                        rounds_of.setdefault(job, []).append(result)
                 bar.update()
     return {job: _median_of(results) for job, results in rounds_of.items()}, errors
 
