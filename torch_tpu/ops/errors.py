@@ -135,13 +135,16 @@ def _cannot_cast_result(args):
         pairs = list(zip(self, other if isinstance(other, (list, tuple)) else [other] * len(self)))
         self, other = next(((s, o) for s, o in pairs if not torch.can_cast(torch.result_type(s, o), s.dtype)),
                            pairs[0])
-    result = torch.result_type(self, other)
-    return f"result type {scalar_type_name(result)} can't be cast to the desired output type {scalar_type_name(self.dtype)}"
+    return cast_refusal(torch.result_type(self, other), self.dtype)
 
 
 def _cast_refusal(result: str, out: str) -> str:
-    name = lambda n: scalar_type_name(getattr(torch, n))  # noqa: E731
-    return f"result type {name(result)} can't be cast to the desired output type {name(out)}"
+    return cast_refusal(getattr(torch, result), getattr(torch, out))
+
+
+def cast_refusal(result: torch.dtype, out: torch.dtype) -> str:
+    """The CPU's message for an in-place or out= result that ``out`` cannot hold."""
+    return f"result type {scalar_type_name(result)} can't be cast to the desired output type {scalar_type_name(out)}"
 
 
 def scalar_type_name(dtype: torch.dtype) -> str:

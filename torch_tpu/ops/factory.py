@@ -42,7 +42,7 @@ def _store(out, value, host=None):
         if out.untyped_storage().nbytes() == 0 and out.dtype == dtypes.NP_TO_TORCH[value.dtype]:
             buffers.adopt(out, value)  # (the usual case: torch.arange's own empty out)
             if host is not None:  # (a new storage of its own, whole)
-                out.untyped_storage()._tpu_host = (value, out.dtype, host)
+                host_mirror.keep(out.untyped_storage(), value, out.dtype, host)
             return out
         out.resize_(value.shape)
     out_checks.check_no_internal_overlap(out)

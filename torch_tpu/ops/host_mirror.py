@@ -27,8 +27,14 @@ def remember(t: torch.Tensor, host: np.ndarray, copy=True) -> None:
     if (t.storage_offset() != 0 or not t.is_contiguous()
             or t.numel() * t.element_size() != st.nbytes()):
         return
-    owner = buffers.storage_of(st)
-    owner._tpu_host = (buffers.get_buffer(st), t.dtype, np.array(host).reshape(-1) if copy else host)
+    keep(buffers.storage_of(st), buffers.get_buffer(st), t.dtype, np.array(host).reshape(-1) if copy else host)
+
+
+def keep(owner, buf, dtype, flat) -> None:
+    """``owner`` (a storage of ours, holding ``buf``) has the values ``flat``
+    (row-major, of ``dtype``; read-only to everyone else): ``remember``
+    without its checks, for a caller that made the storage whole itself."""
+    owner._tpu_host = (buf, dtype, flat)
 
 
 def recall(t: torch.Tensor):
@@ -102,7 +108,7 @@ def write_known(dst, value, write):
         strides=tuple(s * flat.itemsize for s in dst.stride()))
     flat_view[...] = cast
     st = dst.untyped_storage()
-    buffers.storage_of(st)._tpu_host = (buffers.get_buffer(st), dst.dtype, flat)
+    keep(buffers.storage_of(st), buffers.get_buffer(st), dst.dtype, flat)
     return result
 
 

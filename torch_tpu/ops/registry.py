@@ -881,8 +881,7 @@ def _check_in_place_cast(kernel, args, kwargs):
     operands = _promotion_operands(args, {k: v for k, v in kwargs.items() if k != "alpha"})  # (alpha does not promote)
     _, result = elementwise_dtypes(*operands, type_promotion_kind=kernel.opts.promote)
     if not torch.can_cast(result, args[0].dtype):
-        raise RuntimeError(f"result type {errors.scalar_type_name(result)} can't be cast to the desired "
-                           f"output type {errors.scalar_type_name(args[0].dtype)}")
+        raise RuntimeError(errors.cast_refusal(result, args[0].dtype))
 
 
 def _is_cpu_tensor(x):
@@ -905,8 +904,7 @@ def _check_list_in_place_cast(kernel, args, kwargs):
         operands = [to_meta(a) for a in [x, *at] if isinstance(a, torch.Tensor) or type(a) in _SCALAR_TYPES]
         _, result = elementwise_dtypes(*operands, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
         if not torch.can_cast(result, x.dtype):
-            raise RuntimeError(f"result type {errors.scalar_type_name(result)} can't be cast to the desired "
-                               f"output type {errors.scalar_type_name(x.dtype)}")
+            raise RuntimeError(errors.cast_refusal(result, x.dtype))
 
 
 def _promotion_operands(args, kwargs):
