@@ -83,7 +83,7 @@ def device_info() -> dict:
 
 def settings() -> dict:
     import torch
-    from . import runtime
+    from . import native, runtime
     cache = runtime.cache_dir()
     if cache and os.path.isdir(cache):
         files, total = _size(cache)
@@ -95,6 +95,7 @@ def settings() -> dict:
     return {
         "eager mode": torch.tpu.eager_mode.value,
         "compilation cache": cache_text,
+        "view kernels": native.status(),
         "environment": ", ".join(f"{k}={v}" for k, v in env.items()) or "(no TORCH_TPU_*/JAX_*/XLA_* set)",
     }
 

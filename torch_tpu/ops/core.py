@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
-from .. import dtypes, logs, runtime
+from .. import dtypes, logs, native, runtime
 from ..casting import convert
 from ..eager import access, checks, fusion
 from ..eager.launch import launch
@@ -22,15 +22,18 @@ _aten = torch.ops.aten
 # Views only edit metadata: PyTorch's CPU kernels do exactly that, on our storage.
 # (The handle's boxed redispatch, bound to the CPU key set, is called from C++
 # with no Python frame: these run for every view, t() and detach.)
-def _metadata_only(name):
-    register_raw(name)(functools.partial(resolve(name)._handle.redispatch_boxed, _CPU))
+# With the native helper (torch_tpu/native) the views among them are these
+# same CPU kernels registered from C++: no crossing into Python at all.
+def _metadata_only(name, native_kernel):
+    register_raw(name, native=native_kernel)(functools.partial(resolve(name)._handle.redispatch_boxed, _CPU))
 
 
+_NATIVE_VIEWS = native.register_views()  # (empty: not built, see torch_tpu/native)
 for _name in ("as_strided.default", "view.default", "_reshape_alias.default",
               "set_.source_Storage_storage_offset", "set_.source_Storage", "set_.source_Tensor",
               "unfold.default", "view_as_real.default", "_unsafe_view.default", "alias.default",
               "is_set_to.default"):  # (is_set_to: compares storages, offsets, sizes and strides)
-    _metadata_only(_name)
+    _metadata_only(_name, _name in _NATIVE_VIEWS)
 
 
 # Views that reinterpret the dtype: refused at the op for a dtype the device

@@ -221,14 +221,16 @@ def register(*names, mode: str = "functional", variants: bool = True, mask=None,
     return decorate
 
 
-def register_raw(*names, graph: GraphForm = None, dispatch_key: str = "PrivateUse1"):
+def register_raw(*names, graph: GraphForm = None, dispatch_key: str = "PrivateUse1", native: bool = False):
     """Register a hand-written Python kernel (called with the torch arguments;
     it launches device work through registered kernels or ``eager.launch``).
     ``graph``: how torch.compile graphs run the op (none: graphs cannot).
-    ``dispatch_key="AutogradPrivateUse1"`` puts it above autograd instead."""
+    ``dispatch_key="AutogradPrivateUse1"`` puts it above autograd instead.
+    ``native``: the dispatcher already has a C++ kernel for the op (the native
+    helper, torch_tpu/native) that does the same: ``fn`` is only recorded."""
     def decorate(fn):
         for name in names:
-            _install(resolve(name), fn, graph, dispatch_key)
+            _install(resolve(name), fn, graph, dispatch_key, native)
         return fn
     return decorate
 
@@ -305,7 +307,7 @@ def _library(op):
     return lib
 
 
-def _install(op, kernel, graph=None, dispatch_key="PrivateUse1") -> None:
+def _install(op, kernel, graph=None, dispatch_key="PrivateUse1", native=False) -> None:
     if dispatch_key == "PrivateUse1":
         KERNELS[op] = kernel
         if graph is None and isinstance(kernel, Kernel) and kernel.mode == "functional":
@@ -314,7 +316,8 @@ def _install(op, kernel, graph=None, dispatch_key="PrivateUse1") -> None:
             GRAPH_FORMS[op] = graph
         else:
             GRAPH_FORMS.pop(op, None)
-    _library(op).impl(op, kernel, dispatch_key)
+    if not native:
+        _library(op).impl(op, kernel, dispatch_key)
 
 
 # ---- the kernel wrapper -----------------------------------------------------

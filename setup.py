@@ -1,0 +1,23 @@
+"""The optional native helper (torch_tpu/native/views.cpp), built when torch
+is importable in the build environment: ``pip install --no-build-isolation``
+after torch is installed, as the README's install does.  In an isolated build
+(pip's default) or without a C++ compiler the package is pure Python and works
+the same, ~5 us slower per view op."""
+from setuptools import setup
+
+ext_modules, cmdclass = [], {}
+try:
+    import torch
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+except ImportError:
+    pass
+else:
+    built_for = torch.__version__  # checked at import: the ABI is this build of torch's
+    ext_modules.append(CppExtension(
+        "torch_tpu.native._views", ["torch_tpu/native/views.cpp"],
+        define_macros=[("TORCH_TPU_BUILT_FOR", f'"{built_for}"')],
+        extra_compile_args=["-O2"],
+        optional=True))  # a failed compile leaves the pure-Python package
+    cmdclass["build_ext"] = BuildExtension
+
+setup(ext_modules=ext_modules, cmdclass=cmdclass)

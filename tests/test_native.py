@@ -1,0 +1,92 @@
+"""The native helper (torch_tpu/native): PyTorch's view kernels registered for
+the tpu key from C++, with the pure-Python kernels as its fallback.  Both
+paths must give the same tensors; where the helper is built, it must be the
+one the dispatcher calls (no crossing into Python per view)."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from torch_tpu import native
+
+BUILT = any(pathlib.Path(native.__file__).parent.glob("_views*.so"))
+
+# views of every kind the helper serves, each with what makes it distinct
+VIEWS_SCRIPT = r"""
+import json, torch
+import torch_tpu
+x = torch.arange(24.0, device="tpu").reshape(2, 3, 4)
+z = torch.complex(torch.ones(3, device="tpu"), torch.arange(3.0, device="tpu"))
+views = {
+    "view": x.view(6, 4), "t": x[0].t(), "transpose": x.transpose(0, 2), "permute": x.permute(2, 0, 1),
+    "as_strided": x.as_strided((3, 2), (1, 5), 2), "unfold": x.unfold(2, 2, 1), "alias": torch.ops.aten.alias(x),
+    "unsafe_view": torch.ops.aten._unsafe_view(x, (4, 6)), "reshape_alias": torch.ops.aten._reshape_alias(x, (6, 4), (4, 1)),
+    "view_as_real": torch.view_as_real(z), "select_slice": x[1, :, 1:3], "expand": x[:, :1].expand(2, 5, 4),
+}
+w = torch.ones(3, 4, device="tpu", requires_grad=True)
+(w.t() @ torch.ones(3, 2, device="tpu")).sum().backward()  # views in autograd's graph too
+out = {k: [list(v.shape), list(v.stride()), v.storage_offset(), v.cpu().tolist(),
+           v.untyped_storage().data_ptr() == (x if k != "view_as_real" else z).untyped_storage().data_ptr()]
+       for k, v in views.items()}
+out["grad"] = w.grad.cpu().tolist()
+print(json.dumps(out))
+"""
+
+
+def _run_views(native_on):
+    env = dict(os.environ, TORCH_TPU_NATIVE="1" if native_on else "0")
+    done = subprocess.run([sys.executable, "-c", VIEWS_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _tpu_kernel(op):
+    return next(line for line in torch._C._dispatch_dump(op).splitlines() if line.startswith("PrivateUse1:"))
+
+
+@pytest.mark.skipif(not BUILT, reason="native helper not built (a pure-Python install: see README, Install)")
+def test_native_views_give_the_python_kernels_tensors():
+    on, off = _run_views(True), _run_views(False)
+    assert on == off
+    assert all(entry[-1] for name, entry in on.items() if name != "grad"), "a view left its base's storage"
+
+
+@pytest.mark.skipif(not BUILT, reason="native helper not built (a pure-Python install: see README, Install)")
+def test_built_helper_serves_the_views():
+    assert native.status().startswith("C++"), native.status()
+    for op in ("aten::view", "aten::as_strided", "aten::_unsafe_view", "aten::unfold"):
+        assert "views.cpp" in _tpu_kernel(op), _tpu_kernel(op)
+    assert "registry.py" in _tpu_kernel("aten::set_.source_Storage")  # (not a view: stays in Python)
+
+
+def test_without_the_helper_python_serves_the_views():
+    code = ("import torch, torch_tpu; from torch_tpu import native; "
+            "print(native.status()); "
+            "print([l for l in torch._C._dispatch_dump('aten::view').splitlines() if l.startswith('PrivateUse1:')][0]); "
+            "x = torch.arange(6.0, device='tpu'); print(x.view(2, 3).t().cpu().tolist())")
+    env = dict(os.environ, TORCH_TPU_NATIVE="0")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    status, kernel, values = done.stdout.strip().splitlines()[-3:]
+    assert status == "Python (TORCH_TPU_NATIVE=0)"
+    assert "registry.py" in kernel
+    assert values == "[[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]"
+
+
+def test_helper_for_another_torch_is_not_loaded(monkeypatch):
+    # C++ kernels are bound to the ABI of the torch they were built with
+    class Built:
+        torch_version = "0.0.1"
+
+        @staticmethod
+        def register_views():
+            raise AssertionError("registered kernels built for another torch")
+    monkeypatch.setitem(sys.modules, "torch_tpu.native._views", Built)
+    monkeypatch.setattr(native, "_views", Built, raising=False)
+    monkeypatch.setattr(native, "_why_not", None)
+    assert native.register_views() == frozenset()
+    assert "built for torch 0.0.1" in native.status()
