@@ -23,7 +23,9 @@ call waited for; the ratio and the bandwidth use the better of the two
 own, and one training step of the "tiny" GPT with DDP on each backend next
 to the same step without DDP (both ranks stepping at once) and the floor's
 cost for the step's gradient buckets (and DDP with a comm hook that skips
-the all_reduce: what DDP's bucket copies cost alone).  Each figure is the median of
+the all_reduce: what DDP's bucket copies cost alone), and whether the tpu_dist step meets
+its goal (the step without DDP plus the floor for its buckets), with where the
+difference goes.  Each figure is the median of
 ``--rounds`` rounds; the engines are interleaved within a round.
 """
 import argparse
@@ -299,7 +301,27 @@ def _report(args, sizes, coll, lat, ddp):
               f"the floor: {floor[0]:.1f} ms ({floor[1]:.1f} CPU ms); goal for the tpu_dist DDP "
               f"step: <= tpu + floor = {single + floor[0]:.1f} ms ({single_cpu + floor[1]:.1f} CPU "
               f"ms); measured {ddp_w:.1f} ms ({ddp_c:.1f} CPU ms)")
+        print(_ddp_verdict(steps, floor))
     sys.stdout.flush()
+
+
+def _ddp_verdict(steps, floor):
+    """Whether the tpu_dist DDP step meets its goal (tpu + the floor for its
+    buckets), and where the difference goes: DDP's own work (its bucket
+    copies: the step with a hook that skips the all_reduce) and the
+    all_reduces inside the step, next to the floor's psum in the same place."""
+    single, ddp = steps["tpu"], steps["tpu_dist DDP"]
+    bare, hooked = steps["tpu DDP, no all_reduce"], steps["tpu DDP, bare-JAX psum hook"]
+    goal = (single[0] + floor[0], single[1] + floor[1])
+    lines = []
+    for i, unit in ((0, "ms"), (1, "CPU ms")):
+        over = ddp[i] - goal[i]
+        lines.append(f"{'meets' if over <= 0 else 'misses'} the goal by {over:+.1f} {unit} "
+                     f"({ddp[i] / goal[i]:.2f}x the goal): DDP without its all_reduces "
+                     f"{bare[i] - single[i]:+.1f} {unit} over tpu, the all_reduces inside the "
+                     f"step {ddp[i] - bare[i]:+.1f} {unit} (the floor's alone {floor[i]:.1f}, "
+                     f"the bare-JAX psum as the hook {hooked[i] - bare[i]:+.1f})")
+    return "DDP goal, wall: " + lines[0] + "\nDDP goal, CPU: " + lines[1]
 
 
 def main():

@@ -172,7 +172,8 @@ def test_collectives_benchmark_small_configuration():
                           check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for heading in ("### all_reduce", "### all_gather", "### reduce_scatter",
-                    "### all_reduce latency", "tpu_dist DDP", "gloo DDP"):
+                    "### all_reduce latency", "tpu_dist DDP", "gloo DDP", "DDP goal, wall: ",
+                    "DDP goal, CPU: "):
         assert heading in proc.stdout, proc.stdout[-3000:]
 
 
