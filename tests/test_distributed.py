@@ -712,13 +712,14 @@ def _check_reduce_scatter_one_collective(torch, dist, r, w, dev):
                              (w, k), (k,))
     assert p.in_store and not p.poisoned
     xj = access.read(flat)
-    text = p.program.lower(p.assemble(xj), p.mark(xj, False)).compile().as_text()
+    text = p.program.lower(p.assemble(xj)).compile().as_text()
     entry = text[text.index("ENTRY"):]
     collectives = re.findall(r"= \S+ (all-reduce|all-gather|reduce-scatter|all-to-all|"
                              r"collective-permute)(?:-start)?\(", text)
     assert collectives == ["reduce-scatter"], text  # one round, no marks' reduce anywhere
     made = sorted(re.findall(rf"= f32\[(?:1,)?{k * w}\]\S* (\S+)\(", entry))
     assert made == ["parameter"], entry  # the payload is never copied
+    assert len(re.findall(r" parameter\(", entry)) == 1, entry  # no marks input either
     # the callers' NaN first in rank 0's chunk only: no error anywhere, the NaN summed
     nan_first = flat.clone()
     nan_first[0] = float("nan")

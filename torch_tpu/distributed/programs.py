@@ -370,12 +370,12 @@ class FastBlocks(_Layout):
         self.in_store = in_store = kind == "reduce_scatter" and inexact
         self.rows = block[0] if in_store else 1  # the missed payload's NaNs: one a row
 
-        def body(x, flag):
+        def body(x, flag=None):
             y = kernel(x.reshape(block))
-            marks = jnp.where(jnp.arange(world) == jax.lax.axis_index(AXIS), flag, 0).astype(jnp.int32)
             if in_store:  # no marks, only whether my chunk starts with a NaN (see above)
                 gone = jnp.isnan(y.reshape(-1)[0]).astype(jnp.int32).reshape(1)
             else:
+                marks = jnp.where(jnp.arange(world) == jax.lax.axis_index(AXIS), flag, 0).astype(jnp.int32)
                 if poisoned:  # every rank's block, first element: the same on every rank
                     firsts = y.reshape(world, -1)[:, 0]
                     marks = jax.lax.cond(jnp.any(jnp.isnan(firsts)), lambda m: jax.lax.psum(m, AXIS),
@@ -390,12 +390,19 @@ class FastBlocks(_Layout):
             y = y.reshape(1) if y.ndim == 0 else y
             return y, jnp.concatenate([gone, pad])
 
-        self.program = jax.jit(jax.shard_map(body, mesh=self.spec.mesh, in_specs=(P(AXIS), P(AXIS)),
+        # (in_store: the payload is the only input, one argument fewer to pass per call)
+        self.program = jax.jit(jax.shard_map(body, mesh=self.spec.mesh,
+                                             in_specs=P(AXIS) if in_store else (P(AXIS), P(AXIS)),
                                              out_specs=(P(AXIS), P(AXIS)), check_vma=False))
         self._marks = {}
 
     mark = FastPlan.mark
-    launch = FastPlan.launch
+
+    def launch(self, x, missed=False):
+        if self.in_store:  # (a miss is in its payload and the store)
+            out, check = self.program(self.assemble(x))
+            return out._arrays[0], check._arrays[0]
+        return FastPlan.launch(self, x, missed)
 
     def missed_payload(self, device):
         """Zeros, with a NaN first in each rank's row (poisoned, in_store)."""
