@@ -712,7 +712,9 @@ def _check_reduce_scatter_one_collective(torch, dist, r, w, dev):
                              (w, k), (k,))
     assert p.in_store and not p.poisoned
     xj = access.read(flat)
-    text = p.program.lower(p.assemble(xj)).compile().as_text()
+    compiled = p.program.lower(p.assemble(xj)).compile()
+    assert compiled.cost_analysis()["flops"] >= programs.INLINE_FLOPS  # never run inline (_not_cheap)
+    text = compiled.as_text()
     entry = text[text.index("ENTRY"):]
     collectives = re.findall(r"= \S+ (all-reduce|all-gather|reduce-scatter|all-to-all|"
                              r"collective-permute)(?:-start)?\(", text)
