@@ -19,7 +19,10 @@ c10d call waits anyway), with the CPU milliseconds per call of rank 0's
 process in parentheses (all its threads: the figure to trust when others
 load the machine), and the bandwidth.  The floor is also timed with each
 call waited for; the ratio and the bandwidth use the better of the two
-(several large XLA collectives in flight at once can slow each other).  Then the latency of one small all_reduce waited for on its
+(several large XLA collectives in flight at once can slow each other); tpu_dist
+is timed both ways too, and "alike" compares each engine called the same way
+(the better-of-two floor against one tpu_dist figure leans high when the
+machine's load swings).  Then the latency of one small all_reduce waited for on its
 own, and one training step of the "tiny" GPT with DDP on each backend next
 to the same step without DDP (both ranks stepping at once) and the floor's
 cost for the step's gradient buckets (and DDP with a comm hook that skips
@@ -126,6 +129,8 @@ def _bench_collectives(engines, ops, sizes_kb, iters, rounds, barrier):
             calls = {e.name: e.prepare(op, n) for e in engines}
             # the floor once more, each call waited for, as a c10d call is
             calls["jax waited"] = (_waited(*calls["jax"]), lambda: None)
+            # and tpu_dist the same way: each engine compared with the other called alike
+            calls["tpu_dist waited"] = (_waited(*calls["tpu_dist"]), lambda: None)
             samples = {name: [] for name in calls}
             for _ in range(rounds):  # engines interleaved round by round: load drift hits all alike
                 for name, call in calls.items():
@@ -280,16 +285,18 @@ def _report(args, sizes, coll, lat, ddp):
           "ms per call (CPU ms of rank 0's process per call)\n")
     for op in args.ops:
         print(f"### {op}\n")
-        print("| size | bare JAX | bare JAX, each waited | tpu_dist | Gloo | tpu_dist / floor "
-              "| tpu_dist - floor ms | floor GB/s | tpu_dist GB/s | Gloo GB/s |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("| size | bare JAX | bare JAX, each waited | tpu_dist | tpu_dist, each waited | Gloo "
+              "| tpu_dist / floor | alike: back to back, each waited | tpu_dist - floor ms "
+              "| floor GB/s | tpu_dist GB/s | Gloo GB/s |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for kb in sizes:
-            (jw, jc), (ww, wc), (tw, tc), (gw, gc) = (
-                coll[(op, kb, n)] for n in ("jax", "jax waited", "tpu_dist", "gloo"))
+            (jw, jc), (ww, wc), (tw, tc), (vw, vc), (gw, gc) = (
+                coll[(op, kb, n)] for n in ("jax", "jax waited", "tpu_dist", "tpu_dist waited", "gloo"))
             floor = min(jw, ww)  # the better of the two ways to call the engine
             gbs = [kb * 1024 / 1e6 / w for w in (floor, tw, gw)]
             print(f"| {_size(kb)} | {jw:.2f} ({jc:.2f}) | {ww:.2f} ({wc:.2f}) | {tw:.2f} ({tc:.2f}) "
-                  f"| {gw:.2f} ({gc:.2f}) | {tw / floor:.2f} | {tw - floor:+.2f} | {gbs[0]:.3f} "
+                  f"| {vw:.2f} ({vc:.2f}) | {gw:.2f} ({gc:.2f}) | {tw / floor:.2f} "
+                  f"| {tw / jw:.2f}, {vw / ww:.2f} | {tw - floor:+.2f} | {gbs[0]:.3f} "
                   f"| {gbs[1]:.3f} | {gbs[2]:.3f} |")
         print()
     print("### all_reduce latency, each call waited for\n")
