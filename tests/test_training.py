@@ -171,3 +171,33 @@ def test_fused_sgd_with_grad_scaler_skips_an_overflowing_step():
     assert tpu_scale == cpu_scale
     torch.testing.assert_close(tpu_weight, cpu_weight)
     assert torch_tpu.fallback_ops() == before, "the fused step ran on the CPU"
+
+
+@pytest.mark.parametrize("amsgrad", [False, True], ids=["adamw", "amsgrad"])
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_fused_adamw_matches_cpu_and_is_recorded_in_fused_mode(mode, amsgrad):
+    # torch.optim.AdamW(fused=True), the Trainer's default: one kernel for the
+    # whole list; in fused mode it is recorded into the step's chain (its
+    # inputs, the step's pending gradients, are not computed first)
+    from torch_tpu.eager import fusion
+    from torch_tpu.storage import buffers
+
+    def run(device):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, amsgrad=amsgrad, fused=True)
+        x = torch.randn(5, 4).to(device)
+        pending = []
+        with torch.tpu.set_eager_mode(mode if device == "tpu" else "strict"):
+            for _ in range(3):
+                opt.zero_grad()
+                model(x).square().mean().backward()
+                opt.step()
+                if device == "tpu":
+                    pending.append(type(buffers.get_buffer(model[0].weight.untyped_storage())) is fusion.LazyBuffer)
+        return [p.detach().cpu() for p in model.parameters()], pending
+    cpu_params, _ = run("cpu")
+    tpu_params, pending = run("tpu")
+    for t, c in zip(tpu_params, cpu_params):
+        torch.testing.assert_close(t, c)
+    assert pending == [mode == "fused"] * 3

@@ -13,9 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from .. import dtypes
 from ..dtypes import to_opmath
-from ..eager import access
+from ..eager import access, fusion
 from ..eager.launch import launch
+from ..storage import views
 from .registry import register_raw
 
 
@@ -57,6 +59,32 @@ def _read_all(tensors):
     return [access.read(t) for t in tensors]
 
 
+def _pending_or_read(t):
+    """``t``'s buffer as it is when ``t`` is all of it, row-major (a pending
+    fused result stays pending: fused mode records the step after it); else
+    its value."""
+    spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
+    if type(buf) is fusion.LazyBuffer and not views.lazy_bits(t) and views.covers_buffer(spec) and spec[0] == spec[2]:
+        return buf
+    return access.read(t)
+
+
+@functools.lru_cache(maxsize=None)
+def _adam_flat(adamw: bool, amsgrad: bool, maximize: bool, n: int, n_max: int):
+    """``_adam_fn`` over one flat argument list with one flat result list (what
+    ``launch`` records in fused mode): params, grads, exp_avgs, exp_avg_sqs
+    (``n`` each), max_exp_avg_sqs (``n_max``), steps (``n``), the six scalars ->
+    new params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs."""
+    step = _adam_fn(adamw, amsgrad, maximize)
+
+    def flat(*xs):
+        lists = [list(xs[i * n:(i + 1) * n]) for i in range(4)]
+        max_sqs, steps = list(xs[4 * n:4 * n + n_max]), list(xs[4 * n + n_max:5 * n + n_max])
+        new_p, new_m, new_v, new_max = step(*lists, max_sqs, steps, *xs[5 * n + n_max:])
+        return (*new_p, *new_m, *new_v, *new_max)
+    return jax.jit(flat)
+
+
 def _write_all(pairs):
     """Give each tensor of each (tensors, new values) pair its new buffer."""
     for tensors, values in pairs:
@@ -75,13 +103,14 @@ def _fused_adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, stat
     if not self or _skipped(found_inf):  # GradScaler: a step with inf/nan gradients does nothing
         return
     inv_scale = 1.0 / _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0)
-    fn = _adam_fn(adamw, bool(amsgrad), bool(maximize))
-    new_p, new_m, new_v, new_max = launch("aten::_fused_adamw_" if adamw else "aten::_fused_adam_", fn, (
-        _read_all(self), _read_all(grads), _read_all(exp_avgs), _read_all(exp_avg_sqs),
-        _read_all(max_exp_avg_sqs) if amsgrad else [], _read_all(state_steps),
-        _scalar(lr), _scalar(beta1), _scalar(beta2), _scalar(weight_decay), _scalar(eps), inv_scale))
-    _write_all(((self, new_p), (exp_avgs, new_m), (exp_avg_sqs, new_v),
-                (max_exp_avg_sqs if amsgrad else [], new_max)))
+    n, maxes = len(self), list(max_exp_avg_sqs) if amsgrad else []
+    written = (self, exp_avgs, exp_avg_sqs, maxes)
+    inputs = [_pending_or_read(t) for group in (self, grads, exp_avgs, exp_avg_sqs, maxes, state_steps) for t in group]
+    inputs += [_scalar(lr), _scalar(beta1), _scalar(beta2), _scalar(weight_decay), _scalar(eps), inv_scale]
+    out_buffers = [(tuple(t.shape), dtypes.TORCH_TO_NP[t.dtype]) for group in written for t in group]
+    fn = _adam_flat(adamw, bool(amsgrad), bool(maximize), n, len(maxes))
+    results = launch("aten::_fused_adamw_" if adamw else "aten::_fused_adam_", fn, inputs, out_buffers)
+    _write_all((group, results[k * n:k * n + len(group)]) for k, group in enumerate(written))
 
 
 @register_raw("_fused_adamw_.default", "_fused_adamw_.tensor_lr")
