@@ -173,15 +173,17 @@ def zero_whole(t) -> bool:
     return True
 
 
-def read(t):
-    """The value of tpu tensor ``t`` as a jax array of its shape and dtype."""
+def read(t, keep_pending=False):
+    """The value of tpu tensor ``t`` as a jax array of its shape and dtype.
+    ``keep_pending``: when ``t`` is all of a pending fused result, that
+    LazyBuffer as it is (an input ``launch`` records after it in fused mode,
+    instead of running the pending chain first)."""
     spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
-    buf = fusion.resolve(buf)
     bits = views.lazy_bits(t)
     buf_shape, _, size, _, _, _ = spec  # a ViewSpec's fields
     if not bits and views.covers_buffer(spec) and buf_shape == size:
-        return buf
-    return _jit_reader(spec, bits)(buf)
+        return buf if keep_pending else fusion.resolve(buf)
+    return _jit_reader(spec, bits)(fusion.resolve(buf))
 
 
 # A view is cut on the host from its whole buffer (no executable compiled for

@@ -15,9 +15,8 @@ import torch
 
 from .. import dtypes
 from ..dtypes import to_opmath
-from ..eager import access, fusion
+from ..eager import access
 from ..eager.launch import launch
-from ..storage import views
 from .registry import register_raw
 
 
@@ -59,16 +58,6 @@ def _read_all(tensors):
     return [access.read(t) for t in tensors]
 
 
-def _pending_or_read(t):
-    """``t``'s buffer as it is when ``t`` is all of it, row-major (a pending
-    fused result stays pending: fused mode records the step after it); else
-    its value."""
-    spec, buf = views.spec_of(t, dtypes.TORCH_TO_NP[t.dtype])
-    if type(buf) is fusion.LazyBuffer and not views.lazy_bits(t) and views.covers_buffer(spec) and spec[0] == spec[2]:
-        return buf
-    return access.read(t)
-
-
 @functools.lru_cache(maxsize=None)
 def _adam_flat(adamw: bool, amsgrad: bool, maximize: bool, n: int, n_max: int):
     """``_adam_fn`` over one flat argument list with one flat result list (what
@@ -105,7 +94,7 @@ def _fused_adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, stat
     inv_scale = 1.0 / _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0)
     n, maxes = len(self), list(max_exp_avg_sqs) if amsgrad else []
     written = (self, exp_avgs, exp_avg_sqs, maxes)
-    inputs = [_pending_or_read(t) for group in (self, grads, exp_avgs, exp_avg_sqs, maxes, state_steps) for t in group]
+    inputs = [access.read(t, keep_pending=True) for group in (self, grads, exp_avgs, exp_avg_sqs, maxes, state_steps) for t in group]
     inputs += [_scalar(lr), _scalar(beta1), _scalar(beta2), _scalar(weight_decay), _scalar(eps), inv_scale]
     out_buffers = [(tuple(t.shape), dtypes.TORCH_TO_NP[t.dtype]) for group in written for t in group]
     fn = _adam_flat(adamw, bool(amsgrad), bool(maximize), n, len(maxes))
