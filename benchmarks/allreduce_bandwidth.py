@@ -19,11 +19,17 @@ c10d call waits anyway), with the CPU milliseconds per call of rank 0's
 process in parentheses (all its threads: the figure to trust when others
 load the machine), and the bandwidth.  The floor is also timed with each
 call waited for; the ratio and the bandwidth use the better of the two
-(several large XLA collectives in flight at once can slow each other).  Then the latency of one small all_reduce waited for on its
+(several large XLA collectives in flight at once can slow each other); tpu_dist
+is timed both ways too, and "alike" compares each engine called the same way
+(the better-of-two floor against one tpu_dist figure leans high when the
+machine's load swings).  Then the latency of one small all_reduce waited for on its
 own, and one training step of the "tiny" GPT with DDP on each backend next
 to the same step without DDP (both ranks stepping at once) and the floor's
 cost for the step's gradient buckets (and DDP with a comm hook that skips
-the all_reduce: what DDP's bucket copies cost alone).  Each figure is the median of
+the all_reduce: what DDP's bucket copies cost alone; and with the bare-JAX psum as
+the hook, waited there or queued as tpu_dist's), and whether the tpu_dist step meets
+its goal (the step without DDP plus the floor for its buckets), with where the
+difference goes.  Each figure is the median of
 ``--rounds`` rounds; the engines are interleaved within a round.
 """
 import argparse
@@ -92,14 +98,17 @@ class _Torch:
                 dist.all_reduce(x, group=g)
         elif op == "all_gather":
             out = torch.empty(world * n, device=self.device)
+            # torch >= 2.13's name (the old one warns on every call: ~5% of a small call's host time)
+            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
             def call():
-                dist.all_gather_into_tensor(out, x, group=g)
+                gather(out, x, group=g)
         else:
             out = torch.empty(n // world, device=self.device)
+            scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
             def call():
-                dist.reduce_scatter_tensor(out, x, group=g)
+                scatter(out, x, group=g)
         for _ in range(3):  # compile, connect; tpu_dist: learn the repeated call (stream.py)
             call()
         sync = torch.tpu.synchronize if self.device == "tpu" else (lambda: None)
@@ -120,6 +129,8 @@ def _bench_collectives(engines, ops, sizes_kb, iters, rounds, barrier):
             calls = {e.name: e.prepare(op, n) for e in engines}
             # the floor once more, each call waited for, as a c10d call is
             calls["jax waited"] = (_waited(*calls["jax"]), lambda: None)
+            # and tpu_dist the same way: each engine compared with the other called alike
+            calls["tpu_dist waited"] = (_waited(*calls["tpu_dist"]), lambda: None)
             samples = {name: [] for name in calls}
             for _ in range(rounds):  # engines interleaved round by round: load drift hits all alike
                 for name, call in calls.items():
@@ -158,17 +169,21 @@ def _bench_ddp(jax_engine, gloo, steps, rounds, barrier):
         fut.set_result(bucket.buffer())
         return fut
 
-    def floor_psum(state, bucket):  # the bare-JAX psum on the bucket, waited in the hook
+    def floor_psum(state, bucket, wait=True):  # the bare-JAX psum on the bucket, waited in the hook
         from torch_tpu.eager import access
         jax, b = jax_engine.jax, bucket.buffer()
         x = access.read(b)
         g = jax.make_array_from_single_device_arrays((jax_engine.world * x.shape[0],), jax_engine.spec, [x])
         y = jax_engine.fns["all_reduce"](g).addressable_data(0)
-        y.block_until_ready()
+        if wait:
+            y.block_until_ready()
         access.write(b, y / jax_engine.world)  # DDP's default hook averages
         fut = torch.futures.Future()
         fut.set_result(b)
         return fut
+
+    def floor_psum_queued(state, bucket):  # the same, not waited: queued as tpu_dist's is
+        return floor_psum(state, bucket, wait=False)
 
     def build(device, ddp_group, hook=None):
         torch.manual_seed(0)
@@ -194,6 +209,7 @@ def _bench_ddp(jax_engine, gloo, steps, rounds, barrier):
                 "tpu DDP, no all_reduce": ("tpu", None, skip_communication),
                 # the floor inside a step: ranks drift apart, so the engine waits more than back to back
                 "tpu DDP, bare-JAX psum hook": ("tpu", None, floor_psum),
+                "tpu DDP, bare-JAX psum hook, not waited": ("tpu", None, floor_psum_queued),
                 "cpu": ("cpu", False), "gloo DDP": ("cpu", gloo)}
     built = {name: build(*spec) for name, spec in variants.items()}
     samples = {name: [] for name in built}
@@ -269,16 +285,18 @@ def _report(args, sizes, coll, lat, ddp):
           "ms per call (CPU ms of rank 0's process per call)\n")
     for op in args.ops:
         print(f"### {op}\n")
-        print("| size | bare JAX | bare JAX, each waited | tpu_dist | Gloo | tpu_dist / floor "
-              "| tpu_dist - floor ms | floor GB/s | tpu_dist GB/s | Gloo GB/s |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("| size | bare JAX | bare JAX, each waited | tpu_dist | tpu_dist, each waited | Gloo "
+              "| tpu_dist / floor | alike: back to back, each waited | tpu_dist - floor ms "
+              "| floor GB/s | tpu_dist GB/s | Gloo GB/s |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for kb in sizes:
-            (jw, jc), (ww, wc), (tw, tc), (gw, gc) = (
-                coll[(op, kb, n)] for n in ("jax", "jax waited", "tpu_dist", "gloo"))
+            (jw, jc), (ww, wc), (tw, tc), (vw, vc), (gw, gc) = (
+                coll[(op, kb, n)] for n in ("jax", "jax waited", "tpu_dist", "tpu_dist waited", "gloo"))
             floor = min(jw, ww)  # the better of the two ways to call the engine
             gbs = [kb * 1024 / 1e6 / w for w in (floor, tw, gw)]
             print(f"| {_size(kb)} | {jw:.2f} ({jc:.2f}) | {ww:.2f} ({wc:.2f}) | {tw:.2f} ({tc:.2f}) "
-                  f"| {gw:.2f} ({gc:.2f}) | {tw / floor:.2f} | {tw - floor:+.2f} | {gbs[0]:.3f} "
+                  f"| {vw:.2f} ({vc:.2f}) | {gw:.2f} ({gc:.2f}) | {tw / floor:.2f} "
+                  f"| {tw / jw:.2f}, {vw / ww:.2f} | {tw - floor:+.2f} | {gbs[0]:.3f} "
                   f"| {gbs[1]:.3f} | {gbs[2]:.3f} |")
         print()
     print("### all_reduce latency, each call waited for\n")
@@ -299,7 +317,27 @@ def _report(args, sizes, coll, lat, ddp):
               f"the floor: {floor[0]:.1f} ms ({floor[1]:.1f} CPU ms); goal for the tpu_dist DDP "
               f"step: <= tpu + floor = {single + floor[0]:.1f} ms ({single_cpu + floor[1]:.1f} CPU "
               f"ms); measured {ddp_w:.1f} ms ({ddp_c:.1f} CPU ms)")
+        print(_ddp_verdict(steps, floor))
     sys.stdout.flush()
+
+
+def _ddp_verdict(steps, floor):
+    """Whether the tpu_dist DDP step meets its goal (tpu + the floor for its
+    buckets), and where the difference goes: DDP's own work (its bucket
+    copies: the step with a hook that skips the all_reduce) and the
+    all_reduces inside the step, next to the floor's psum in the same place."""
+    single, ddp = steps["tpu"], steps["tpu_dist DDP"]
+    bare, hooked = steps["tpu DDP, no all_reduce"], steps["tpu DDP, bare-JAX psum hook, not waited"]
+    goal = (single[0] + floor[0], single[1] + floor[1])
+    lines = []
+    for i, unit in ((0, "ms"), (1, "CPU ms")):
+        over = ddp[i] - goal[i]
+        lines.append(f"{'meets' if over <= 0 else 'misses'} the goal by {over:+.1f} {unit} "
+                     f"({ddp[i] / goal[i]:.2f}x the goal): DDP without its all_reduces "
+                     f"{bare[i] - single[i]:+.1f} {unit} over tpu, the all_reduces inside the "
+                     f"step {ddp[i] - bare[i]:+.1f} {unit} (the floor's alone {floor[i]:.1f}, "
+                     f"the bare-JAX psum as the hook, not waited {hooked[i] - bare[i]:+.1f})")
+    return "DDP goal, wall: " + lines[0] + "\nDDP goal, CPU: " + lines[1]
 
 
 def main():

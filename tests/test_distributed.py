@@ -110,6 +110,40 @@ def test_torch_tpu_distributed_module():
     assert len(env["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")) == 4
 
 
+def test_a_missed_mark_is_in_the_store_before_the_launch(monkeypatch):
+    # A rank that misses a predicted reduce_scatter says so in the c10d store,
+    # then launches; a peer whose program has finished asks the store who
+    # missed.  TCPStore answers an add but not a set (a set returns once sent:
+    # ~2 us against ~20 us for an add here), so a peer could be answered
+    # before a set arrived, take the rank for one that hit, and the ranks'
+    # streams would part: one raises a mismatch, the other runs the checked
+    # program alone and times out (seen under load before the fix).
+    import types
+
+    from torch_tpu.distributed import bootstrap, stream
+
+    class TcpStoreOrder:  # a set lands later; an add has landed when it returns
+        def __init__(self):
+            self.keys, self.in_flight = set(), []
+
+        def set(self, key, value):
+            self.in_flight.append(key)
+
+        def add(self, key, amount):
+            self.keys.add(key)
+            return 1
+
+        def check(self, keys):
+            return all(k in self.keys for k in keys)
+
+    store = TcpStoreOrder()
+    monkeypatch.setitem(bootstrap._state, "store", store)
+    devices = (types.SimpleNamespace(id=0), types.SimpleNamespace(id=1))
+    stream._say_missed(devices, 7, 1)
+    assert store.check([stream._missed_key(devices, 7, 1)])
+    assert not store.check([stream._missed_key(devices, 7, 0)])
+
+
 def test_group_timeout_deadlines_fire_in_order_unless_cancelled():
     # a work's future is failed by one shared deadline thread, not a Timer per future
     from torch_tpu.distributed.work import _Deadlines
@@ -172,7 +206,8 @@ def test_collectives_benchmark_small_configuration():
                           check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for heading in ("### all_reduce", "### all_gather", "### reduce_scatter",
-                    "### all_reduce latency", "tpu_dist DDP", "gloo DDP"):
+                    "### all_reduce latency", "tpu_dist DDP", "gloo DDP", "DDP goal, wall: ",
+                    "DDP goal, CPU: "):
         assert heading in proc.stdout, proc.stdout[-3000:]
 
 
@@ -211,6 +246,7 @@ def scenario_default():
     _check_prediction(torch, dist, r, w, dev)
     _check_large_prediction(torch, dist, r, w, dev)
     _check_deferred_gathers(torch, dist, r, w, dev)
+    _check_reduce_scatter_one_collective(torch, dist, r, w, dev)
     print("prediction ok")
     _check_ddp(torch, dist, r, w, dev)
     dist.destroy_process_group()
@@ -439,6 +475,7 @@ def scenario_predict():
     _check_prediction(torch, dist, r, w, dev)
     _check_large_prediction(torch, dist, r, w, dev)
     _check_deferred_gathers(torch, dist, r, w, dev)
+    _check_reduce_scatter_one_collective(torch, dist, r, w, dev)
     dist.destroy_process_group()
     print("prediction ok")
 
@@ -677,6 +714,81 @@ def _check_deferred_gathers(torch, dist, r, w, dev):
     assert len(re.findall(r"= \S+ all-gather(-start)?\(", entry)) == 1, entry
     assert len(re.findall(r"= \S+ all-reduce\(", entry)) == 0, entry
     assert len(re.findall(r"= \S+ all-reduce\(", text)) == 1, text
+
+
+def _check_reduce_scatter_one_collective(torch, dist, r, w, dev):
+    # A predicted reduce_scatter of floats (sum, avg) is its reduce-scatter
+    # alone: no marks in the program (a rank that misses writes it in the
+    # store and poisons every rank's row with a NaN first; a rank whose
+    # chunk starts with a NaN looks in the store).  A callers' NaN starting
+    # some chunks and not others raises nothing; a rank that calls
+    # something else makes every rank raise; all ranks missing run the
+    # checked program.
+    import math
+    import re
+
+    from torch_tpu.distributed import bootstrap, programs, stream
+    from torch_tpu.eager import access
+    k = 4099  # a size no other check calls with
+    flat = torch.arange(float(k * w), device=dev) * (r + 1)
+    out = torch.empty(k, device=dev)
+    tri = w * (w + 1) / 2
+    want = (torch.arange(float(k * w)) * tri)[k * r:k * r + k]
+    for _ in range(3):
+        dist.reduce_scatter_tensor(out, flat)
+    fast, waits = programs.counts["fast"], programs.counts["waits"]
+    for _ in range(3):
+        dist.reduce_scatter_tensor(out, flat)
+    assert programs.counts["fast"] == fast + 3 and programs.counts["waits"] == waits, programs.counts
+    _eq(out, want)
+    devices = tuple(bootstrap.device_of_rank(q) for q in range(w))
+    p = programs.fast_blocks("reduce_scatter", ("sum", None), devices, (k * w,), "float32",
+                             (w, k), (k,))
+    assert p.in_store and not p.poisoned
+    xj = access.read(flat)
+    compiled = p.program.lower(p.assemble(xj)).compile()
+    assert compiled.cost_analysis()["flops"] >= programs.INLINE_FLOPS  # never run inline (_not_cheap)
+    text = compiled.as_text()
+    entry = text[text.index("ENTRY"):]
+    collectives = re.findall(r"= \S+ (all-reduce|all-gather|reduce-scatter|all-to-all|"
+                             r"collective-permute)(?:-start)?\(", text)
+    assert collectives == ["reduce-scatter"], text  # one round, no marks' reduce anywhere
+    made = sorted(re.findall(rf"= f32\[(?:1,)?{k * w}\]\S* (\S+)\(", entry))
+    assert made == ["parameter"], entry  # the payload is never copied
+    assert len(re.findall(r" parameter\(", entry)) == 1, entry  # no marks input either
+    # the callers' NaN first in rank 0's chunk only: no error anywhere, the NaN summed
+    nan_first = flat.clone()
+    nan_first[0] = float("nan")
+    for _ in range(2):
+        dist.reduce_scatter_tensor(out, nan_first)
+    got = out.cpu()
+    if r == 0:
+        assert math.isnan(got[0]) and torch.equal(got[1:], want[1:]), got
+    else:
+        _eq(got, want)
+    # rank 1 alone calls something else: every rank raises, the others at their host read
+    seq = stream._stream(devices).seq
+    try:
+        if r == 1:
+            dist.reduce_scatter_tensor(torch.empty(k + 1, device=dev), torch.ones((k + 1) * w, device=dev))
+        else:
+            dist.reduce_scatter_tensor(out, flat)
+            out.cpu()
+        raise AssertionError("mismatched reduce_scatter_tensor did not fail")
+    except RuntimeError as e:
+        assert "mismatched" in str(e) and "reduce_scatter_tensor" in str(e), e
+        assert "rank 0: reduce_scatter shape" in str(e), e
+    store = bootstrap.store()
+    assert store.check([stream._missed_key(devices, seq + 1, 1)])
+    assert not store.check([stream._missed_key(devices, seq + 1, 0)])
+    dist.reduce_scatter_tensor(out, flat)
+    _eq(out, want)
+    # every rank calls something else: the checked program runs it
+    for _ in range(3):
+        dist.reduce_scatter_tensor(out, flat)
+    small = torch.empty(3, device=dev)
+    dist.reduce_scatter_tensor(small, torch.ones(3 * w, device=dev), op=dist.ReduceOp.AVG)
+    _eq(small, [1.0] * 3)
 
 
 def _mlp(torch):

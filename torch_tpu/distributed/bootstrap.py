@@ -13,7 +13,7 @@ import jax
 
 from .. import runtime
 
-_state = {"transport": None, "reason": "", "devices": None}
+_state = {"transport": None, "reason": "", "devices": None, "store": None}
 
 
 def transport():
@@ -26,6 +26,11 @@ def reason():
 
 def device_of_rank(global_rank):
     return _state["devices"][global_rank]
+
+
+def store():
+    """The default group's c10d store (every rank's), or None before start."""
+    return _state["store"]
 
 
 def _free_port():
@@ -80,5 +85,5 @@ def start(store, rank, world, timeout_s):
     devices = [by_id[int(store.get(f"tpu_dist/device/{r}").decode())] for r in range(world)]
     if len(set(devices)) != world:
         raise RuntimeError(f"tpu_dist: two ranks drive the same device: {devices}")
-    _state.update(transport="xla", reason="", devices=devices)
+    _state.update(transport="xla", reason="", devices=devices, store=store)
     return "xla"

@@ -25,14 +25,19 @@ _OPS = {_R.SUM: "sum", _R.AVG: "avg", _R.PRODUCT: "product", _R.MIN: "min", _R.M
         _R.BAND: "band", _R.BOR: "bor", _R.BXOR: "bxor"}
 
 
+# by the enum's int: hashing and comparing the bound enum cost ~3 us a call
+_STATICS = {int(k): (name, None) for k, name in _OPS.items()}
+_PREMUL = int(_R.PREMUL_SUM)
+
+
 def _reduce_op(op):
-    kind = getattr(op, "op", op)
-    if kind == _R.PREMUL_SUM:
+    kind = int(getattr(op, "op", op))
+    if kind == _PREMUL:
         factor = op.factor
         if isinstance(factor, torch.Tensor):
             factor = factor.item()
         return "sum", float(factor)
-    return _OPS[kind], None
+    return _STATICS[kind]
 
 
 class ProcessGroupTpu(ProcessGroup):

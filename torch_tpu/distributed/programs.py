@@ -317,6 +317,10 @@ class FastPlan(_Layout):
         out, check = self.program(self.assemble(x), self.mark(x, missed))
         return out._arrays[0], check._arrays[0]
 
+    def missed(self, check, asked=None):
+        """The ranks that called something else, from the check output."""
+        return missed_ranks(check)
+
     def missed_payload(self, device):
         """What a rank that called something else sends: zeros (poisoned:
         with a NaN first, the mark itself)."""
@@ -340,7 +344,19 @@ class FastBlocks(_Layout):
     FastPlan's poison: a rank that missed sends zeros with a NaN first, and
     every rank sees every block, so only a NaN first in some block (a miss,
     or the callers' own NaN) makes the ranks reduce their marks, under
-    ``lax.cond``.  Any other reduces them in a second, tiny collective."""
+    ``lax.cond``.
+
+    A reduce_scatter of floats (sum, avg: ``in_store``) is its payload's
+    reduce-scatter alone, with no marks in the program at all: a rank that
+    missed sends zeros with a NaN first in EVERY rank's row, so every rank's
+    result starts with a NaN, and it has said so in the group's c10d store
+    before launching (stream.py).  Each rank sees only its own chunk, so a
+    NaN there cannot decide a collective under a cond alike on every rank
+    (the callers' own NaN may start one chunk and not another); instead the
+    check output is "my chunk starts with a NaN", and only then does the
+    rank look in the store for who missed (``missed``): every rank that did
+    wrote it before its program started, so before this one finished.  Any
+    other call reduces the marks in a second, tiny collective."""
 
     def __init__(self, kind, static, devices, shape, dtype, block, out_shape):
         super().__init__(devices, shape, dtype)
@@ -349,19 +365,24 @@ class FastBlocks(_Layout):
         kernel = _kernel(kind, static, world)
         block = tuple(shape) if block is None else tuple(block)
         n = int(np.prod(self.shape or (1,)))
-        self.poisoned = poisoned = (kind == "all_gather" and n > 0
-                                    and jnp.issubdtype(self.dtype, jnp.inexact))
+        inexact = n > 0 and jnp.issubdtype(self.dtype, jnp.inexact)
+        self.poisoned = poisoned = kind == "all_gather" and inexact
+        self.in_store = in_store = kind == "reduce_scatter" and inexact
+        self.rows = block[0] if in_store else 1  # the missed payload's NaNs: one a row
 
-        def body(x, flag):
+        def body(x, flag=None):
             y = kernel(x.reshape(block))
-            marks = jnp.where(jnp.arange(world) == jax.lax.axis_index(AXIS), flag, 0).astype(jnp.int32)
-            if poisoned:  # every rank's block, first element: the same on every rank
-                firsts = y.reshape(world, -1)[:, 0]
-                marks = jax.lax.cond(jnp.any(jnp.isnan(firsts)), lambda m: jax.lax.psum(m, AXIS),
-                                     lambda m: jnp.zeros(m.shape, jnp.int32), marks)
+            if in_store:  # no marks, only whether my chunk starts with a NaN (see above)
+                gone = jnp.isnan(y.reshape(-1)[0]).astype(jnp.int32).reshape(1)
             else:
-                marks = jax.lax.psum(marks, AXIS)
-            gone = (marks != 0).astype(jnp.int32)
+                marks = jnp.where(jnp.arange(world) == jax.lax.axis_index(AXIS), flag, 0).astype(jnp.int32)
+                if poisoned:  # every rank's block, first element: the same on every rank
+                    firsts = y.reshape(world, -1)[:, 0]
+                    marks = jax.lax.cond(jnp.any(jnp.isnan(firsts)), lambda m: jax.lax.psum(m, AXIS),
+                                         lambda m: jnp.zeros(m.shape, jnp.int32), marks)
+                else:
+                    marks = jax.lax.psum(marks, AXIS)
+                gone = (marks != 0).astype(jnp.int32)
             pad = jnp.sum(jnp.arange(2 * INLINE_FLOPS, dtype=jnp.int32) * (jnp.sum(gone) + 1),
                           keepdims=True)  # see FastPlan
             if out_shape is not None:
@@ -369,13 +390,35 @@ class FastBlocks(_Layout):
             y = y.reshape(1) if y.ndim == 0 else y
             return y, jnp.concatenate([gone, pad])
 
-        self.program = jax.jit(jax.shard_map(body, mesh=self.spec.mesh, in_specs=(P(AXIS), P(AXIS)),
+        # (in_store: the payload is the only input, one argument fewer to pass per call)
+        self.program = jax.jit(jax.shard_map(body, mesh=self.spec.mesh,
+                                             in_specs=P(AXIS) if in_store else (P(AXIS), P(AXIS)),
                                              out_specs=(P(AXIS), P(AXIS)), check_vma=False))
         self._marks = {}
 
     mark = FastPlan.mark
-    launch = FastPlan.launch
-    missed_payload = FastPlan.missed_payload
+
+    def launch(self, x, missed=False):
+        if self.in_store:  # (a miss is in its payload and the store)
+            out, check = self.program(self.assemble(x))
+            return out._arrays[0], check._arrays[0]
+        return FastPlan.launch(self, x, missed)
+
+    def missed_payload(self, device):
+        """Zeros, with a NaN first in each rank's row (poisoned, in_store)."""
+        zeros = np.zeros(self.shape, self.dtype)
+        if self.poisoned or self.in_store:
+            zeros.reshape(self.rows, -1)[:, 0] = np.nan
+        return jax.device_put(zeros, device)
+
+    def missed(self, check, asked):
+        """The ranks that called something else, from the check output;
+        ``asked(rank)``: whether the store says that rank missed."""
+        if not self.in_store:
+            return missed_ranks(check)
+        if not np.asarray(check)[0]:  # a number first: no rank missed
+            return []
+        return [r for r in range(len(self.spec.mesh.devices)) if asked(r)]
 
 
 @functools.lru_cache(maxsize=1024)

@@ -18,7 +18,11 @@ guess costs a wasted round, never mismatched buffers.
   mark, then waits for it: if every rank missed, all of them run the checked
   program for what they really called (the pattern changed); if only some
   did, the ranks called different things and every rank raises the
-  mismatch (a rank that matched learns it from the missed marks).
+  mismatch (a rank that matched learns it from the missed marks).  A rank
+  that misses also says so in the group's c10d store, under the stream's
+  count of launches, before launching: a predicted reduce_scatter of
+  floats carries no marks (programs.FastBlocks), and a rank whose chunk
+  starts with a NaN looks there.
 - What a checked call agreed on is learned at the next launch, when all
   ranks wait for it at the same point of their streams.  A timed-out call
   ends prediction for the stream: its ranks may be out of step.
@@ -42,6 +46,8 @@ class _Stream:
         self.unsettled = None  # (Launched, previous signature, its signature)
         self.running = collections.deque()  # launched, not yet seen done: a timeout among them breaks the stream
         self.broken = False
+        self.seq = 0  # programs launched on the stream: the same count on every rank
+        self.me = None  # this rank's index in the stream's devices (a process drives one device)
 
     def check_timeouts(self):
         """Broken if a collective still running was given up on.  (Asking
@@ -102,7 +108,7 @@ def _stream(devices):
 def submit(kind, static, devices, x, block=None, out_shape=None, timeout_s=None):
     """Launch collective ``kind`` on this rank's block ``x`` (the arguments
     of programs.submit); a ``Launched``."""
-    sig = (kind, static, tuple(x.shape), str(x.dtype),
+    sig = (kind, static, tuple(x.shape), x.dtype,  # (the dtype itself: str() costs 4 us)
            None if block is None else tuple(block), None if out_shape is None else tuple(out_shape))
     s = _stream(devices)
     with s.lock:
@@ -121,7 +127,9 @@ def _launch(s, sig, kind, static, devices, x, block, out_shape, timeout_s):
         if guess == sig:
             programs.counts["fast"] += 1
             p = programs.fast(sig, devices)
-            return programs.Launched(p.launch(x), _verdict(guess, None, devices, x), predicted=True)
+            s.seq += 1
+            return programs.Launched(p.launch(x), _verdict(s, p, guess, None, devices, x),
+                                     predicted=True)
         launched = _missed(s, guess, sig, devices, x, timeout_s)
         if launched is not None:
             return launched
@@ -129,6 +137,7 @@ def _launch(s, sig, kind, static, devices, x, block, out_shape, timeout_s):
         # calls after ``before`` stop being predicted: each miss costs a round)
         del s.follows[before]
         s.misses[before] = s.misses.get(before, 0) + 1
+    s.seq += 1
     launched = programs.submit(kind, static, devices, x, block, out_shape)
     s.last = None
     if programs.fast_capable(kind, static, block, out_shape):
@@ -151,8 +160,10 @@ def _missed(s, guess, sig, devices, x, timeout_s):
     except Exception:  # noqa: BLE001 -- a failed program; its work reports it
         s.broken = True
     p = programs.fast(guess, devices)
-    launched = programs.Launched(p.launch(p.missed_payload(_device(x)), missed=True),
-                                 _verdict(guess, sig, devices, x))
+    s.seq += 1
+    _say_missed(devices, s.seq, devices.index(_device(x)))  # before the launch
+    verdict = _verdict(s, p, guess, sig, devices, x)
+    launched = programs.Launched(p.launch(p.missed_payload(_device(x)), missed=True), verdict)
     try:
         _, check = launched.result(timeout_s)
     except concurrent.futures.TimeoutError:
@@ -161,9 +172,29 @@ def _missed(s, guess, sig, devices, x, timeout_s):
     except Exception:  # noqa: BLE001 -- the program failed; its work reports it
         s.broken = True
         return launched
-    if len(programs.missed_ranks(check)) < len(devices):
+    if len(verdict.missed(check)) < len(devices):
         return launched
     return None
+
+
+def _store():
+    from . import bootstrap
+    return bootstrap.store()
+
+
+def _say_missed(devices, seq, rank):
+    """Write in the store that rank ``rank`` missed the ``seq``-th launch's
+    prediction, and return once the store holds it.  (``add``, not ``set``:
+    TCPStore answers an add but not a set, so a set could still be on its
+    way when a peer, its program done, asks the store and is answered
+    first; that peer would then take this rank for one that hit.)"""
+    _store().add(_missed_key(devices, seq, rank), 1)
+
+
+def _missed_key(devices, seq, rank):
+    """Where rank ``rank`` of the group on ``devices`` says it missed the
+    prediction of its stream's ``seq``-th launch."""
+    return f"tpu_dist/missed/{'.'.join(str(d.id) for d in devices)}/{seq}/{rank}"
 
 
 def _device(x):
@@ -175,14 +206,27 @@ def _describe(sig):
     return f"{kind} {programs.describe(programs.signature(kind, static, shape, dtype))}"
 
 
-def _verdict(guess, mine, devices, x):
-    """A FastPlan's check: None if no rank missed the prediction ``guess``;
-    else every rank's call as far as this rank knows it (``mine``: what
-    this rank called when it missed)."""
-    me = devices.index(_device(x))  # (not x: the check may outlive the payload by long)
+class _Verdict:
+    """A predicted program's check: ``missed(check)`` the ranks that called
+    something else; called, None if no rank missed the prediction ``guess``
+    (launched as the stream's ``seq``-th program), else every rank's call as
+    far as this rank knows it (``mine``: what this rank called when it
+    missed)."""
+    __slots__ = ("plan", "seq", "guess", "mine", "devices", "me")
 
-    def mismatch(check):
-        missed = programs.missed_ranks(check)
+    def __init__(self, plan, seq, guess, mine, devices, me):
+        self.plan, self.seq, self.guess, self.mine, self.devices, self.me = \
+            plan, seq, guess, mine, devices, me
+
+    def asked(self, rank):
+        return _store().check([_missed_key(self.devices, self.seq, rank)])
+
+    def missed(self, check):
+        return self.plan.missed(check, self.asked)
+
+    def __call__(self, check):
+        guess, mine, devices, me = self.guess, self.mine, self.devices, self.me
+        missed = self.missed(check)
         if not missed:
             return None
         rows = []
@@ -194,4 +238,10 @@ def _verdict(guess, mine, devices, x):
             else:
                 rows.append(f"rank {i}: another call than {_describe(guess)}")
         return "; ".join(rows)
-    return mismatch
+
+
+def _verdict(s, plan, guess, mine, devices, x):
+    # (x's device, not x: the check may outlive the payload by long)
+    if s.me is None:
+        s.me = devices.index(_device(x))
+    return _Verdict(plan, s.seq, guess, mine, devices, s.me)
