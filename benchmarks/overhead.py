@@ -19,7 +19,10 @@ compute: between launches they spin-wait for the next one (Eigen's thread
 pool), so while the host spends 20 us on an op, an executor thread spends
 about as long spinning, and the whole-process figure of a mode that launches
 op by op is about twice its host work.  On a TPU that spinning does not exist.
-Variants run round-robin and each keeps the median of its rounds.
+Variants run round-robin and each keeps the median of its rounds; a ratio
+is the median of the rounds' own ratios (each variant against CPU eager's
+run of the same round, seconds apart), so the machine's speed drifting
+between rounds cancels out.
 
     python benchmarks/overhead.py [--rounds 5] [--steps 20] [--plot overhead.png]
 """
@@ -118,7 +121,9 @@ class HostClock:
 
 def measure(makers, calls, warmup, rounds):
     """{variant: (CPU seconds per call, wall seconds per call, host CPU seconds
-    per call)}, each the median of ``rounds`` round-robin runs of ``calls`` calls."""
+    per call)}, each the median of ``rounds`` round-robin runs of ``calls``
+    calls, and {variant: (CPU ratio, host CPU ratio)} to ``cpu-eager`` (when
+    measured), each the median of the rounds' own ratios."""
     fns = {}
     for variant, make in makers.items():
         torch._dynamo.reset()
@@ -140,7 +145,12 @@ def measure(makers, calls, warmup, rounds):
                 for kept, start, now in zip(samples[variant], (cpu, wall, host),
                                             (time.process_time(), time.perf_counter(), host_clock())):
                     kept.append((now - start) / calls)
-    return {v: tuple(statistics.median(k) for k in kept) for v, kept in samples.items()}
+    medians = {v: tuple(statistics.median(k) for k in kept) for v, kept in samples.items()}
+    base = samples.get("cpu-eager")
+    ratios = {} if base is None else {
+        v: tuple(statistics.median(a / b for a, b in zip(kept[i], base[i])) for i in (0, 2))
+        for v, kept in samples.items()}
+    return medians, ratios
 
 
 def run(rounds=5, chain_calls=20, steps=20, warmup=3, chain_variants=CHAIN_VARIANTS,
@@ -152,23 +162,24 @@ def run(rounds=5, chain_calls=20, steps=20, warmup=3, chain_variants=CHAIN_VARIA
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            chain = measure({v: chain_fn for v in chain_variants}, chain_calls, warmup, rounds)
-            micro = measure({v: micro_step_fn for v in step_variants}, steps, warmup, rounds)
+            chain, chain_ratios = measure({v: chain_fn for v in chain_variants}, chain_calls, warmup, rounds)
+            micro, micro_ratios = measure({v: micro_step_fn for v in step_variants}, steps, warmup, rounds)
     finally:
         torch.set_num_threads(threads)
-    return {"chain": {v: tuple(t / CHAIN_OPS for t in times) for v, times in chain.items()}, "micro": micro}
+    return {"chain": {v: tuple(t / CHAIN_OPS for t in times) for v, times in chain.items()}, "micro": micro,
+            "ratios": {"chain": chain_ratios, "micro": micro_ratios}}
 
 
 def rows(results):
     """Table rows: benchmark, variant, CPU and wall time, CPU ratio to CPU eager."""
     out = []
     for name, unit, scale in (("chain", "µs/op", 1e6), ("micro", "ms/step", 1e3)):
-        base = results[name].get("cpu-eager", (None,))[0]
-        host_base = results[name].get("cpu-eager", (None, None, None))[2]
+        ratios = results["ratios"][name]
         for variant, (cpu, wall, host) in results[name].items():
+            cpu_ratio, host_ratio = ratios.get(variant, (None, None))
             out.append([f"{name} ({unit})", variant, f"{cpu * scale:.1f}", f"{wall * scale:.1f}",
-                        f"{cpu / base:.1f}x" if base else "-", f"{host * scale:.1f}",
-                        f"{host / host_base:.1f}x" if host_base else "-"])
+                        f"{cpu_ratio:.1f}x" if cpu_ratio else "-", f"{host * scale:.1f}",
+                        f"{host_ratio:.1f}x" if host_ratio else "-"])
     return out
 
 
@@ -183,10 +194,8 @@ def plot(results, path, bar_chart):
                 if v in results["chain"] or v in results["micro"]]
     values = {}
     for group, name in zip(groups, ("chain", "micro")):
-        base = results[name].get("cpu-eager", (None,))[0]
-        for variant, (cpu, *_) in results[name].items():
-            if base:
-                values[(group, variant)] = cpu / base
+        for variant, (ratio, _) in results["ratios"][name].items():
+            values[(group, variant)] = ratio
     bar_chart(path, groups, variants, values, "CPU time / PyTorch CPU eager (log)",
               "Host CPU time / PyTorch CPU eager, 1 thread (lower is better)", log=True)
 

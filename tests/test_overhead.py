@@ -257,3 +257,7 @@ def test_overhead_benchmark_counts_host_threads_apart():
     for cpu, wall, host in results["chain"].values():
         assert 0 < host <= cpu * 1.05 and wall > 0
     assert [r[:2] for r in overhead.rows(results)] == [["chain (µs/op)", "cpu-eager"], ["chain (µs/op)", "tpu-fused"]]
+    # ratios pair each round's runs (the machine's speed drifts between rounds)
+    ratios = results["ratios"]["chain"]
+    assert ratios["cpu-eager"] == (1.0, 1.0) and all(r > 0 for r in ratios["tpu-fused"])
+    assert [r[4] for r in overhead.rows(results)][0] == "1.0x"
