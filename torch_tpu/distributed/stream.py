@@ -26,6 +26,11 @@ guess costs a wasted round, never mismatched buffers.
 - What a checked call agreed on is learned at the next launch, when all
   ranks wait for it at the same point of their streams.  A timed-out call
   ends prediction for the stream: its ranks may be out of step.
+- After MAX_MISSES changes of what follows a call, the calls after it are
+  no longer predicted (a pattern that alternates would miss every time),
+  until the same call has followed it STABLE times running: one barrier or
+  logging all_reduce in a loop of all_reduces must not leave the loop
+  checked for good.
 """
 import collections
 import concurrent.futures
@@ -35,6 +40,7 @@ from . import programs
 
 
 MAX_MISSES = 2
+STABLE = 8
 
 
 class _Stream:
@@ -42,6 +48,7 @@ class _Stream:
         self.lock = threading.Lock()  # DDP launches from autograd's thread
         self.follows = {}  # agreed signature -> the agreed one that came next
         self.misses = {}  # agreed signature -> how often every rank missed after it
+        self.runs = {}  # agreed signature no longer predicted after -> (what followed it, how often running)
         self.last = None  # the previous call's agreed signature, when known
         self.unsettled = None  # (Launched, previous signature, its signature)
         self.running = collections.deque()  # launched, not yet seen done: a timeout among them breaks the stream
@@ -83,9 +90,24 @@ class _Stream:
             self.broken = True
             return
         if agreed:
-            if before is not None and self.misses.get(before, 0) < MAX_MISSES:
-                self.follows[before] = sig
+            if before is not None:
+                self._learn(before, sig)
             self.last = sig
+
+    def _learn(self, before, sig):
+        """``sig`` (agreed) followed ``before``: predict it next time, unless
+        what follows ``before`` changed MAX_MISSES times; then again once it
+        has followed ``before`` STABLE times running."""
+        if self.misses.get(before, 0) < MAX_MISSES:
+            self.follows[before] = sig
+            return
+        run = self.runs.get(before)
+        count = run[1] + 1 if run is not None and run[0] == sig else 1
+        if count < STABLE:
+            self.runs[before] = (sig, count)
+            return
+        del self.runs[before], self.misses[before]
+        self.follows[before] = sig
 
     def predicted(self):
         if self.broken or self.last is None:
