@@ -595,6 +595,17 @@ def _check_prediction(torch, dist, r, w, dev):
     fast = programs.counts["fast"]
     a()
     assert programs.counts["fast"] == fast + 1, programs.counts
+    # a small predicted call is reduced on each rank from every rank's
+    # gathered payload: bool (logical or) and int64 MIN as the CPU's
+    for _ in range(4):
+        fast = programs.counts["fast"]
+        tb = torch.tensor([r == 0, False, True], device=dev)
+        dist.all_reduce(tb)
+        ti = torch.tensor([r, -r, 5], device=dev)
+        dist.all_reduce(ti, op=R.MIN)
+        _eq(tb, [True, False, True])
+        _eq(ti, [0, -(w - 1), 5])
+    assert programs.counts["fast"] == fast + 2, programs.counts
     # the predicted program is one collective (a small payload: an all-gather
     # of every rank's payload and flag, reduced on each rank as the checked
     # program does), never cheap enough to run inline, and the same
