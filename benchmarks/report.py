@@ -239,7 +239,9 @@ mode adds over a native backend's dispatch. "Host CPU" counts only the threads
 that run PyTorch (the caller and autograd's tpu thread), not XLA:CPU's
 executor threads, which stand in for the device: between launches they
 spin-wait for the next one, so for modes that launch op by op the
-whole-process figure is about twice the host's work.
+whole-process figure is about twice the host's work. Each ratio is the
+median over rounds of that round's own ratio to CPU eager's run of the same
+round, so the machine's speed drifting between rounds cancels out.
 """
     if errors:
         md += "\n## Failed runs\n\n" + "\n".join(f"- {c} {v}: {e}" for (c, v), e in errors.items()) + "\n"
