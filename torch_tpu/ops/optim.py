@@ -20,8 +20,8 @@ from ..eager.launch import launch
 from .registry import register_raw
 
 
-@functools.lru_cache(maxsize=None)
 def _adam_fn(adamw: bool, amsgrad: bool, maximize: bool):
+    """The Adam(W) update over lists, traced inside ``_adam_flat``'s jit."""
     def step(params, grads, exp_avgs, exp_avg_sqs, max_sqs, steps, lr, beta1, beta2, wd, eps, inv_scale):
         outs = ([], [], [], [])
         for i, (p, g, m, v, s) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs, steps)):
@@ -51,7 +51,7 @@ def _adam_fn(adamw: bool, amsgrad: bool, maximize: bool):
             outs[1].append(m32.astype(m.dtype))
             outs[2].append(v32.astype(v.dtype))
         return outs
-    return jax.jit(step)
+    return step
 
 
 def _read_all(tensors):
