@@ -18,6 +18,7 @@ from jax import lax
 from .. import dtypes, precision
 from ..dtypes import opmath, to_opmath
 from ..eager import access, checks
+from ..storage import views
 from . import indexing, random_bits
 from .registry import guard, kernel, register, register_raw, rng_key
 
@@ -83,7 +84,7 @@ def _conv_args(x, stride, padding, dilation, output_padding):
     return _tup(stride, n, (1,)), _tup(padding, n, (0,)), _tup(dilation, n, (1,)), _tup(output_padding, n, (0,))
 
 
-@register("convolution.default", layout_from=(0, 1))
+@register("convolution.default", layout=views.channels_last_from(0, 1))
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     stride, padding, dilation, output_padding = _conv_args(input, stride, padding, dilation, output_padding)
     y = _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups)
@@ -92,7 +93,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     return y
 
 
-@register("convolution_backward.default", mask="output_mask", layout_from=(1, 2))
+@register("convolution_backward.default", mask="output_mask", layout=views.channels_last_from(1, 2))
 def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
                          transposed, output_padding, groups, output_mask):
     stride, padding, dilation, output_padding = _conv_args(input, stride, padding, dilation, output_padding)
@@ -441,7 +442,7 @@ def _bn_forward(input, weight, bias, running_mean, running_var, training, moment
     return outs
 
 
-_bn_kernel = kernel("native_batch_norm.default", _bn_forward, meta=False, layout_from=(0,))
+_bn_kernel = kernel("native_batch_norm.default", _bn_forward, meta=False, layout=views.channels_last_from(0))
 
 
 @register_raw("native_batch_norm.default", "_native_batch_norm_legit.default")
@@ -472,7 +473,7 @@ def _native_batch_norm_legit_no_training(input, weight, bias, running_mean, runn
     return _bn_forward(input, weight, bias, running_mean, running_var, False, momentum, eps)
 
 
-@register("native_batch_norm_backward.default", mask="output_mask", layout_from=(1,))
+@register("native_batch_norm_backward.default", mask="output_mask", layout=views.channels_last_from(1))
 def native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean,
                                save_invstd, train, eps, output_mask):
     x, dy = to_opmath(input), to_opmath(grad_out)

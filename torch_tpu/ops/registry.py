@@ -83,10 +83,11 @@ class Options:
     rng: bool = False            # the implementation draws random numbers (ctx().key)
     allow_cpu: tuple = ()        # argument names that may be CPU tensors (index tensors)
     meta: bool = True            # run PyTorch's meta kernel first
-    # positions of tensor arguments whose channels_last layout the outputs of
-    # the same rank take (ATen's CPU convolution and batch norm do; their meta
-    # kernels answer row-major)
-    layout_from: tuple = ()
+    # (args, out_specs) -> out_specs: the strides the CPU gives the outputs
+    # where the meta kernel (or, without one, the traced result: row-major)
+    # says otherwise: channels_last like the input for ATen's CPU convolution
+    # and batch norm (views.channels_last_from), the query's layout for SDPA
+    layout: object = None
     # (args, kwargs) -> the outputs' torch dtypes (None: the meta kernel's), for
     # ops whose CPU kernel picks other dtypes than their meta kernel does
     out_dtypes: object = None
@@ -741,19 +742,19 @@ class Kernel:
                 traced, *inputs, *[_offset_arg(0)] * n_offsets, np.zeros(0, np.uint32)))
             rng_words = [rng_plan.dummy()]
         if out_specs is None:  # no meta kernel: shapes from tracing our implementation,
-            # as jit's own trace, which the first call then reuses.  When layout_from
+            # as jit's own trace, which the first call then reuses.  When layout
             # may change the specs after, the probe traces a stand-in function:
             # jit's trace cache is keyed on the function (and its name), and the
             # first call must trace again with the final specs.
             probe = list(inputs) + [_offset_arg(0)] * n_offsets + rng_words
-            shapes = (jax.eval_shape(lambda *xs: traced(*xs), *probe) if self.opts.layout_from
+            shapes = (jax.eval_shape(lambda *xs: traced(*xs), *probe) if self.opts.layout is not None
                       else fn.trace(*probe).out_info)
             shapes = shapes if isinstance(shapes, (tuple, list)) else [shapes]
             out_specs = [OutSpec(tuple(o.shape), buffers.contiguous_strides(o.shape), np.dtype(o.dtype))
                          for o in shapes]
             single = len(out_specs) == 1
-        if self.opts.layout_from and mode != "inplace":
-            out_specs = views.channels_last_like([args[i] for i in self.opts.layout_from if i < len(args)], out_specs)
+        if self.opts.layout is not None and mode != "inplace":
+            out_specs = self.opts.layout(args, out_specs)
         log.debug("compile %s for %s", self.name, key)
         _logs.kernel_compile(self, args, kwargs)  # TORCH_TPU_LOGS=recompiles
         if mode == "inplace":  # a write covering its whole buffer returns the value's shape

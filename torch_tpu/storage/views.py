@@ -295,16 +295,36 @@ def wrap_result(buf, spec):
     return wrap(buf, shape=spec.size, strides=spec.stride)
 
 
-def channels_last_like(tensors, out_specs):
-    """``out_specs`` with channels_last strides for the outputs of the rank of
-    the first of ``tensors`` laid out channels_last (PyTorch's suggested format)."""
-    for t in tensors:
-        if isinstance(t, torch.Tensor) and t.dim() in (4, 5):
-            fmt = torch._prims_common.suggest_memory_format(t)
-            if fmt in (torch.channels_last, torch.channels_last_3d):
-                return [s._replace(stride=torch.empty(s.size, device="meta", memory_format=fmt).stride())
-                        if len(s.size) == t.dim() else s for s in out_specs]
-    return out_specs
+def channels_last_from(*positions):
+    """An op's ``layout`` option (ops/registry.py): the outputs of the rank of
+    the first argument at ``positions`` laid out channels_last (PyTorch's
+    suggested format for it) take channels_last strides too."""
+    def layout(args, out_specs):
+        for i in positions:
+            t = args[i] if i < len(args) else None
+            if isinstance(t, torch.Tensor) and t.dim() in (4, 5):
+                fmt = torch._prims_common.suggest_memory_format(t)
+                if fmt in (torch.channels_last, torch.channels_last_3d):
+                    return [s._replace(stride=torch.empty(s.size, device="meta", memory_format=fmt).stride())
+                            if len(s.size) == t.dim() else s for s in out_specs]
+        return out_specs
+    return layout
+
+
+def laid_out_like(t, spec):
+    """Output ``spec`` with the strides ``torch.empty_like(t)`` has (for
+    another shape of ``t``'s rank: dense, in ``t``'s dimension order), as
+    PyTorch's kernels lay out SDPA's output and gradients after its inputs."""
+    if len(spec.size) != t.dim():
+        return spec
+    if spec.size == tuple(t.shape):
+        return spec._replace(stride=torch.empty_like(t, device="meta").stride())
+    order = sorted(range(t.dim()), key=t.stride, reverse=True)  # (stable: ties keep their dim order)
+    stride, acc = [0] * t.dim(), 1
+    for d in reversed(order):
+        stride[d] = acc
+        acc *= max(spec.size[d], 1)
+    return spec._replace(stride=tuple(stride))
 
 
 @functools.lru_cache(maxsize=None)

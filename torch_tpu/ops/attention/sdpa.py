@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ... import precision
-from ...storage import buffers
+from ...storage import buffers, views
 from ..registry import kernel, register, register_raw, resolve
 
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
@@ -113,7 +113,22 @@ def _fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out
 
 # ---- kernels ----------------------------------------------------------------
 
-_forward = kernel(_FUSED, _fused_forward, meta=False)
+# Outputs laid out as the CPU's kernels (and the meta kernels) lay them out:
+# the attention like the query (for a query made by transposing (batch, seq,
+# heads, dim), ``out.transpose(1, 2).reshape(...)`` is then a view, not a
+# copy), each gradient like its input.
+def _out_like_query(args, out_specs):
+    return [views.laid_out_like(args[0], out_specs[0]), *out_specs[1:]]
+
+
+def _grads_like_inputs(args, out_specs):
+    mask = args[5] if len(args) > 5 else (True,) * 4  # grad_input_mask: which of q, k, v, bias
+    inputs = [t for t, wanted in zip(args[1:5], mask) if wanted]
+    return [spec if t is None else views.laid_out_like(t, spec) for t, spec in zip(inputs, out_specs)]
+
+
+# (its meta kernel returns the op's nine results; the kernel computes two)
+_forward = kernel(_FUSED, _fused_forward, meta=False, layout=_out_like_query)
 
 
 class _ForwardInGraph:
@@ -141,7 +156,7 @@ def fused_attention(query, key, value, *args, **kwargs):
 
 
 register("_scaled_dot_product_fused_attention_overrideable_backward.default",
-         mask="grad_input_mask")(_fused_backward)
+         mask="grad_input_mask", layout=_grads_like_inputs)(_fused_backward)
 
 
 # ---- routing F.scaled_dot_product_attention -----------------------------------
