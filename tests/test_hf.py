@@ -235,6 +235,39 @@ def test_safetensors_load_file_device_tpu(tmp_path):
     assert safetensors_torch.load_file(path, device="tpu")["w"].device.type == "tpu"
 
 
+# ---- layouts: every op's results strided as on the CPU ------------------------------
+
+def _op_layouts(model, ids):
+    """[(op, output strides)] of one forward and backward, in dispatch order."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            seen.append((func.__name__, [t.stride() for t in tree_leaves(out) if isinstance(t, torch.Tensor)]))
+            return out
+    with Record():
+        model(input_ids=ids, labels=ids).loss.backward()
+    return seen
+
+
+def test_training_step_ops_lay_out_results_as_the_cpu(model_dirs, no_fallback):
+    """Strides decide whether the next view is a view or a copy: each op of a
+    llama training step (rotary embedding, grouped-query attention) gives its
+    results the CPU's strides.  (The attention op itself is another overload
+    on each device: only its position in the sequence is compared.)"""
+    ids = _ids(n=8, batch=2)
+    cpu = _op_layouts(_load(model_dirs["llama"]), ids)
+    tpu = _op_layouts(_load(model_dirs["llama"]).to("tpu"), ids.to("tpu"))
+    attention = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_fused_attention_overrideable")
+    assert [name.replace(*attention) for name, _ in cpu] == [name for name, _ in tpu]
+    differ = [(i, name, c, t) for i, ((name, c), (_, t)) in enumerate(zip(cpu, tpu))
+              if c != t and "scaled_dot_product" not in name]
+    assert not differ, f"ops whose results are strided otherwise than on the CPU: {differ[:5]}"
+
+
 # ---- training: Trainer and Accelerate --------------------------------------------------
 
 def _lm_dataset(n=8, length=12):

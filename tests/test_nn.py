@@ -799,31 +799,54 @@ def test_attention_runs_as_one_fused_op_where_it_can(kind):
         assert ops.count(fused) == 1 and "bmm.default" not in ops
 
 
-def _attention_leaves(layout, device):
-    """(leaves, q, k, v): inputs laid out (batch, heads, seq, dim) row-major,
-    transposed from (batch, seq, heads, dim), or split from one (batch, seq,
-    3 * heads * dim) projection as a GPT block makes them."""
+def _attention_leaves(layout, device, kv_heads=2):
+    """(leaves, q, k, v) with 2 query heads: laid out (batch, heads, seq, dim)
+    row-major ("bhsd"), transposed from (batch, seq, heads, dim) ("bshd"), keys
+    and values row-major under such a query ("bshd_q", with ``kv_heads``), or
+    split from one (batch, seq, 3 * heads * dim) projection as a GPT block
+    makes them ("split")."""
     g = torch.Generator().manual_seed(0)
+
+    def make(heads, order):
+        shape = (2, heads, 5, 8) if order == "bhsd" else (2, 5, heads, 8)
+        t = torch.randn(shape, generator=g).to(device).requires_grad_()
+        return t, (t if order == "bhsd" else t.transpose(1, 2))
     if layout == "split":
         x = torch.randn(2, 5, 3 * 16, generator=g).to(device).requires_grad_()
         q, k, v = (t.view(2, 5, 2, 8).transpose(1, 2) for t in x.split(16, dim=2))
         return [x], q, k, v
-    shape = (2, 2, 5, 8) if layout == "bhsd" else (2, 5, 2, 8)
-    leaves = [torch.randn(shape, generator=g).to(device).requires_grad_() for _ in range(3)]
-    q, k, v = leaves if layout == "bhsd" else (t.transpose(1, 2) for t in leaves)
-    return leaves, q, k, v
+    orders = {"bhsd": ("bhsd",) * 3, "bshd": ("bshd",) * 3, "bshd_q": ("bshd", "bhsd", "bhsd")}[layout]
+    made = [make(heads, order) for heads, order in zip((2, kv_heads, kv_heads), orders)]
+    return [t for t, _ in made], *(view for _, view in made)
 
 
-@pytest.mark.parametrize("layout", ["bhsd", "bshd", "split"])
-def test_attention_lays_out_its_output_and_gradients_as_the_cpu(layout):
-    results = {}
-    for device in ("cpu", "tpu"):
-        leaves, q, k, v = _attention_leaves(layout, device)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+def _attention_layouts(layout, device, kv_heads=2):
+    """The strides of the attention, and of the gradients as the backward op returns them (before
+    autograd lays out a leaf's gradient like the leaf)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    grads = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if "scaled_dot_product" in str(func) and "backward" in str(func):
+                grads.extend(tuple(t.stride()) for t in out[:3])
+            return out
+    leaves, q, k, v = _attention_leaves(layout, device, kv_heads)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv_heads != 2)
+    with Record():
         out.backward(torch.ones_like(out))
-        results[device] = out, [t.grad for t in leaves]
-    (cpu_out, cpu_grads), (tpu_out, tpu_grads) = results["cpu"], results["tpu"]
-    assert tpu_out.stride() == cpu_out.stride()
+    return out, tuple(out.stride()), grads, [t.grad for t in leaves]
+
+
+@pytest.mark.parametrize("layout,kv_heads", [("bhsd", 2), ("bshd", 2), ("bshd_q", 1), ("split", 2)])
+def test_attention_lays_out_its_output_and_gradients_as_the_cpu(layout, kv_heads):
+    """The attention like the query, the gradients (batch, seq, heads, dim)
+    ordered whatever the inputs' layout: as the CPU's flash kernels."""
+    cpu_out, cpu_layout, cpu_grad_layouts, cpu_grads = _attention_layouts(layout, "cpu", kv_heads)
+    tpu_out, tpu_layout, tpu_grad_layouts, tpu_grads = _attention_layouts(layout, "tpu", kv_heads)
+    assert len(cpu_grad_layouts) == 3  # (the CPU took its flash kernel)
+    assert (tpu_layout, tpu_grad_layouts) == (cpu_layout, cpu_grad_layouts)
     torch.testing.assert_close(tpu_out.cpu(), cpu_out.detach(), atol=1e-5, rtol=1e-5)
     for cpu_grad, tpu_grad in zip(cpu_grads, tpu_grads, strict=True):
         assert tpu_grad.stride() == cpu_grad.stride()

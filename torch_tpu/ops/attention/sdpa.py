@@ -113,18 +113,26 @@ def _fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out
 
 # ---- kernels ----------------------------------------------------------------
 
-# Outputs laid out as the CPU's kernels (and the meta kernels) lay them out:
-# the attention like the query (for a query made by transposing (batch, seq,
-# heads, dim), ``out.transpose(1, 2).reshape(...)`` is then a view, not a
-# copy), each gradient like its input.
+# Outputs laid out as the CPU's flash kernels lay them out: the attention like
+# the query (``torch.empty_like``), the gradients of 4-D queries, keys and
+# values in (batch, seq, heads, dim) order whatever their inputs' layout.  For
+# the usual query, a (batch, seq, heads, dim) projection transposed, the head
+# merge after attention (``out.transpose(1, 2).reshape(...)``) and the
+# gradients' way back through the projection's view are then views, not copies.
 def _out_like_query(args, out_specs):
     return [views.laid_out_like(args[0], out_specs[0]), *out_specs[1:]]
 
 
-def _grads_like_inputs(args, out_specs):
+def _seq_major(spec):
+    b, h, s, d = spec.size
+    return spec._replace(stride=(s * h * d, d, h * d, 1))
+
+
+def _grads_like_cpu(args, out_specs):
     mask = args[5] if len(args) > 5 else (True,) * 4  # grad_input_mask: which of q, k, v, bias
-    inputs = [t for t, wanted in zip(args[1:5], mask) if wanted]
-    return [spec if t is None else views.laid_out_like(t, spec) for t, spec in zip(inputs, out_specs)]
+    which = [i for i, wanted in enumerate(mask) if wanted]
+    return [views.laid_out_like(args[4], spec) if i == 3 else _seq_major(spec) if len(spec.size) == 4 else spec
+            for i, spec in zip(which, out_specs)]
 
 
 # (its meta kernel returns the op's nine results; the kernel computes two)
@@ -156,7 +164,7 @@ def fused_attention(query, key, value, *args, **kwargs):
 
 
 register("_scaled_dot_product_fused_attention_overrideable_backward.default",
-         mask="grad_input_mask", layout=_grads_like_inputs)(_fused_backward)
+         mask="grad_input_mask", layout=_grads_like_cpu)(_fused_backward)
 
 
 # ---- routing F.scaled_dot_product_attention -----------------------------------
