@@ -253,14 +253,16 @@ def _op_layouts(model, ids):
     return seen
 
 
-def test_training_step_ops_lay_out_results_as_the_cpu(model_dirs, no_fallback):
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_training_step_ops_lay_out_results_as_the_cpu(model_dirs, arch, no_fallback):
     """Strides decide whether the next view is a view or a copy: each op of a
-    llama training step (rotary embedding, grouped-query attention) gives its
-    results the CPU's strides.  (The attention op itself is another overload
-    on each device: only its position in the sequence is compared.)"""
+    training step (llama: rotary embedding, grouped-query attention) gives its
+    results the CPU's strides, so the step runs the CPU's ops, no copy more.
+    (The attention op itself is another overload on each device: only its
+    position in the sequence is compared.)"""
     ids = _ids(n=8, batch=2)
-    cpu = _op_layouts(_load(model_dirs["llama"]), ids)
-    tpu = _op_layouts(_load(model_dirs["llama"]).to("tpu"), ids.to("tpu"))
+    cpu = _op_layouts(_load(model_dirs[arch]), ids)
+    tpu = _op_layouts(_load(model_dirs[arch]).to("tpu"), ids.to("tpu"))
     attention = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_fused_attention_overrideable")
     assert [name.replace(*attention) for name, _ in cpu] == [name for name, _ in tpu]
     differ = [(i, name, c, t) for i, ((name, c), (_, t)) in enumerate(zip(cpu, tpu))
