@@ -61,3 +61,23 @@ def test_lazy_conjugate_and_negative_views_read_and_write_through():
     written.conj().copy_(torch.tensor([5 + 5j, 6 - 6j]))
     want.conj().copy_(torch.tensor([5 + 5j, 6 - 6j]))
     assert torch.equal(written.cpu(), want)
+
+
+def _layout(t):
+    """Strides of the dims that have more than one element (the rest address nothing)."""
+    return tuple(st for st, n in zip(t.stride(), t.shape) if n > 1)
+
+
+@pytest.mark.parametrize("shape,perm,dims", [((5, 6, 7), None, [0, 1, 2]), ((5, 6, 7), None, [0, 1]),
+                                             ((5, 6, 7), (1, 0, 2), [0, 1, 2]), ((4, 5, 6, 7), None, [1, 3])])
+def test_real_to_complex_result_is_laid_out_as_on_the_cpu(shape, perm, dims):
+    """rfftn's result is row-major on the CPU where the meta kernel strides it
+    otherwise: ``torch.fft.rfftn(x).view(-1)`` works there, and so here."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    x = x.permute(perm) if perm else x
+    cpu = torch.ops.aten._fft_r2c(x, dims, 0, True)
+    tpu = torch.ops.aten._fft_r2c(x.to("tpu"), dims, 0, True)
+    assert _layout(tpu) == _layout(cpu)
+    torch.testing.assert_close(tpu.cpu(), cpu, atol=1e-4, rtol=1e-5)
+    if perm is None and len(dims) == len(shape):
+        assert torch.fft.rfftn(x.to("tpu")).view(-1).shape == torch.fft.rfftn(x).view(-1).shape
