@@ -81,3 +81,12 @@ def test_real_to_complex_result_is_laid_out_as_on_the_cpu(shape, perm, dims):
     torch.testing.assert_close(tpu.cpu(), cpu, atol=1e-4, rtol=1e-5)
     if perm is None and len(dims) == len(shape):
         assert torch.fft.rfftn(x.to("tpu")).view(-1).shape == torch.fft.rfftn(x).view(-1).shape
+
+
+def test_hermitian_transform_result_is_laid_out_as_on_the_cpu():
+    """hfftn over (0, -1): c2c then c2r, each laid out as the CPU lays it out."""
+    x = torch.randn(5, 6, 7, dtype=torch.complex64, generator=torch.Generator().manual_seed(0))
+    cpu = torch.fft.hfftn(x, dim=(0, -1))
+    tpu = torch.fft.hfftn(x.to("tpu"), dim=(0, -1))
+    assert _layout(tpu) == _layout(cpu) == (12, 60, 1)
+    torch.testing.assert_close(tpu.cpu(), cpu, atol=1e-4, rtol=1e-5)

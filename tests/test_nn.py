@@ -689,6 +689,16 @@ def test_max_unpool():
         F.max_unpool1d(v.to("tpu"), torch.tensor([[[0, 6, 1]]], device="tpu"), 2, output_size=[6])
 
 
+def test_max_unpool2d_of_a_channels_last_input_is_channels_last():
+    """As the CPU's: the result follows a channels_last input (the 3d op's stays row-major)."""
+    out, idx = F.max_pool2d(r(1, 2, 4, 6, grad=False).contiguous(memory_format=torch.channels_last), 2,
+                            return_indices=True)
+    cpu = F.max_unpool2d(out, idx, 2)
+    tpu = F.max_unpool2d(out.to("tpu"), idx.to("tpu"), 2)
+    assert tpu.stride() == cpu.stride() == (48, 1, 12, 2)
+    assert torch.equal(tpu.cpu(), cpu)
+
+
 # ---- padding, im2col, pixel shuffle --------------------------------------------
 
 @pytest.mark.parametrize("pad", [(1, 2), (1, 1, 2, 0), (2, 1, 0, 1, 1, 1), (-1, 2, 1, -1)])

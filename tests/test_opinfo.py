@@ -3,7 +3,7 @@
 For each entry (OpInfo name + "." + variant), the harness (tests/tools/opinfo_harness.py,
 its docstring has the details) draws ``op.sample_inputs("cpu", dtype)``, runs the op on
 the CPU and on a tpu copy of the sample, and requires, for the first 8 samples:
-  * the same output structure, dtypes, shapes and values (dtype-appropriate
+  * the same output structure, dtypes, shapes, strides and values (dtype-appropriate
     tolerances, widened by the OpInfo's own hints);
   * no op ran through the CPU fallback (``torch_tpu.fallback_ops()`` unchanged);
   * tpu outputs on tpu.

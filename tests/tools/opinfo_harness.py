@@ -16,6 +16,10 @@ What a check does (``check_forward`` / ``check_gradient``):
 * the tpu run gets a copy of every tensor of the sample (input, args, kwargs,
   recursively, 0-dim tensors included, aliasing kept), made before the CPU run so
   an op that mutates its input cannot leak the mutation;
+* each strided tpu result of two elements or more has the CPU result's
+  strides along its dims of more than one element (a ``.view`` then works on
+  tpu where it does on the CPU), except the column-major LAPACK-style results
+  of ``COLUMN_MAJOR_ON_THE_CPU``, row-major here;
 * the entry passes only if every sample matches *and* nothing ran through the
   CPU fallback (``torch_tpu.fallback_ops()`` before/after), every tpu output is a
   tpu tensor, and no error was raised on tpu that the CPU did not raise;
@@ -571,6 +575,28 @@ def _cpu_tree(x):
     return _tree(x, lambda t: t.detach().cpu())
 
 
+# Results the CPU lays out column-major (LAPACK's order; nonzero's transposed
+# result) and tpu row-major: the more permissive layout (a ``.view`` that works
+# on the CPU works here), kept rather than paid for with a transpose per call.
+COLUMN_MAJOR_ON_THE_CPU = {"geqrf", "linalg.eig", "linalg.lstsq", "linalg.lstsq.grad_oriented", "argwhere"}
+
+
+def _layout(t):
+    """A result's strides along the dims with more than one element (the rest address nothing)."""
+    return tuple(st for st, n in zip(t.stride(), t.shape) if n > 1)
+
+
+def _compare_layouts(name, got, expected):
+    """Each strided tpu result has the CPU result's strides (before any copy to the host)."""
+    if name in COLUMN_MAJOR_ON_THE_CPU:
+        return
+    pairs = zip(_leaves(got), _leaves(expected)) if len(_leaves(got)) == len(_leaves(expected)) else ()
+    for i, (g, e) in enumerate(pairs):
+        if (isinstance(g, torch.Tensor) and isinstance(e, torch.Tensor) and g.layout == e.layout == torch.strided
+                and g.shape == e.shape and e.numel() > 1 and _layout(g) != _layout(e)):  # (an empty one addresses nothing)
+            raise Mismatch(f"output {i} strided {tuple(g.stride())} vs CPU {tuple(e.stride())} (shape {tuple(e.shape)})")
+
+
 def _check_on_tpu(out):
     for t in _leaves(out):
         if t.device.type != "tpu":
@@ -633,6 +659,10 @@ def check_forward(op, dtype=None, n=N_FORWARD) -> Result:
             ran += 1
             if not _mentions_cpu(parts):
                 _check_on_tpu(got)
+            try:
+                _compare_layouts(entry_name(op), got, expected)
+            except Mismatch as e:
+                raise Mismatch(f"sample {i} ({_describe(s)}): {e}") from None
             if reason_meta is not None:
                 meta_reasons.add(reason_meta)
             try:

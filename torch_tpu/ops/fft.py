@@ -8,6 +8,7 @@ import math
 import jax.numpy as jnp
 import torch
 
+from ..storage import buffers
 from .registry import out_dtype, register
 
 _NONE, _BY_ROOT_N, _BY_N = 0, 1, 2
@@ -25,7 +26,35 @@ def _signal_size(shape, dim):
     return math.prod(shape[d] for d in dim)
 
 
-@register("_fft_c2c.default")
+# The CPU lays out a transform's result its own way (pocketfft's and MKL's,
+# not the meta kernels': rfftn of a (5, 6, 7) tensor is row-major there,
+# (6, 1, 30)-strided by the meta kernel; hfftn over dims (0, -1) likewise),
+# and ``.view`` of the result works or fails by it.  The layout depends on the
+# input's geometry only: the CPU kernel is asked once per signature, on a zero
+# tensor of that geometry (inputs past _CPU_PROBE_NUMEL elements keep the meta
+# kernel's layout).
+_CPU_PROBE_NUMEL = 1 << 16
+_aten = torch.ops.aten
+
+
+def _layout_like_cpu(op, probe_dtype):
+    """A ``layout`` option: the strides ``op`` (the CPU's kernel) gives a
+    ``probe_dtype`` input of the same geometry."""
+    def layout(args, out_specs):
+        x = args[0]
+        if x.numel() > _CPU_PROBE_NUMEL:
+            return out_specs
+        shape, stride = tuple(x.shape), x.stride()
+        probe = torch.zeros(buffers.storage_numel(shape, stride), dtype=probe_dtype).as_strided(shape, stride)
+        try:
+            on_cpu = op(probe, *args[1:])
+        except RuntimeError:  # (the op's own error comes from the meta kernel, before this)
+            return out_specs
+        return [out_specs[0]._replace(stride=on_cpu.stride())] if on_cpu.shape == out_specs[0].size else out_specs
+    return layout
+
+
+@register("_fft_c2c.default", layout=_layout_like_cpu(_aten._fft_c2c.default, torch.complex64))
 def fft_c2c(self, dim, normalization, forward):
     dim = tuple(dim)
     y = (jnp.fft.fftn(self, axes=dim, norm="backward") if forward
@@ -33,28 +62,7 @@ def fft_c2c(self, dim, normalization, forward):
     return _scaled(y, _signal_size(self.shape, dim), normalization).astype(out_dtype())
 
 
-# The CPU's r2c lays its result out its own way (pocketfft's and MKL's, not the
-# meta kernel's: rfftn of a (5, 6, 7) tensor is row-major there, (6, 1, 30)-
-# strided by the meta kernel), and ``.view`` of the result works or fails by
-# it.  The layout depends on the input's geometry only: the CPU kernel is
-# asked once per signature, on a zero tensor of that geometry (inputs past
-# _CPU_PROBE_NUMEL elements keep the meta kernel's layout).
-_CPU_PROBE_NUMEL = 1 << 16
-
-
-def _r2c_layout_like_cpu(args, out_specs):
-    x, dim, normalization, onesided = args[:4]
-    if x.numel() > _CPU_PROBE_NUMEL:
-        return out_specs
-    probe = torch.zeros(x.shape).as_strided(x.shape, x.stride()) if x.numel() else torch.zeros(x.shape)
-    try:
-        on_cpu = torch.ops.aten._fft_r2c(probe, dim, normalization, onesided)
-    except RuntimeError:  # (the op's own error comes from the meta kernel, before this)
-        return out_specs
-    return [out_specs[0]._replace(stride=on_cpu.stride())] if on_cpu.shape == out_specs[0].size else out_specs
-
-
-@register("_fft_r2c.default", layout=_r2c_layout_like_cpu)
+@register("_fft_r2c.default", layout=_layout_like_cpu(_aten._fft_r2c.default, torch.float32))
 def fft_r2c(self, dim, normalization, onesided):
     dim = tuple(dim)
     y = (jnp.fft.rfftn(self, axes=dim, norm="backward") if onesided
@@ -62,7 +70,7 @@ def fft_r2c(self, dim, normalization, onesided):
     return _scaled(y, _signal_size(self.shape, dim), normalization).astype(out_dtype())
 
 
-@register("_fft_c2r.default")
+@register("_fft_c2r.default", layout=_layout_like_cpu(_aten._fft_c2r.default, torch.complex64))
 def fft_c2r(self, dim, normalization, last_dim_size):
     dim = tuple(dim)
     sizes = [self.shape[d] for d in dim[:-1]] + [int(last_dim_size)]

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from ..storage import views
 from . import indexing
 from .registry import guard, register
 
@@ -29,7 +30,8 @@ def _max_unpool(x, indices, output_size):
     return out.reshape(shape)
 
 
-@register("max_unpool2d.default")
+# (the CPU's 2d result follows a channels_last input; its 3d one is row-major)
+@register("max_unpool2d.default", layout=views.channels_last_from(0))
 def max_unpool2d(self, indices, output_size):
     return _max_unpool(self, indices, output_size)
 
