@@ -41,7 +41,7 @@ What a check does (``check_forward`` / ``check_gradient``):
 
 Gradients: the op on a sample with ``requires_grad=True``; the vector-Jacobian
 product with fixed random cotangents (``torch.autograd.grad(outs, inputs,
-grad_outputs=w)``) is compared for the first ``N_GRAD`` samples; the same
+grad_outputs=w)``) is compared, strides included, for the first ``N_GRAD`` samples; the same
 no-fallback rule covers forward and backward.
 
 Tolerances (``tolerance(op, dtype)``), in order:
@@ -855,6 +855,7 @@ def check_gradient(op, dtype=torch.float32, n=N_GRAD) -> Result:
                     continue
                 try:
                     _check_on_tpu(g)
+                    _compare_layouts(entry_name(op), g, x)
                     _compare(g.detach().cpu(), x, rtol, atol)
                 except Mismatch as e:
                     raise Mismatch(f"sample {i} ({_describe(s)}): grad[{k}]: {e}") from None

@@ -113,9 +113,10 @@ def _fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out
 
 # ---- kernels ----------------------------------------------------------------
 
-# Outputs laid out as the CPU's flash kernels lay them out: the attention like
-# the query (``torch.empty_like``), the gradients of 4-D queries, keys and
-# values in (batch, seq, heads, dim) order whatever their inputs' layout.  For
+# Outputs laid out as the CPU's kernels lay them out: the attention like the
+# query (``torch.empty_like``), the gradients of 4-D queries, keys and values
+# in (batch, seq, heads, dim) order whatever their inputs' layout (its flash
+# kernel), and as its math path leaves them where it takes that path.  For
 # the usual query, a (batch, seq, heads, dim) projection transposed, the head
 # merge after attention (``out.transpose(1, 2).reshape(...)``) and the
 # gradients' way back through the projection's view are then views, not copies.
@@ -128,11 +129,26 @@ def _seq_major(spec):
     return spec._replace(stride=(s * h * d, d, h * d, 1))
 
 
+def _key_major(spec):
+    *batch, s, d = spec.size
+    return spec._replace(stride=spec.stride[:-2] + (1, s))
+
+
+def _grad_like_cpu(i, spec, args, math_path):
+    if i == 3:  # the mask's
+        return views.laid_out_like(args[4], spec)
+    if not math_path:  # the CPU's flash kernel
+        return _seq_major(spec)
+    # where the key's gradient comes out of a transposed matmul
+    return _key_major(spec) if i == 1 else spec
+
+
 def _grads_like_cpu(args, out_specs):
     mask = args[5] if len(args) > 5 else (True,) * 4  # grad_input_mask: which of q, k, v, bias
+    # the CPU takes its math path for 3-D inputs and for a mask that needs a gradient
+    math_path = args[1].dim() != 4 or mask[3]
     which = [i for i, wanted in enumerate(mask) if wanted]
-    return [views.laid_out_like(args[4], spec) if i == 3 else _seq_major(spec) if len(spec.size) == 4 else spec
-            for i, spec in zip(which, out_specs)]
+    return [_grad_like_cpu(i, spec, args, math_path) for i, spec in zip(which, out_specs)]
 
 
 # (its meta kernel returns the op's nine results; the kernel computes two)
