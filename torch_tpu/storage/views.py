@@ -314,7 +314,7 @@ def channels_last_from(*positions):
 def laid_out_like(t, spec):
     """Output ``spec`` with the strides ``torch.empty_like(t)`` has (for
     another shape of ``t``'s rank: dense, in ``t``'s dimension order), as
-    PyTorch's kernels lay out SDPA's output and gradients after its inputs."""
+    PyTorch's kernels lay out SDPA's output after its query."""
     if len(spec.size) != t.dim():
         return spec
     if spec.size == tuple(t.shape):
