@@ -590,8 +590,10 @@ def _compare_layouts(name, got, expected):
     """Each strided tpu result has the CPU result's strides (before any copy to the host)."""
     if name in COLUMN_MAJOR_ON_THE_CPU:
         return
-    pairs = zip(_leaves(got), _leaves(expected)) if len(_leaves(got)) == len(_leaves(expected)) else ()
-    for i, (g, e) in enumerate(pairs):
+    got, expected = _leaves(got), _leaves(expected)
+    if len(got) != len(expected):
+        return  # (the comparison of values names the difference in structure)
+    for i, (g, e) in enumerate(zip(got, expected)):
         if (isinstance(g, torch.Tensor) and isinstance(e, torch.Tensor) and g.layout == e.layout == torch.strided
                 and g.shape == e.shape and e.numel() > 1 and _layout(g) != _layout(e)):  # (an empty one addresses nothing)
             raise Mismatch(f"output {i} strided {tuple(g.stride())} vs CPU {tuple(e.stride())} (shape {tuple(e.shape)})")

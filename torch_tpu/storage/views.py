@@ -320,11 +320,17 @@ def laid_out_like(t, spec):
     if spec.size == tuple(t.shape):
         return spec._replace(stride=torch.empty_like(t, device="meta").stride())
     order = sorted(range(t.dim()), key=t.stride, reverse=True)  # (stable: ties keep their dim order)
-    stride, acc = [0] * t.dim(), 1
-    for d in reversed(order):
-        stride[d] = acc
-        acc *= max(spec.size[d], 1)
-    return spec._replace(stride=tuple(stride))
+    return spec._replace(stride=dense_strides(spec.size, order))
+
+
+def dense_strides(size, order):
+    """The strides of a dense tensor of ``size`` stored dim ``order[0]``
+    outermost to ``order[-1]`` innermost (row-major: ``range(len(size))``)."""
+    stored = contiguous_strides(tuple(size[d] for d in order))
+    stride = [0] * len(size)
+    for d, st in zip(order, stored):
+        stride[d] = st
+    return tuple(stride)
 
 
 @functools.lru_cache(maxsize=None)

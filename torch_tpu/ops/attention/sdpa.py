@@ -124,23 +124,15 @@ def _out_like_query(args, out_specs):
     return [views.laid_out_like(args[0], out_specs[0]), *out_specs[1:]]
 
 
-def _seq_major(spec):
-    b, h, s, d = spec.size
-    return spec._replace(stride=(s * h * d, d, h * d, 1))
-
-
-def _key_major(spec):
-    *batch, s, d = spec.size
-    return spec._replace(stride=spec.stride[:-2] + (1, s))
-
-
 def _grad_like_cpu(i, spec, args, math_path):
     if i == 3:  # the mask's
         return views.laid_out_like(args[4], spec)
-    if not math_path:  # the CPU's flash kernel
-        return _seq_major(spec)
-    # where the key's gradient comes out of a transposed matmul
-    return _key_major(spec) if i == 1 else spec
+    if not math_path:  # the CPU's flash kernel: (batch, seq, heads, dim) order
+        return spec._replace(stride=views.dense_strides(spec.size, (0, 2, 1, 3)))
+    if i == 1:  # the math path's: the key's gradient comes out of a transposed matmul
+        n = len(spec.size)
+        return spec._replace(stride=views.dense_strides(spec.size, (*range(n - 2), n - 1, n - 2)))
+    return spec
 
 
 def _grads_like_cpu(args, out_specs):
