@@ -214,7 +214,7 @@ def main():
     results = run(args.rounds, args.chains, args.steps, args.warmup,
                   [v for v in CHAIN_VARIANTS if v in args.variants], [v for v in STEP_VARIANTS if v in args.variants])
     from torch_tpu import native
-    print(f"platform: {torch.tpu.get_device_name()}; torch threads: 1; view kernels: {native.status()}; "
+    print(f"platform: {torch.tpu.get_device_name()}; torch threads: 1; native helper: {native.status()}; "
           "CPU time: all threads of the process; host CPU: the threads running PyTorch (not XLA's executors)")
     print(table(rows(results), HEADERS))
     if args.plot:

@@ -1,7 +1,9 @@
 """The native helper (torch_tpu/native): PyTorch's view kernels registered for
-the tpu key from C++, with the pure-Python kernels as its fallback.  Both
-paths must give the same tensors; where the helper is built, it must be the
-one the dispatcher calls (no crossing into Python per view)."""
+the tpu key from C++, with the pure-Python kernels as its fallback, and the
+tpu device's guard in C++, with PyTorch's Python-backed guard as its
+fallback.  Both paths must give the same tensors; where the helper is built,
+it must be what PyTorch calls (no crossing into Python per view or per guard
+question)."""
 import json
 import os
 import pathlib
@@ -13,7 +15,7 @@ import torch
 
 from torch_tpu import native
 
-BUILT = any(pathlib.Path(native.__file__).parent.glob("_views*.so"))
+BUILT = any(pathlib.Path(native.__file__).parent.glob("_native*.so"))
 
 # views of every kind the helper serves, each with what makes it distinct
 VIEWS_SCRIPT = r"""
@@ -33,6 +35,9 @@ out = {k: [list(v.shape), list(v.stride()), v.storage_offset(), v.cpu().tolist()
            v.untyped_storage().data_ptr() == (x if k != "view_as_real" else z).untyped_storage().data_ptr()]
        for k, v in views.items()}
 out["grad"] = w.grad.cpu().tolist()
+# what PyTorch asks the device guard (autograd asks it per result and per backward node)
+out["guard"] = [str(torch.accelerator.current_stream()), torch.accelerator.device_count(),
+                str(torch.accelerator.current_accelerator()), str(w.grad.device)]
 print(json.dumps(out))
 """
 
@@ -52,7 +57,8 @@ def _tpu_kernel(op):
 def test_native_views_give_the_python_kernels_tensors():
     on, off = _run_views(True), _run_views(False)
     assert on == off
-    assert all(entry[-1] for name, entry in on.items() if name != "grad"), "a view left its base's storage"
+    assert all(entry[-1] for name, entry in on.items() if name not in ("grad", "guard")), \
+        "a view left its base's storage"
 
 
 @pytest.mark.skipif(not BUILT, reason="native helper not built (a pure-Python install: see README, Install)")
@@ -85,8 +91,52 @@ def test_helper_for_another_torch_is_not_loaded(monkeypatch):
         @staticmethod
         def register_views():
             raise AssertionError("registered kernels built for another torch")
-    monkeypatch.setitem(sys.modules, "torch_tpu.native._views", Built)
-    monkeypatch.setattr(native, "_views", Built, raising=False)
+
+        @staticmethod
+        def register_device_guard():
+            raise AssertionError("registered a guard built for another torch")
+    monkeypatch.setitem(sys.modules, "torch_tpu.native._native", Built)
+    monkeypatch.setattr(native, "_native", Built, raising=False)
     monkeypatch.setattr(native, "_why_not", None)
     assert native.register_views() == frozenset()
+    assert native.register_device_guard() is False
     assert "built for torch 0.0.1" in native.status()
+
+
+def _python_guard_calls(fn):
+    """How many times PyTorch's Python-backed device guard calls into Python while ``fn()`` runs."""
+    from torch_tpu.device import registration
+    calls = [0]
+    original = registration._Guard.type_
+
+    def counted(self):
+        calls[0] += 1
+        return original(self)
+    registration._Guard.type_ = counted
+    try:
+        fn()
+    finally:
+        registration._Guard.type_ = original
+    return calls[0]
+
+
+def _forward_backward():
+    w = torch.ones(3, 4, device="tpu", requires_grad=True)
+    ((w * 2).t() @ torch.ones(3, 2, device="tpu")).relu().sum().backward()
+    assert w.grad.cpu().eq(4).all()
+
+
+@pytest.mark.skipif(not BUILT, reason="native helper not built (a pure-Python install: see README, Install)")
+def test_built_helper_guards_the_device_without_python():
+    assert _python_guard_calls(_forward_backward) == 0
+
+
+def test_without_the_helper_the_python_guard_serves_the_device():
+    # (the fallback's path, counted: that the count above can fail)
+    code = ("import torch, torch_tpu, tests.test_native as t; "
+            "print(t._python_guard_calls(t._forward_backward))")
+    env = dict(os.environ, TORCH_TPU_NATIVE="0")
+    root = pathlib.Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.strip().splitlines()[-1]) > 10

@@ -95,7 +95,7 @@ def settings() -> dict:
     return {
         "eager mode": torch.tpu.eager_mode.value,
         "compilation cache": cache_text,
-        "view kernels": native.status(),
+        "native helper": native.status(),
         "environment": ", ".join(f"{k}={v}" for k, v in env.items()) or "(no TORCH_TPU_*/JAX_*/XLA_* set)",
     }
 

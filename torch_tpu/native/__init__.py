@@ -1,11 +1,15 @@
-"""The optional native helper: PyTorch's view kernels registered for the tpu
-key in C++ (views.cpp), so views never cross into Python.
+"""The optional native helper: what torch_tpu registers with PyTorch from C++
+instead of Python (module.cpp): PyTorch's view kernels for the tpu key
+(views.cpp), so views never cross into Python, and the tpu device's guard
+(device_guard.cpp), which PyTorch asks for the current device and stream
+hundreds of times a training step.
 
 setup.py builds it when torch is importable at build time (the README's
 install does); it is used only with the torch it was built against.  Without
 it (a pure-Python install, another torch, ``TORCH_TPU_NATIVE=0``) the same
-kernels are reached through Python (ops/core.py): same results, ~5 us more a
-view."""
+kernels are reached through Python (ops/core.py) and PyTorch's Python-backed
+guard serves the device (device/registration.py): same results, ~5 us more a
+view and ~1 us more a guard call."""
 import logging
 import os
 
@@ -20,28 +24,49 @@ VIEW_OPS = frozenset(("view.default", "as_strided.default", "_reshape_alias.defa
 _why_not = None  # why the helper is not in use (None: in use, or not asked yet)
 
 
-def register_views() -> frozenset:
-    """Register the native view kernels, once; the op names now served
-    natively (empty when the pure-Python kernels must serve them)."""
+def _helper():
+    """The built helper module, or None (``_why_not`` says why)."""
     global _why_not
     if os.environ.get("TORCH_TPU_NATIVE", "1") == "0":
         _why_not = "TORCH_TPU_NATIVE=0"
-        return frozenset()
+        return None
     try:
-        from . import _views
+        from . import _native
     except ImportError as e:  # not built (a pure-Python install)
         _why_not = f"not built ({e})"
-        return frozenset()
-    built_for = _views.torch_version
+        return None
+    built_for = _native.torch_version
     if built_for != torch.__version__:
-        # C++ kernels are bound to the ABI of the torch they were built with
+        # C++ code is bound to the ABI of the torch it was built with
+        if _why_not is None:
+            log.warning("torch_tpu: native helper built for torch %s, running %s: rebuild with the README's install",
+                        built_for, torch.__version__)
         _why_not = f"built for torch {built_for}, running {torch.__version__}: rebuild with the README's install"
-        log.warning("torch_tpu: native helper %s", _why_not)
+        return None
+    return _native
+
+
+def register_views() -> frozenset:
+    """Register the native view kernels, once; the op names now served
+    natively (empty when the pure-Python kernels must serve them)."""
+    helper = _helper()
+    if helper is None:
         return frozenset()
-    _views.register_views()
+    helper.register_views()
     return VIEW_OPS
+
+
+def register_device_guard() -> bool:
+    """Put the C++ device guard in place of the Python-backed one PyTorch
+    registered for the tpu device; whether it is now in place."""
+    helper = _helper()
+    if helper is None:
+        return False
+    helper.register_device_guard()
+    return True
 
 
 def status() -> str:
     """One line for the environment report."""
-    return "C++ (the native helper)" if _why_not is None else f"Python ({_why_not})"
+    return ("C++ (the native helper: view kernels, device guard)" if _why_not is None
+            else f"Python ({_why_not})")

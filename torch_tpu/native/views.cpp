@@ -1,14 +1,10 @@
-// The native helper: PyTorch's own view kernels registered for the tpu
+// PyTorch's own view kernels registered for the tpu
 // (PrivateUse1) key, so a view, t(), transpose or reshape of a tpu tensor
 // never leaves C++.  Views only edit metadata (sizes, strides, offset) over the
 // same storage; these are the very kernels the CPU uses, and the pure-Python
 // fallback (torch_tpu/ops/core.py) reaches them too, through a boxed
 // redispatch that crosses into Python and back (~5 us a view).
-//
-// Built by setup.py when torch is importable at build time (see README,
-// "Install"); torch_tpu/native/__init__.py loads it only for the torch it was
-// built against and calls register_views() once.
-#include <Python.h>
+#include "helper.h"
 
 #include <memory>
 
@@ -21,13 +17,12 @@
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
-#ifndef TORCH_TPU_BUILT_FOR
-#define TORCH_TPU_BUILT_FOR "unknown"
-#endif
-
+namespace torch_tpu_native {
 namespace {
 
 std::unique_ptr<torch::Library> views_library;  // alive as long as the process: the registrations
+
+}  // namespace
 
 PyObject* register_views(PyObject*, PyObject*) {
   if (views_library) {
@@ -51,21 +46,4 @@ PyObject* register_views(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
-PyMethodDef methods[] = {
-    {"register_views", register_views, METH_NOARGS,
-     "Register PyTorch's view kernels for the tpu key (once)."},
-    {nullptr, nullptr, 0, nullptr},
-};
-
-PyModuleDef module = {PyModuleDef_HEAD_INIT, "_views", "torch_tpu's native view kernels", -1, methods};
-
-}  // namespace
-
-PyMODINIT_FUNC PyInit__views(void) {
-  PyObject* m = PyModule_Create(&module);
-  if (m != nullptr && PyModule_AddStringConstant(m, "torch_version", TORCH_TPU_BUILT_FOR) < 0) {
-    Py_DECREF(m);
-    return nullptr;
-  }
-  return m;
-}
+}  // namespace torch_tpu_native

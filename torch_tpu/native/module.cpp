@@ -1,0 +1,33 @@
+// The native helper, torch_tpu.native._native: what torch_tpu registers with
+// PyTorch from C++ instead of Python (helper.h lists the parts).  Built by
+// setup.py when torch is importable at build time (see README, "Install");
+// torch_tpu/native/__init__.py loads it only for the torch it was built
+// against, and each part registers once.
+#include "helper.h"
+
+#ifndef TORCH_TPU_BUILT_FOR
+#define TORCH_TPU_BUILT_FOR "unknown"
+#endif
+
+namespace {
+
+PyMethodDef methods[] = {
+    {"register_views", torch_tpu_native::register_views, METH_NOARGS,
+     "Register PyTorch's view kernels for the tpu key (once)."},
+    {"register_device_guard", torch_tpu_native::register_device_guard, METH_NOARGS,
+     "Register the tpu device's guard, written in C++, in place of the Python-backed one."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "torch_tpu's native helper", -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__native(void) {
+  PyObject* m = PyModule_Create(&module);
+  if (m != nullptr && PyModule_AddStringConstant(m, "torch_version", TORCH_TPU_BUILT_FOR) < 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}
