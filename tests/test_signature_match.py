@@ -272,3 +272,53 @@ def test_straight_line_matchers_answer_as_the_generic_check():
                                 assert len(want) == len(got) and all(
                                     w is g or (type(w) is type(g) and w == g) for w, g in zip(want, got))
     assert seen > 100
+
+
+@pytest.mark.skipif(signature_match._match_leaves is None, reason="native helper not built")
+def test_native_leaf_check_answers_as_the_python_loop(monkeypatch):
+    """The per-leaf check in C++ (native/leaves.cpp) takes and refuses exactly
+    what signature_match.match_leaves does, with the same inputs."""
+    a, b = torch.randn(4, 3).to("tpu"), torch.randn(5).to("tpu")
+    c, d = torch.randn(4, 3).to("tpu"), torch.randn(5).to("tpu")
+    with torch.tpu.set_eager_mode("fused"):
+        pending = [a * 2, b * 2]  # LazyBuffers in their storages until the next flush
+    lists = [[a, b], [c, d], [a, a], [a.t(), b], [a[1:], b], [a.double(), b], [b, a], [a, b[1:]], pending,
+             [a, b, a], [a], (a, b)]
+    scalars = [2.0, 2, True, [0.5, 0.5], [1, 2], [0.5, 0.5, 0.5]]
+    # per op: its call, and the argument tuples to check (lists of tensors and numbers swapped in)
+    ops = {
+        "_foreach_mul.Scalar": (lambda: torch._foreach_mul([a, b], 2.0),
+                                [(xs, s) for xs in lists for s in scalars]),
+        "_foreach_add.List": (lambda: torch._foreach_add([a, b], [c, d]),
+                              [(xs, ys) for xs in lists for ys in lists]),
+        "_foreach_addcdiv_.ScalarList": (lambda: torch._foreach_addcdiv_([a.clone(), b.clone()], [c, d], [c, d],
+                                                                         [0.5, 0.5]),
+                                         [(xs, ys, ys, s) for xs in lists for ys in lists[:4] for s in scalars]),
+        "cat.default": (lambda: torch.cat([a, c], 0), [(xs, dim) for xs in lists for dim in (0, 1, 0.0)]),
+    }
+    seen = taken = 0
+    native_loop = signature_match._match_leaves
+    for name, (call, variants) in ops.items():
+        kernel = registry.KERNELS[registry.resolve(name)]
+        before = {id(m) for hit in kernel.cache.by_fn.values() for m in hit[2]}
+        for _ in range(3):
+            call()
+        matchers = [m for hit in kernel.cache.by_fn.values() for m in hit[2]
+                    if id(m) not in before and m.list_lens is not None]
+        assert matchers, name
+        with torch._C._AutoDispatchBelowADInplaceOrView():  # (as inside the dispatcher)
+            for m in matchers:
+                for args in variants:
+                    for fused in (False, True):
+                        monkeypatch.setattr(signature_match, "_match_leaves", None)
+                        want = m.match(args, fused)
+                        monkeypatch.setattr(signature_match, "_match_leaves", native_loop)
+                        got = m.match(args, fused)
+                        seen += 1
+                        assert (want is None) == (got is None), (name, args, fused)
+                        if want is not None:
+                            taken += 1
+                            assert len(want) == len(got) and all(
+                                w is g or (type(w) is type(g) and w == g) for w, g in zip(want, got))
+    assert seen > 300 and taken > 10, (seen, taken)
+    torch.tpu.synchronize()

@@ -1,5 +1,4 @@
-// The native helper's parts, each registering one thing with PyTorch (see
-// module.cpp, which exposes them to torch_tpu/native/__init__.py).
+// The native helper's parts (module.cpp exposes them to torch_tpu/native/__init__.py).
 #pragma once
 
 #include <Python.h>
@@ -11,5 +10,8 @@ PyObject* register_views(PyObject*, PyObject*);
 
 // A device guard for the tpu key written in C++ (device_guard.cpp).
 PyObject* register_device_guard(PyObject*, PyObject*);
+
+// A cached signature's per-leaf check (leaves.cpp).
+PyObject* match_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
 }  // namespace torch_tpu_native

@@ -1,5 +1,6 @@
 // The native helper, torch_tpu.native._native: what torch_tpu registers with
-// PyTorch from C++ instead of Python (helper.h lists the parts).  Built by
+// PyTorch from C++ instead of Python, and a hot loop of the op path
+// (helper.h lists the parts).  Built by
 // setup.py when torch is importable at build time (see README, "Install");
 // torch_tpu/native/__init__.py loads it only for the torch it was built
 // against, and each part registers once.
@@ -16,6 +17,8 @@ PyMethodDef methods[] = {
      "Register PyTorch's view kernels for the tpu key (once)."},
     {"register_device_guard", torch_tpu_native::register_device_guard, METH_NOARGS,
      "Register the tpu device's guard, written in C++, in place of the Python-backed one."},
+    {"match_leaves", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_tpu_native::match_leaves)),
+     METH_FASTCALL, "A cached signature's per-leaf check (ops/signature_match.py, Matcher.match)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -20,6 +20,7 @@ import operator
 from jax._src.array import ArrayImpl as _ArrayImpl  # the concrete jax.Array type
 from torch import Tensor
 
+from .. import native
 from ..eager import fusion
 from ..eager.fusion import LazyBuffer
 from ..storage import numbers
@@ -76,27 +77,38 @@ class Matcher:
         for i, j in self.repeats:
             if leaves[i] is not leaves[j]:
                 return None
-        inputs = []
-        for x, (kind, a, b, c) in zip(leaves, self.leaves):
-            if kind is _TENSOR:  # a: its buffer's shape, b: the buffer's dtype, c: its storage offset
-                try:
-                    buf = x.untyped_storage()._tpu_buf
-                except AttributeError:  # a C++-made alias storage: the slow way (storage_of)
-                    return None
-                aval = getattr(buf, "aval", buf)
-                if aval.shape != a or aval.dtype != b or x.storage_offset() != c:
-                    return None
-                inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
-            elif kind is _STATIC:
-                if type(x) is not type(a) or x != a:
-                    return None
-            elif type(x) is not a:  # a traced number of kind a
+        if _match_leaves is not None:  # (the same loop in C++: ~0.5 us less a leaf)
+            return _match_leaves(leaves, self.leaves, fused, LazyBuffer, fusion.resolve, numbers.on_device)
+        return match_leaves(leaves, self.leaves, fused)
+
+
+def match_leaves(leaves, specs, fused):
+    """``Matcher.match``'s check of each leaf against its spec, in Python: the
+    inputs, or None (native/leaves.cpp is the same loop)."""
+    inputs = []
+    for x, (kind, a, b, c) in zip(leaves, specs):
+        if kind is _TENSOR:  # a: its buffer's shape, b: the buffer's dtype, c: its storage offset
+            try:
+                buf = x.untyped_storage()._tpu_buf
+            except AttributeError:  # a C++-made alias storage: the slow way (storage_of)
                 return None
-            elif kind is _NUMBER and not fused:
-                inputs.append(numbers.on_device(x))
-            else:  # fused mode records numbers as they are; a list's numbers are passed so
-                inputs.append(x)
-        return inputs
+            aval = getattr(buf, "aval", buf)
+            if aval.shape != a or aval.dtype != b or x.storage_offset() != c:
+                return None
+            inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
+        elif kind is _STATIC:
+            if type(x) is not type(a) or x != a:
+                return None
+        elif type(x) is not a:  # a traced number of kind a
+            return None
+        elif kind is _NUMBER and not fused:
+            inputs.append(numbers.on_device(x))
+        else:  # fused mode records numbers as they are; a list's numbers are passed so
+            inputs.append(x)
+    return inputs
+
+
+_match_leaves = native.leaf_matcher()
 
 
 def make(pos, args, tensor_tag, number_tag):
