@@ -322,3 +322,35 @@ def test_native_leaf_check_answers_as_the_python_loop(monkeypatch):
                                 w is g or (type(w) is type(g) and w == g) for w, g in zip(want, got))
     assert seen > 300 and taken > 10, (seen, taken)
     torch.tpu.synchronize()
+
+
+@pytest.mark.skipif(signature_match._match_leaves is None, reason="native helper not built")
+def test_native_graph_input_check_answers_as_the_python_loop(monkeypatch):
+    """A compiled graph's input check (GraphMatcher) takes and refuses the
+    same calls with the C++ leaf check as with its Python loop, computed
+    pending results included."""
+    import numpy as np
+    a, b = torch.randn(4, 3).to("tpu"), torch.randn(5).to("tpu")
+    with torch.tpu.set_eager_mode("fused"):
+        pending = [a * 2, b * 2]
+    expect = (((4, 3), np.dtype("float32")), ((5,), np.dtype("float32")))
+    m = signature_match.graph_matcher((a, b, 3), (0, 1), expect, ((2, 3),))
+    assert m is not None
+    candidates = [a, b, a.t(), a[1:], a.double(), torch.randn(4, 3).to("tpu"), torch.randn(5).to("tpu"), *pending]
+    native_loop = signature_match._match_leaves
+    seen = taken = 0
+    for x in candidates:
+        for y in candidates:
+            for n in (3, 4):
+                for lazy in (True, False):
+                    with torch.tpu.set_eager_mode("fused"):
+                        monkeypatch.setattr(signature_match, "_match_leaves", None)
+                        want = m.match((x, y, n), lazy)
+                        monkeypatch.setattr(signature_match, "_match_leaves", native_loop)
+                        got = m.match((x, y, n), lazy)
+                    seen += 1
+                    assert (want is None) == (got is None)
+                    if want is not None:
+                        taken += 1
+                        assert len(want) == len(got) and all(w is g for w, g in zip(want, got))
+    assert taken >= 8 and seen > 100, (seen, taken)

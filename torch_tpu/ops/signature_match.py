@@ -204,7 +204,7 @@ class GraphMatcher:
     """A compiled graph's inputs of one signature (compile/backend.py), when
     each tpu tensor input is its storage's whole buffer: a later call's arrays
     if its arguments have the signature, else None."""
-    __slots__ = ("guard", "nargs", "tensor_at", "expect", "statics")
+    __slots__ = ("guard", "nargs", "tensor_at", "expect", "statics", "specs")
 
     def __init__(self, guard, args, tensor_at, expect, statics):
         self.guard = guard
@@ -212,6 +212,7 @@ class GraphMatcher:
         self.tensor_at = tensor_at  # the tpu tensor arguments' positions
         self.expect = expect        # per tpu tensor, its buffer's (shape, dtype)
         self.statics = statics      # ((position, value), ...) of the arguments that are not tensors
+        self.specs = tuple((_TENSOR, shape, dtype, 0) for shape, dtype in expect)  # (as match_leaves takes them)
 
     def match(self, args, lazy):
         """The arrays to pass (``lazy``: pending fused results as they are,
@@ -225,6 +226,14 @@ class GraphMatcher:
             x = args[i]
             if type(x) is not type(v) or x != v:
                 return None
+        if _match_leaves is not None:  # each buffer's shape, dtype and offset checked in C++
+            arrays = _match_leaves(tensors, self.specs, True, LazyBuffer, None, None)
+            if arrays is not None and LazyBuffer in map(type, arrays):
+                for k, buf in enumerate(arrays):
+                    if type(buf) is LazyBuffer and (not lazy or buf.value is not None):
+                        value = buf.value
+                        arrays[k] = value if value is not None and not buf.early else fusion.resolve(buf)
+            return arrays
         arrays = []
         for x, (shape, dtype) in zip(tensors, self.expect):
             try:
