@@ -244,14 +244,16 @@ def test_strict_finds_a_signature_among_many_of_the_same_shapes(monkeypatch):
         torch.testing.assert_close(g, e)
 
 
-def test_straight_line_matchers_answer_as_the_generic_check():
+def test_straight_line_matchers_answer_as_the_generic_check(monkeypatch):
     """A call without lists is checked by code made for its signature
     (signature_match._unrolled): it must take and refuse exactly what the
-    generic loop does, with the same inputs."""
+    generic loop does (in Python, and in C++ with the native helper), with the
+    same inputs."""
     x, y = torch.randn(4, 3).to("tpu"), torch.randn(4, 3).to("tpu")
     other = [x, y, x.t(), x[1:], x.double(), torch.randn(3, 4).to("tpu"), y.clone(), 2.0, 2, True, None]
     calls = {"mul.Tensor": lambda a, b: a * b, "add.Tensor": lambda a, b: a + b,
              "sum.dim_IntList": lambda a, b: a.sum(1)}
+    loops = {None, signature_match._match_leaves}
     seen = 0
     for name, call in calls.items():
         for _ in range(3):
@@ -265,13 +267,16 @@ def test_straight_line_matchers_answer_as_the_generic_check():
                     for b in other:
                         args = (a, b, [1], False, None)[:m.nargs]
                         for fused in (False, True):
-                            seen += 1
-                            want, got = m.match(args, fused), m.check(args, fused)
-                            assert (want is None) == (got is None), (name, m.leaves)
-                            if want is not None:
-                                assert len(want) == len(got) and all(
-                                    w is g or (type(w) is type(g) and w == g) for w, g in zip(want, got))
-    assert seen > 100
+                            got = m.check(args, fused)
+                            for loop in loops:  # m.match: the generic loop, its leaves in Python or C++
+                                monkeypatch.setattr(signature_match, "_match_leaves", loop)
+                                want = m.match(args, fused)
+                                seen += 1
+                                assert (want is None) == (got is None), (name, m.leaves)
+                                if want is not None:
+                                    assert len(want) == len(got) and all(
+                                        w is g or (type(w) is type(g) and w == g) for w, g in zip(want, got))
+    assert seen > 100 * len(loops)
 
 
 @pytest.mark.skipif(signature_match._match_leaves is None, reason="native helper not built")
