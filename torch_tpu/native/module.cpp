@@ -1,9 +1,8 @@
 // The native helper, torch_tpu.native._native: what torch_tpu registers with
-// PyTorch from C++ instead of Python, and a hot loop of the op path
-// (helper.h lists the parts).  Built by
-// setup.py when torch is importable at build time (see README, "Install");
-// torch_tpu/native/__init__.py loads it only for the torch it was built
-// against, and each part registers once.
+// PyTorch from C++ instead of Python, and a hot loop of the op path (helper.h
+// lists the parts).  Built by setup.py when torch is importable at build time
+// (see README, "Install"); torch_tpu/native/__init__.py loads it only for the
+// torch it was built against, and each part registers once.
 #include "helper.h"
 
 #ifndef TORCH_TPU_BUILT_FOR

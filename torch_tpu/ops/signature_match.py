@@ -7,9 +7,10 @@ buffer's shape and dtype, its size, stride, storage offset and dtype): about
 ``Matcher``, made once from a call whose arguments had the signature, checks
 a later call against it: the tensors' dtypes, sizes, strides and dispatch keys
 (a lazy negation or conjugation is a key) by PyTorch's own C++ tensor check,
-the one Dynamo's guards use, in one call for all of them; in Python only what
-that check does not see (each tensor's buffer, with its shape and dtype, and
-its storage offset), the numbers' kinds and the static values.  The C++ check
+the one Dynamo's guards use, in one call for all of them; then, leaf by leaf,
+what that check does not see (each tensor's buffer, with its shape and dtype,
+and its storage offset), the numbers' kinds and the static values: in one C++
+call with the native helper (native/leaves.cpp), else in Python.  The C++ check
 also compares what a signature leaves out (requires_grad, a Parameter's
 Python type, the dispatch keys the thread excludes, as inside inference_mode):
 a call that differs only there fails the match, and its caller checks the
