@@ -78,5 +78,5 @@ def leaf_matcher():
 
 def status() -> str:
     """One line for the environment report."""
-    return ("C++ (the native helper: view kernels, device guard, signature checks)" if _why_not is None
+    return ("C++ (view kernels, device guard, signature checks)" if _why_not is None
             else f"Python ({_why_not})")
