@@ -143,3 +143,33 @@ def test_without_the_helper_the_python_guard_serves_the_device():
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=root)
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.strip().splitlines()[-1]) > 10
+
+
+@pytest.mark.skipif(not BUILT, reason="native helper not built (a pure-Python install: see README, Install)")
+def test_native_output_tensors_are_the_python_paths(monkeypatch):
+    """An op's output made by the helper (native/tensors.cpp) is the tensor
+    the Python path makes: geometry, storage, keys, values, accounting."""
+    import jax
+    import numpy as np
+
+    from torch_tpu.storage import buffers
+    arr = jax.device_put(np.arange(12, dtype=np.float32).reshape(4, 3))
+    metas = [(torch.float32, 48, (4, 3), None), (torch.float32, 48, (3, 4), (1, 3)), (torch.float32, 4, (), ())]
+    made = {}
+    for native_on, maker in ((True, buffers._new_tensor), (False, None)):
+        monkeypatch.setattr(buffers, "_new_tensor", maker)
+        outs = [buffers.wrap_as(arr if m[2] else arr[0, 0], *m) for m in metas]
+        outs += buffers.OutputTensors(metas)([arr, arr, arr[0, 0]])
+        made[native_on] = []
+        for t in outs:
+            st = t.untyped_storage()
+            assert st._tpu_buf is not None  # (kept on the storage's one Python object)
+            made[native_on].append((tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, str(t.device),
+                                    st.nbytes(), st.resizable(), str(torch._C._dispatch_keys(t)), t.requires_grad,
+                                    t.cpu().tolist()))
+    assert made[True] == made[False]
+    before = torch.tpu.memory_allocated()
+    t = buffers.wrap_as(arr, *metas[0])
+    assert torch.tpu.memory_allocated() == before + 48
+    del t
+    assert torch.tpu.memory_allocated() == before

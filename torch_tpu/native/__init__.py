@@ -2,16 +2,18 @@
 instead of Python (module.cpp): PyTorch's view kernels for the tpu key
 (views.cpp), so views never cross into Python, and the tpu device's guard
 (device_guard.cpp), which PyTorch asks for the current device and stream
-hundreds of times a training step; and one hot loop of the op path, a cached
-signature's per-leaf check (leaves.cpp).
+hundreds of times a training step; and two hot spots of the op path, a cached
+signature's per-leaf check (leaves.cpp) and making an output tensor
+(tensors.cpp).
 
 setup.py builds it when torch is importable at build time (the README's
 install does); it is used only with the torch it was built against.  Without
 it (a pure-Python install, another torch, ``TORCH_TPU_NATIVE=0``) the same
 kernels are reached through Python (ops/core.py), PyTorch's Python-backed
-guard serves the device (device/registration.py) and signatures are checked
-leaf by leaf in Python (ops/signature_match.py): same results, ~5 us more a
-view, ~1 us more a guard call, ~0.5 us more a checked leaf."""
+guard serves the device (device/registration.py), signatures are checked
+leaf by leaf in Python (ops/signature_match.py) and output tensors are made
+through PyTorch's Python API (storage/buffers.py): same results, ~5 us more a
+view, ~1 us more a guard call, ~0.5 us more a checked leaf or an output."""
 import logging
 import os
 
@@ -76,7 +78,15 @@ def leaf_matcher():
     return None if helper is None else helper.match_leaves
 
 
+def tensor_maker():
+    """The C++ maker of a tpu tensor over a new storage at an address
+    (``new_tensor(addr, nbytes, dtype, shape, strides or None) -> (tensor,
+    storage)``, storage/buffers.py's outputs), or None."""
+    helper = _helper()
+    return None if helper is None else helper.new_tensor
+
+
 def status() -> str:
     """One line for the environment report."""
-    return ("C++ (view kernels, device guard, signature checks)" if _why_not is None
+    return ("C++ (view kernels, device guard, signature checks, output tensors)" if _why_not is None
             else f"Python ({_why_not})")

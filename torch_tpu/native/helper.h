@@ -14,4 +14,7 @@ PyObject* register_device_guard(PyObject*, PyObject*);
 // A cached signature's per-leaf check (leaves.cpp).
 PyObject* match_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
+// A tpu tensor over a new storage at a given address (tensors.cpp).
+PyObject* new_tensor(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+
 }  // namespace torch_tpu_native

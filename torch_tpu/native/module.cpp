@@ -18,6 +18,8 @@ PyMethodDef methods[] = {
      "Register the tpu device's guard, written in C++, in place of the Python-backed one."},
     {"match_leaves", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_tpu_native::match_leaves)),
      METH_FASTCALL, "A cached signature's per-leaf check (ops/signature_match.py, Matcher.match)."},
+    {"new_tensor", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_tpu_native::new_tensor)),
+     METH_FASTCALL, "A tpu tensor over a new storage at a given address, and that storage (storage/buffers.py)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

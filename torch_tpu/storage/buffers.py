@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
-from .. import dtypes, runtime, tpu_dtypes
+from .. import dtypes, native, runtime, tpu_dtypes
 from . import memory
 
 DEVICE = torch.device("privateuseone", 0)  # renamed to tpu at registration
@@ -130,12 +130,20 @@ def wrap(arr, shape=None, strides=None) -> torch.Tensor:
 # the cost of the boxed set_ per output.  (A private PyTorch method: without
 # it, every output takes set_.)
 _SWAP_STORAGE = hasattr(torch.UntypedStorage, "_swap_data_ptr_")
+# With the native helper, the tensor and its storage come from one C++ call
+# (native/tensors.cpp: ~1 us less an output, ~3 us less for other strides).
+_new_tensor = native.tensor_maker()
 
 
 def wrap_as(arr, dtype, nbytes, shape, strides) -> torch.Tensor:
     """``wrap`` for a caller that knows the result's torch dtype, byte size and
     geometry in advance (a cached kernel's outputs): no questions to ``arr``.
     ``strides`` None: row-major."""
+    if _new_tensor is not None:  # (the tensor and its storage in one C++ call)
+        addr = memory.allocate(nbytes)
+        t, st = _new_tensor(addr, nbytes, dtype, shape, strides)
+        _own(st, addr, nbytes, arr)
+        return t
     if strides is None:
         if _SWAP_STORAGE:
             t = _create_empty(shape, dtype)
@@ -170,7 +178,9 @@ class OutputTensors:
         tensors = []
         for arr, (dtype, nbytes, shape, strides), offset in zip(arrays, self.metas, self.offsets):
             addr = base + offset
-            if strides is None and _SWAP_STORAGE:  # as wrap_as
+            if _new_tensor is not None:  # as wrap_as
+                t, st = _new_tensor(addr, nbytes, dtype, shape, strides)
+            elif strides is None and _SWAP_STORAGE:
                 t = _create_empty(shape, dtype)
                 st = t.untyped_storage()
                 st._swap_data_ptr_(_construct_storage(addr, DEVICE, nbytes))
