@@ -206,15 +206,15 @@ class GraphMatcher:
     """A compiled graph's inputs of one signature (compile/backend.py), when
     each tpu tensor input is its storage's whole buffer: a later call's arrays
     if its arguments have the signature, else None."""
-    __slots__ = ("guard", "nargs", "tensor_at", "expect", "statics", "specs")
+    __slots__ = ("guard", "nargs", "tensor_at", "statics", "specs")
 
     def __init__(self, guard, args, tensor_at, expect, statics):
         self.guard = guard
         self.nargs = len(args)
         self.tensor_at = tensor_at  # the tpu tensor arguments' positions
-        self.expect = expect        # per tpu tensor, its buffer's (shape, dtype)
         self.statics = statics      # ((position, value), ...) of the arguments that are not tensors
-        self.specs = tuple((_TENSOR, shape, dtype, 0) for shape, dtype in expect)  # (as match_leaves takes them)
+        # per tpu tensor, its buffer's shape and dtype at offset 0 (as match_leaves takes them)
+        self.specs = tuple((_TENSOR, shape, dtype, 0) for shape, dtype in expect)
 
     def match(self, args, lazy):
         """The arrays to pass (``lazy``: pending fused results as they are,
@@ -232,12 +232,12 @@ class GraphMatcher:
             arrays = _match_leaves(tensors, self.specs, True, LazyBuffer, None, None)
             if arrays is not None and LazyBuffer in map(type, arrays):
                 for k, buf in enumerate(arrays):
-                    if type(buf) is LazyBuffer and (not lazy or buf.value is not None):
+                    if type(buf) is LazyBuffer and (not lazy or buf.value is not None):  # as the loop below
                         value = buf.value
                         arrays[k] = value if value is not None and not buf.early else fusion.resolve(buf)
             return arrays
         arrays = []
-        for x, (shape, dtype) in zip(tensors, self.expect):
+        for x, (_, shape, dtype, _) in zip(tensors, self.specs):
             try:
                 buf = x.untyped_storage()._tpu_buf
             except AttributeError:
