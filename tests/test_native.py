@@ -173,3 +173,98 @@ def test_native_output_tensors_are_the_python_paths(monkeypatch):
     assert torch.tpu.memory_allocated() == before + 48
     del t
     assert torch.tpu.memory_allocated() == before
+
+
+def _made_up_program():
+    """(program, swaps): ops as (fn, inputs), each input an array, a number,
+    ("out", k) for op k's first result, or another object; and the inputs a
+    replay tries at each position instead."""
+    import jax
+    import numpy as np
+
+    from torch_tpu.eager import fusion
+    a, b = jax.device_put(np.ones(3, np.float32)), jax.device_put(np.zeros(3, np.float32))
+    host = np.ones(2)  # (an input that is not a jax.Array: never interned by id)
+    done = fusion.LazyBuffer((3,), np.float32, 0, 0)
+    done.value = b  # a fused result already computed: passed as its array
+    f, g, h = (lambda *x: x), (lambda *x: x), (lambda *x: x)
+    program = [(f, [a, 1.5]), (g, [("out", 0), a, 2]), (h, [("out", 1), 0.5, ("out", 0), b, done, 2 ** 70]),
+               (f, [7, a, a, host, True, 3.0]), (g, [("out", 3), 7])]
+    return program, [b, 2.5, 4, ("out", 0), a, done, host, 2 ** 70, 1.0, True]
+
+
+def _recording_trace(record, program, swaps):
+    """Every state fusion keeps after each ``record`` call of ``program``
+    recorded again and again (learnt, replayed, then with one input changed
+    at each position), with no op run: what the native and the Python
+    recorder must agree on."""
+    import numpy as np
+
+    from torch_tpu.eager import fusion
+    outs = [((3,), np.dtype("float32"))]
+    trace = []
+
+    def snapshot(results):
+        nodes = [(n.fn, n.refs, n.prefix, n.urgent,
+                  [(o.shape, o.dtype, o.node, o.slot, o.value is None, o.early) for o in map(lambda w: w(), n.outputs)
+                   if o is not None]) for n in fusion._nodes]
+        guess = fusion._guess
+        trace.append((nodes, [id(x) for x in fusion._external], sorted(fusion._external_index.items()),
+                      [list(p) for p in fusion._numbers], guess and (guess[0], guess[1], guess[2]),
+                      [(o.shape, o.dtype, o.node, o.slot) for o in results]))
+
+    def run(changed=None):
+        results = []
+        for k, (fn, inputs) in enumerate(program):
+            inputs = list(inputs)
+            if changed is not None and changed[0] == k:
+                inputs[changed[1]] = changed[2]
+            inputs = [results[x[1]][0] if type(x) is tuple else x for x in inputs]
+            results.append(record(fn, inputs, outs * (2 if fn is program[2][0] else 1)))
+            snapshot(results[-1])
+        fusion._take_pending()  # (dropped unrun)
+    run()
+    run()
+    for k, (_, inputs) in enumerate(program):
+        for p in range(len(inputs)):
+            for swap in swaps:
+                if type(swap) is tuple and swap[1] >= k:
+                    continue  # (not recorded yet)
+                run((k, p, swap))
+                run()
+    return trace
+
+
+@pytest.mark.skipif(not BUILT, reason="native helper not built (a pure-Python install: see README, Install)")
+def test_native_fused_recording_is_the_python_paths():
+    """fusion.record in C++ (native/recorder.cpp) leaves exactly the state the
+    Python ``_record`` leaves -- nodes, refs, prefix hashes, interned arrays
+    and numbers, the next prediction -- for predicted ops and for each input
+    changed against the prediction; and it records the predicted ones itself."""
+    from torch_tpu.eager import fusion
+    fusion.flush()
+    saved = dict(fusion._next), set(fusion._read_points)
+    program, swaps = _made_up_program()
+    traces, calls = {}, [0]
+    try:
+        for name in ("python", "native"):
+            fusion._next.clear()
+            fusion._read_points.clear()
+            fusion._take_pending()
+
+            def counted(*args, **kwargs):
+                calls[0] += 1
+                return fusion._record(*args, **kwargs)
+            record = fusion._record if name == "python" else native.fused_recorder(vars(fusion), counted)
+            traces[name] = _recording_trace(record, program, swaps)
+    finally:
+        fusion._next.clear()
+        fusion._next.update(saved[0])
+        fusion._read_points.clear()
+        fusion._read_points.update(saved[1])
+        fusion._take_pending()
+    python, made = traces["python"], traces["native"]
+    assert len(made) == len(python) > 1000
+    for k, (x, y) in enumerate(zip(made, python)):
+        assert x == y, f"record call {k}: native {x} != python {y}"
+    assert calls[0] < len(made) / 2  # (the predicted calls did not go to Python)

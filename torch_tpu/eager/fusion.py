@@ -27,7 +27,7 @@ import numpy as np
 from jax._src.array import ArrayImpl
 from jax._src.lax.lax import _convert_element_type
 
-from .. import logs, runtime
+from .. import logs, native, runtime
 from . import pending, ranges as _prof
 
 log = logging.getLogger("torch_tpu.fusion")
@@ -121,7 +121,7 @@ def pending_ops() -> int:
     return len(_nodes)
 
 
-def record(fn, inputs, out_buffers, urgent=False):
+def _record(fn, inputs, out_buffers, urgent=False):
     """Record one op: ``fn(*inputs)`` producing buffers of ``out_buffers`` [(shape, dtype)].
     ``urgent``: its results are read with every host read (``checks``)."""
     global _guess
@@ -162,6 +162,11 @@ def record(fn, inputs, out_buffers, urgent=False):
 
 
 _lazy = object.__new__  # LazyBuffer and _Node without their __init__'s frame (every recorded op)
+
+# ``record`` is ``_record``, or the native helper's version of it
+# (native/recorder.cpp), set at the end of this module: that one records a
+# predicted op, wired as last time, in C++ (~2 us of Python an op) and hands
+# every other call to ``_record``.
 _weakref = weakref.ref
 
 
@@ -617,3 +622,6 @@ def clear_cache() -> None:
         _next.clear()
         _read_points.clear()
         _retarget()
+
+
+record = native.fused_recorder(globals(), _record) or _record

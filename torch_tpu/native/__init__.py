@@ -3,8 +3,8 @@ instead of Python (module.cpp): PyTorch's view kernels for the tpu key
 (views.cpp), so views never cross into Python, and the tpu device's guard
 (device_guard.cpp), which PyTorch asks for the current device and stream
 hundreds of times a training step; and two hot spots of the op path, a cached
-signature's per-leaf check (leaves.cpp) and making an output tensor
-(tensors.cpp).
+signature's per-leaf check (leaves.cpp), making an output tensor
+(tensors.cpp) and recording a predicted op in fused mode (recorder.cpp).
 
 setup.py builds it when torch is importable at build time (the README's
 install does); it is used only with the torch it was built against.  Without
@@ -12,8 +12,9 @@ it (a pure-Python install, another torch, ``TORCH_TPU_NATIVE=0``) the same
 kernels are reached through Python (ops/core.py), PyTorch's Python-backed
 guard serves the device (device/registration.py), signatures are checked
 leaf by leaf in Python (ops/signature_match.py) and output tensors are made
-through PyTorch's Python API (storage/buffers.py): same results, ~5 us more a
-view, ~1 us more a guard call, ~0.5 us more a checked leaf or an output."""
+through PyTorch's Python API (storage/buffers.py) and fused ops recorded in
+Python (eager/fusion.py): same results, ~5 us more a view, ~1 us more a
+guard call or a fused op, ~0.5 us more a checked leaf or an output."""
 import logging
 import os
 
@@ -86,7 +87,15 @@ def tensor_maker():
     return None if helper is None else helper.new_tensor
 
 
+def fused_recorder(fusion_globals, fallback):
+    """fusion.record with a predicted op recorded in C++ (recorder.cpp;
+    ``fallback``, fusion's Python ``_record``, takes every other call), or
+    None."""
+    make = getattr(_helper(), "fused_recorder", None)  # (None: a helper built before it existed)
+    return None if make is None else make(fusion_globals, fallback)
+
+
 def status() -> str:
     """One line for the environment report."""
-    return ("C++ (view kernels, device guard, signature checks, output tensors)" if _why_not is None
+    return ("C++ (view kernels, device guard, signature checks, output tensors, fused recording)" if _why_not is None
             else f"Python ({_why_not})")

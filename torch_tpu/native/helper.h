@@ -17,4 +17,7 @@ PyObject* match_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // A tpu tensor over a new storage at a given address (tensors.cpp).
 PyObject* new_tensor(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
+// fusion.record, a predicted op recorded in C++ (recorder.cpp).
+PyObject* fused_recorder(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+
 }  // namespace torch_tpu_native

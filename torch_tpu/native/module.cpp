@@ -20,6 +20,8 @@ PyMethodDef methods[] = {
      METH_FASTCALL, "A cached signature's per-leaf check (ops/signature_match.py, Matcher.match)."},
     {"new_tensor", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_tpu_native::new_tensor)),
      METH_FASTCALL, "A tpu tensor over a new storage at a given address, and that storage (storage/buffers.py)."},
+    {"fused_recorder", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_tpu_native::fused_recorder)),
+     METH_FASTCALL, "fusion.record with a predicted op recorded in C++ (eager/fusion.py)."},
     {nullptr, nullptr, 0, nullptr},
 };
 
