@@ -430,6 +430,23 @@ def test_index_checks_raise_at_the_op_in_debug_and_at_the_next_wait_otherwise(mo
         torch.testing.assert_close(F.embedding(good, table).cpu(), table.cpu()[[4, 0]])
 
 
+@pytest.mark.parametrize("mode", ["debug", "strict", "fused"])
+def test_host_known_targets_are_checked_at_the_loss(mode):
+    """Targets copied from the CPU keep their values known on the host
+    (host_mirror): a class out of bounds raises at the loss, as on the CPU,
+    with no device read; ignore_index is not a class."""
+    logits = torch.randn(2, 5)
+    with torch.tpu.set_eager_mode(mode):
+        with pytest.raises(IndexError, match="Target 5 is out of bounds."):
+            F.cross_entropy(logits.to("tpu"), torch.tensor([1, 5]).to("tpu"))
+        with pytest.raises(IndexError, match="Target -1 is out of bounds."):
+            F.nll_loss(logits.to("tpu"), torch.tensor([-1, 2], device="tpu"))
+        torch.tpu.synchronize()  # (nothing left to report)
+        kept = torch.tensor([4, -100])
+        torch.testing.assert_close(F.cross_entropy(logits.to("tpu"), kept.to("tpu")).cpu(),
+                                   F.cross_entropy(logits, kept))
+
+
 def test_index_checks_do_not_cut_a_fused_chain():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Embedding(10, 8), nn.Flatten(), nn.Linear(24, 10)).to("tpu")

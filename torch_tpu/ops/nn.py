@@ -19,7 +19,7 @@ from .. import dtypes, precision
 from ..dtypes import opmath, to_opmath
 from ..eager import access, checks
 from ..storage import views
-from . import indexing, random_bits
+from . import host_mirror, indexing, random_bits
 from .registry import guard, kernel, register, register_raw, rng_key
 
 HIGHEST = lax.Precision.HIGHEST
@@ -713,9 +713,16 @@ def _check_targets(bound):
     if target.dtype not in (torch.long, torch.uint8):
         raise RuntimeError(f"expected target dtype to be Long or Byte, but got {dtypes.aten_name(target.dtype)}")
     classes = bound["self"].shape[1 if bound["self"].dim() > 1 else 0]
-    if target.numel() and target.device.type == "tpu":  # checked at the next host wait (``checks``)
-        checks.defer(target, _target_range, indexing._MIN_MAX, functools.partial(_target_verdict, classes),
-                     np.int64(ignore), host=True)
+    if not target.numel() or target.device.type != "tpu":
+        return
+    host = host_mirror.recall(target)
+    if host is not None:  # values known on the host (copied from the CPU): checked now, as the CPU does
+        failure = _target_verdict(classes, _target_range(host, ignore, xp=np))
+        if failure is not None:
+            raise failure
+        return
+    checks.defer(target, _target_range, indexing._MIN_MAX, functools.partial(_target_verdict, classes),
+                 np.int64(ignore), host=True)  # at the next host wait
 
 
 def _target_range(target, ignore_index, xp=jnp):  # xp=numpy: on the host
