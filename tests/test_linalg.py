@@ -449,3 +449,33 @@ def test_int8_products(dtype):
                 torch._weight_int8pack_mm(x, b.T.contiguous(), scales), atol=1e-3, rtol=1e-3)
     with pytest.raises(RuntimeError):
         torch._int_mm(a.to("tpu"), b[:60].to("tpu"))
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_mixed_operand_dtypes_raise_at_every_call(mode):
+    """A matmul's operand dtypes are checked on a signature's first call only
+    (the signature holds them): a mismatch must still raise the CPU's error
+    each time, also once the same shapes ran with matching dtypes, and for
+    the in-place and out= forms."""
+    f32, f64 = torch.randn(2, 3), torch.randn(3, 2, dtype=torch.float64)
+    v64, b32, b64 = torch.randn(3, dtype=torch.float64), torch.randn(2, 2, 3), torch.randn(2, 3, 2, dtype=torch.float64)
+    calls = [lambda d, a, b, v, x, y: torch.mm(a, b), lambda d, a, b, v, x, y: torch.addmm(a @ a.T.to(a.dtype), a, b),
+             lambda d, a, b, v, x, y: torch.bmm(x, y), lambda d, a, b, v, x, y: torch.mv(a, v),
+             lambda d, a, b, v, x, y: torch.dot(a[0], v),
+             lambda d, a, b, v, x, y: torch.mm(a, b, out=torch.empty(2, 2, device=d)),
+             lambda d, a, b, v, x, y: (a @ a.T).addmm_(a, b)]
+    with torch.tpu.set_eager_mode(mode):
+        for call in calls:
+            with pytest.raises(RuntimeError) as cpu_error:
+                call("cpu", f32, f64, v64, b32, b64)
+            tpu = [t.to("tpu") for t in (f32, f64, v64, b32, b64)]
+            for matching in (False, True, False):
+                if matching:  # the same shapes, one dtype: cached
+                    call("tpu", tpu[0], tpu[1].float(), tpu[2].float(), tpu[3], tpu[4].float())
+                    continue
+                with pytest.raises(RuntimeError) as tpu_error:
+                    call("tpu", *tpu)
+                if call is calls[3]:  # (mv's CPU message names addmv's three dtypes in torch 2.13)
+                    assert "same dtype" in str(tpu_error.value)
+                else:
+                    assert str(tpu_error.value) == str(cpu_error.value)

@@ -192,15 +192,17 @@ def _found(a, b):
     return f"expected scalar type {aten_name(a)} but found {aten_name(b)}"
 
 
-guard("mm.default", prepare=_same_dtypes(("self", "mat2", _mm_message)))
-guard("addmm.default", prepare=_same_dtypes(
+# (per_signature: a signature holds the dtypes, so a cached one passed already)
+guard("mm.default", per_signature=True, prepare=_same_dtypes(("self", "mat2", _mm_message)))
+guard("addmm.default", per_signature=True, prepare=_same_dtypes(
     ("self", "mat2", lambda a, b: f"self and mat2 must have the same dtype, but got {aten_name(a)} and {aten_name(b)}"),
     ("mat1", "mat2", _mm_message)))
-guard("bmm.default", prepare=_same_dtypes(("self", "mat2", _found)))
-guard("baddbmm.default", prepare=_same_dtypes(("batch1", "batch2", _found), ("self", "batch2", _found)))
-guard("mv.default", prepare=_same_dtypes(
+guard("bmm.default", per_signature=True, prepare=_same_dtypes(("self", "mat2", _found)))
+guard("baddbmm.default", per_signature=True,
+      prepare=_same_dtypes(("batch1", "batch2", _found), ("self", "batch2", _found)))
+guard("mv.default", per_signature=True, prepare=_same_dtypes(
     ("self", "vec", lambda a, b: f"mv: expected both tensors to have the same dtype, but got {aten_name(a)} and {aten_name(b)}")))
-guard("dot.default", prepare=_same_dtypes(
+guard("dot.default", per_signature=True, prepare=_same_dtypes(
     ("self", "tensor", lambda a, b: f"dot : expected both vectors to have same dtype, but found {aten_name(a)} and {aten_name(b)}")))
 
 

@@ -236,16 +236,22 @@ def register_raw(*names, graph: GraphForm = None, dispatch_key: str = "PrivateUs
     return decorate
 
 
-def guard(*names, prepare):
+def guard(*names, prepare, per_signature=False):
     """Put ``prepare(args_by_name)`` (a host-side check or argument
     conversion) in front of the named registered ops and their in-place/out=
     siblings.  Only the eager dispatcher entry is wrapped: KERNELS and the graph
-    form keep the plain Kernel (a traced graph cannot check on the host)."""
+    form keep the plain Kernel (a traced graph cannot check on the host).
+    ``per_signature``: a check of what a call's signature holds (dtypes,
+    shapes), run only on a signature's first call, before anything else is
+    asked of it: a call with a cached signature passed it already (a matmul's
+    operand dtypes, at no cost per call)."""
     for name in names:
         op = resolve(name)
         for target in [op] + [s for s, _ in variants_of(op)]:
             kernel = KERNELS.get(target)
-            if isinstance(kernel, Kernel):
+            if isinstance(kernel, Kernel) and per_signature:
+                kernel.signature_guards += (prepare,)
+            elif isinstance(kernel, Kernel):
                 _library(target).impl(target, _Guarded(kernel, prepare), "PrivateUse1")
 
 
@@ -423,6 +429,7 @@ class Kernel:
         # set by buckets.mark: runs a call with a new small shape on its bucket's
         # program (or answers None)
         self.bucketed = None
+        self.signature_guards = ()  # guard(..., per_signature=True): run on a signature's first call
 
     def _writes(self, name):
         return (self.mode == "inplace" and name == "self") or name in self.out_names
@@ -667,6 +674,11 @@ class Kernel:
         return entry.at_offsets(offsets)
 
     def _build_entry(self, key, args, kwargs, inputs, n_offsets):
+        if self.signature_guards:
+            bound = dict(zip(self.arg_names, args))
+            bound.update(kwargs)
+            for check in self.signature_guards:
+                check(bound)
         if self.mode == "out":
             out_checks.check_out_dtype_like_cpu(self, args, kwargs)
         if self.opts.precheck is not None:
