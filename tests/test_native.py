@@ -147,8 +147,9 @@ def test_without_the_helper_the_python_guard_serves_the_device():
 
 @pytest.mark.skipif(not BUILT, reason="native helper not built (a pure-Python install: see README, Install)")
 def test_native_output_tensors_are_the_python_paths(monkeypatch):
-    """An op's output made by the helper (native/tensors.cpp) is the tensor
-    the Python path makes: geometry, storage, keys, values, accounting."""
+    """An op's output made by the helper (native/tensors.cpp, storages.cpp)
+    is the tensor the Python path makes: geometry, storage, keys, values,
+    accounting."""
     import jax
     import numpy as np
 
@@ -156,8 +157,9 @@ def test_native_output_tensors_are_the_python_paths(monkeypatch):
     arr = jax.device_put(np.arange(12, dtype=np.float32).reshape(4, 3))
     metas = [(torch.float32, 48, (4, 3), None), (torch.float32, 48, (3, 4), (1, 3)), (torch.float32, 4, (), ())]
     made = {}
-    for native_on, maker in ((True, buffers._new_tensor), (False, None)):
+    for native_on, maker, owner in ((True, buffers._new_tensor, buffers._own_new), (False, None, None)):
         monkeypatch.setattr(buffers, "_new_tensor", maker)
+        monkeypatch.setattr(buffers, "_own_new", owner)
         outs = [buffers.wrap_as(arr if m[2] else arr[0, 0], *m) for m in metas]
         outs += buffers.OutputTensors(metas)([arr, arr, arr[0, 0]])
         made[native_on] = []
@@ -268,3 +270,53 @@ def test_native_fused_recording_is_the_python_paths():
     for k, (x, y) in enumerate(zip(made, python)):
         assert x == y, f"record call {k}: native {x} != python {y}"
     assert calls[0] < len(made) / 2  # (the predicted calls did not go to Python)
+
+
+LEDGER_SCRIPT = r"""
+import json, threading, torch
+import torch_tpu
+from torch_tpu.storage import buffers, memory
+import jax, numpy as np
+torch.tpu.synchronize()
+start = memory.stats()
+rows = []
+
+def row(tag, *tensors):
+    now = memory.stats()
+    rows.append([tag, {k: now[k] - start.get(k, 0) for k in now if "peak" not in k},
+                 torch.tpu.max_memory_allocated() - start["allocated_bytes.all.current"],
+                 [t.untyped_storage().data_ptr() % 64 for t in tensors]])
+a = torch.empty(1000, 25, device="tpu"); row("empty", a)
+b = a * 2 + 1; row("ops", b)
+c = torch.empty(0, device="tpu"); row("empty storage", c)
+torch.tpu.reset_peak_memory_stats(); row("reset peak")
+del a; row("death")
+holder = [b]
+del b
+t = threading.Thread(target=holder.clear); t.start(); t.join(); row("death on another thread")
+arr = jax.device_put(np.ones((4, 3), np.float32))
+outs = buffers.OutputTensors([(torch.float32, 48, (4, 3), None), (torch.float32, 48, (3, 4), (1, 3))])([arr, arr])
+row("graph outputs", *outs)
+d = buffers.wrap_as(arr, torch.float32, 48, (3, 4), (1, 3)); row("strided output", d)
+addrs = [o.untyped_storage().data_ptr() for o in outs] + [d.untyped_storage().data_ptr()]
+rows.append(["address steps", [y - x for x, y in zip(addrs, addrs[1:])]])
+del outs, d, c; row("all dead")
+rows.append(type(memory.allocate).__name__)  # (which ledger counted)
+print(json.dumps(rows))
+"""
+
+
+def test_native_ledger_counts_as_the_python_one():
+    """The device ledger in C++ (native/storages.cpp) gives the counts, the
+    peak and the address spacing the Python one (storage/memory.py) gives,
+    deaths on other threads included."""
+    runs = []
+    for flag in ("1", "0"):
+        env = dict(os.environ, TORCH_TPU_NATIVE=flag)
+        done = subprocess.run([sys.executable, "-c", LEDGER_SCRIPT], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert [run.pop() for run in runs] == ["builtin_function_or_method", "function"]
+    assert runs[0] == runs[1]
+    assert runs[0][-1][1]["allocated_bytes.all.current"] == 0

@@ -4,7 +4,8 @@ instead of Python (module.cpp): PyTorch's view kernels for the tpu key
 (device_guard.cpp), which PyTorch asks for the current device and stream
 hundreds of times a training step; and two hot spots of the op path, a cached
 signature's per-leaf check (leaves.cpp), making an output tensor
-(tensors.cpp) and recording a predicted op in fused mode (recorder.cpp).
+(tensors.cpp) and accounting for its storage (storages.cpp), and recording a
+predicted op in fused mode (recorder.cpp).
 
 setup.py builds it when torch is importable at build time (the README's
 install does); it is used only with the torch it was built against.  Without
@@ -12,9 +13,10 @@ it (a pure-Python install, another torch, ``TORCH_TPU_NATIVE=0``) the same
 kernels are reached through Python (ops/core.py), PyTorch's Python-backed
 guard serves the device (device/registration.py), signatures are checked
 leaf by leaf in Python (ops/signature_match.py) and output tensors are made
-through PyTorch's Python API (storage/buffers.py) and fused ops recorded in
-Python (eager/fusion.py): same results, ~5 us more a view, ~1 us more a
-guard call or a fused op, ~0.5 us more a checked leaf or an output."""
+through PyTorch's Python API (storage/buffers.py), accounted for under a lock
+(storage/memory.py), and fused ops are recorded in Python (eager/fusion.py):
+same results, ~5 us more a view, ~1 us more a guard call, a fused op or an
+output, ~0.5 us more a checked leaf."""
 import logging
 import os
 
@@ -95,7 +97,28 @@ def fused_recorder(fusion_globals, fallback):
     return None if make is None else make(fusion_globals, fallback)
 
 
+def ledger(base: int, align: int):
+    """The helper's device ledger (storages.cpp: ``allocate``, ``allocate_range``,
+    ``freed``, ``ledger_counts``, ``reset_peak``), its first address ``base``
+    and alignment set; or None (storage/memory.py keeps its own)."""
+    helper = _helper()
+    if getattr(helper, "ledger_start", None) is None:  # (None: a helper built before it existed)
+        return None
+    helper.ledger_start(base, align)
+    return helper
+
+
+def storage_owner(by_address: dict, ref_type):
+    """(release, own_new): the weakref callback of a storage's death and the
+    maker of an output tensor over a new storage of ours (storages.cpp), set
+    up with storage/buffers.py's address registry and weakref type; or None."""
+    helper = _helper()
+    if getattr(helper, "storage_owner", None) is None:
+        return None
+    return helper.storage_owner(by_address, ref_type), helper.own_new
+
+
 def status() -> str:
     """One line for the environment report."""
-    return ("C++ (view kernels, device guard, signature checks, output tensors, fused recording)" if _why_not is None
+    return ("C++ (view kernels, device guard, signature checks, output tensors and their accounting, fused recording)" if _why_not is None
             else f"Python ({_why_not})")

@@ -17,6 +17,20 @@ PyObject* match_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // A tpu tensor over a new storage at a given address (tensors.cpp).
 PyObject* new_tensor(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
+// Used by storages.cpp: a tpu tensor over a new storage at an address (tensors.cpp).
+bool make_tensor(unsigned long long addr, long long nbytes, PyObject* dtype, PyObject* shape, PyObject* strides,
+                 PyObject** tensor, PyObject** storage);
+
+// The device's address space and live bytes, and an output made a storage of ours (storages.cpp).
+PyObject* ledger_start(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+PyObject* ledger_allocate(PyObject*, PyObject* nbytes);
+PyObject* ledger_allocate_range(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+PyObject* ledger_freed(PyObject*, PyObject* nbytes);
+PyObject* ledger_counts(PyObject*, PyObject*);
+PyObject* ledger_reset_peak(PyObject*, PyObject*);
+PyObject* storage_owner(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+PyObject* own_new(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+
 // fusion.record, a predicted op recorded in C++ (recorder.cpp).
 PyObject* fused_recorder(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 

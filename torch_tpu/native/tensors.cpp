@@ -38,50 +38,63 @@ bool ints(PyObject* seq, std::vector<int64_t>& out) {
 
 }  // namespace
 
-// new_tensor(addr, nbytes, dtype, shape, strides or None) -> (tensor, its storage)
-PyObject* new_tensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 5 || !THPDtype_Check(args[2])) {
-    PyErr_SetString(PyExc_TypeError, "new_tensor(addr, nbytes, dtype, shape, strides or None)");
-    return nullptr;
-  }
-  const unsigned long long addr = PyLong_AsUnsignedLongLong(args[0]);
-  const long long nbytes = PyLong_AsLongLong(args[1]);
-  if (PyErr_Occurred()) {
-    return nullptr;
+bool make_tensor(unsigned long long addr, long long nbytes, PyObject* dtype_obj, PyObject* shape_obj,
+                 PyObject* strides_obj, PyObject** tensor_out, PyObject** storage_out) {
+  if (!THPDtype_Check(dtype_obj)) {
+    PyErr_SetString(PyExc_TypeError, "expected a torch.dtype");
+    return false;
   }
   std::vector<int64_t> shape, strides;
-  if (!ints(args[3], shape) || (args[4] != Py_None && !ints(args[4], strides))) {
-    return nullptr;
+  if (!ints(shape_obj, shape) || (strides_obj != Py_None && !ints(strides_obj, strides))) {
+    return false;
   }
   try {
     const c10::Device device(c10::DeviceType::PrivateUse1, 0);
     c10::Storage storage(c10::Storage::use_byte_size_t{}, static_cast<size_t>(nbytes),
                          c10::DataPtr(reinterpret_cast<void*>(addr), device), nullptr, false);
-    const auto dtype = reinterpret_cast<THPDtype*>(args[2])->scalar_type;
+    const auto dtype = reinterpret_cast<THPDtype*>(dtype_obj)->scalar_type;
     at::Tensor t = at::detail::make_tensor<at::TensorImpl>(
         std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::scalarTypeToTypeMeta(dtype));
-    if (args[4] == Py_None) {
+    if (strides_obj == Py_None) {
       t.unsafeGetTensorImpl()->set_sizes_contiguous(shape);
     } else {
       t.unsafeGetTensorImpl()->set_sizes_and_strides(shape, strides);
     }
     PyObject* py_storage = THPStorage_Wrap(t.storage());
     if (py_storage == nullptr) {
-      return nullptr;
+      return false;
     }
     PyObject* py_tensor = THPVariable_Wrap(std::move(t));
     if (py_tensor == nullptr) {
       Py_DECREF(py_storage);
-      return nullptr;
+      return false;
     }
-    PyObject* pair = PyTuple_Pack(2, py_tensor, py_storage);
-    Py_DECREF(py_tensor);
-    Py_DECREF(py_storage);
-    return pair;
+    *tensor_out = py_tensor;
+    *storage_out = py_storage;
+    return true;
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
+    return false;
+  }
+}
+
+// new_tensor(addr, nbytes, dtype, shape, strides or None) -> (tensor, its storage)
+PyObject* new_tensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5) {
+    PyErr_SetString(PyExc_TypeError, "new_tensor(addr, nbytes, dtype, shape, strides or None)");
     return nullptr;
   }
+  const unsigned long long addr = PyLong_AsUnsignedLongLong(args[0]);
+  const long long nbytes = PyLong_AsLongLong(args[1]);
+  PyObject* tensor = nullptr;
+  PyObject* storage = nullptr;
+  if (PyErr_Occurred() || !make_tensor(addr, nbytes, args[2], args[3], args[4], &tensor, &storage)) {
+    return nullptr;
+  }
+  PyObject* pair = PyTuple_Pack(2, tensor, storage);
+  Py_DECREF(tensor);
+  Py_DECREF(storage);
+  return pair;
 }
 
 }  // namespace torch_tpu_native

@@ -9,6 +9,8 @@ would be had each death taken the lock itself."""
 import collections
 import threading
 
+from .. import native
+
 _ALIGN = 64
 _BASE_ADDRESS = 1 << 44
 _lock = threading.Lock()
@@ -81,16 +83,12 @@ def allocate_range(size: int, nbytes: int, count: int) -> int:
     return addr
 
 
-def allocated() -> int:
+def _counts() -> tuple:
+    """(allocated bytes, peak, live storages, allocations, frees)."""
+    s = _stats
     with _lock:
-        _apply_deaths(_stats)
-        return _stats.allocated
-
-
-def peak() -> int:
-    with _lock:
-        _apply_deaths(_stats)
-        return _stats.peak
+        _apply_deaths(s)
+        return s.allocated, s.peak, s.count, s.num_alloc, s.num_free
 
 
 def reset_peak() -> None:
@@ -99,16 +97,31 @@ def reset_peak() -> None:
         _stats.peak = _stats.allocated
 
 
+# With the native helper the ledger is kept in C++ (native/storages.cpp):
+# each call whole under the GIL, so no lock and no queue of deaths; the
+# addresses and counts are the ones above.
+_native = native.ledger(_BASE_ADDRESS, _ALIGN)
+if _native is not None:
+    allocate, allocate_range, freed_bytes = _native.allocate, _native.allocate_range, _native.freed
+    _counts, reset_peak = _native.ledger_counts, _native.reset_peak
+
+
+def allocated() -> int:
+    return _counts()[0]
+
+
+def peak() -> int:
+    return _counts()[1]
+
+
 def stats() -> dict:
-    s = _stats
-    with _lock:
-        _apply_deaths(s)
-        return {
-            "allocated_bytes.all.current": s.allocated,
-            "allocated_bytes.all.peak": s.peak,
-            "allocation.all.current": s.count,
-            "allocation.all.allocated": s.num_alloc,
-            "allocation.all.freed": s.num_free,
-            "active_bytes.all.current": s.allocated,
-            "reserved_bytes.all.current": s.allocated,
-        }
+    allocated, peak, count, num_alloc, num_free = _counts()
+    return {
+        "allocated_bytes.all.current": allocated,
+        "allocated_bytes.all.peak": peak,
+        "allocation.all.current": count,
+        "allocation.all.allocated": num_alloc,
+        "allocation.all.freed": num_free,
+        "active_bytes.all.current": allocated,
+        "reserved_bytes.all.current": allocated,
+    }
