@@ -150,16 +150,16 @@ FUSED_OP_CALLS = 19
 #   dtype checks on a signature's first call only (guard per_signature):
 #   strict 591 -> 579, fused 700 -> 688.  Outputs' storages registered and
 #   accounted for in C++ (native/storages.cpp): compiled 242, strict 487,
-#   fused 596.
+#   fused 596; a multi-output op's or graph's too (OutputTensors): 226, 467, 576.
 # About 2% headroom: the counts moved ~1.5% with test order, strict more (648
 # run alone, 720-780 after the whole suite, when earlier tests' signatures
 # crowded the matmul kernel's recent ones), until the test came to drop the
 # kernels' recent signatures first.  The budgets count on the native helper
 # (as CI builds it): without it views, guard calls, leaf checks and fused
 # recording run in Python.
-COMPILED_STEP_CALLS = 250
-STRICT_STEP_CALLS = 500
-FUSED_STEP_CALLS = 610
+COMPILED_STEP_CALLS = 235
+STRICT_STEP_CALLS = 480
+FUSED_STEP_CALLS = 590
 # Address allocations (each a lock) per compiled step of the model above: one
 # range per graph call for all its outputs, and the eager backward seed's: 4
 # (14 when each output took its own).
@@ -188,6 +188,10 @@ def test_compiled_training_step_allocates_per_graph_not_per_output(monkeypatch):
         step()
     torch.tpu.synchronize()
     count = [0]
+    # (the native helper allocates inside its output makers: counted here
+    # through the Python ones, which take the same ranges)
+    monkeypatch.setattr(buffers, "_own_new", None)
+    monkeypatch.setattr(buffers, "_own_many", None)
 
     def counted(real):
         def allocate(*args):

@@ -109,13 +109,14 @@ def ledger(base: int, align: int):
 
 
 def storage_owner(by_address: dict, ref_type):
-    """(release, own_new): the weakref callback of a storage's death and the
-    maker of an output tensor over a new storage of ours (storages.cpp), set
-    up with storage/buffers.py's address registry and weakref type; or None."""
+    """(release, own_new, own_many): the weakref callback of a storage's
+    death and the makers of output tensors over new storages of ours
+    (storages.cpp), set up with storage/buffers.py's address registry and
+    weakref type; or None."""
     helper = _helper()
-    if getattr(helper, "storage_owner", None) is None:
+    if getattr(helper, "own_many", None) is None:  # (None: a helper built before they existed)
         return None
-    return helper.storage_owner(by_address, ref_type), helper.own_new
+    return helper.storage_owner(by_address, ref_type), helper.own_new, helper.own_many
 
 
 def status() -> str:

@@ -30,6 +30,7 @@ PyObject* ledger_counts(PyObject*, PyObject*);
 PyObject* ledger_reset_peak(PyObject*, PyObject*);
 PyObject* storage_owner(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 PyObject* own_new(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+PyObject* own_many(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
 // fusion.record, a predicted op recorded in C++ (recorder.cpp).
 PyObject* fused_recorder(PyObject*, PyObject* const* args, Py_ssize_t nargs);

@@ -35,6 +35,8 @@ PyMethodDef methods[] = {
      "Set up own_new with buffers.py's registry; the weakref callback of a storage's death."},
     {"own_new", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_tpu_native::own_new)), METH_FASTCALL,
      "buffers.wrap_as: a tpu tensor over a new storage of ours holding an array."},
+    {"own_many", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_tpu_native::own_many)), METH_FASTCALL,
+     "buffers.OutputTensors: tensors over new storages of ours, one address range for all."},
     {nullptr, nullptr, 0, nullptr},
 };
 

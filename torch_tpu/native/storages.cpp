@@ -209,30 +209,27 @@ PyObject* storage_owner(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return owner->release;
 }
 
-// own_new(arr, dtype, nbytes, shape, strides or None) -> a tpu tensor over a
-// new storage whose bytes are ``arr`` (buffers.wrap_as)
-PyObject* own_new(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 5 || owner == nullptr) {
-    PyErr_SetString(PyExc_TypeError, "own_new(arr, dtype, nbytes, shape, strides or None), after storage_owner");
-    return nullptr;
-  }
-  const long long nbytes = PyLong_AsLongLong(args[2]);
-  if (nbytes == -1 && PyErr_Occurred()) {
-    return nullptr;
-  }
-  const long long addr = take(span(nbytes), nbytes, 1);
+namespace {
+
+// A tensor over a new storage at ``addr`` holding ``arr`` (``nbytes``, a
+// Python int), registered as buffers._own registers one: the bytes on the
+// storage's object, and one weakref that registers the storage by address
+// and releases it when it dies.  A new reference, or nullptr with an error
+// (the bytes then given back).
+PyObject* own_at(long long addr, PyObject* arr, PyObject* dtype, PyObject* nbytes_obj, PyObject* shape,
+                 PyObject* strides) {
+  const long long nbytes = PyLong_AsLongLong(nbytes_obj);
   PyObject* tensor = nullptr;
   PyObject* storage = nullptr;
-  if (!make_tensor(static_cast<unsigned long long>(addr), nbytes, args[1], args[3], args[4], &tensor, &storage)) {
-    give_back(nbytes);
+  if ((nbytes == -1 && PyErr_Occurred()) ||
+      !make_tensor(static_cast<unsigned long long>(addr), nbytes, dtype, shape, strides, &tensor, &storage)) {
+    give_back(nbytes < 0 ? 0 : nbytes);
     return nullptr;
   }
-  // as buffers._own: the bytes on the storage's object, and one weakref that
-  // registers the storage by address and releases it when it dies
   PyObject* addr_obj = pack(addr);
   PyObject* ref = nullptr;
   bool registered = false;
-  bool ok = addr_obj != nullptr && PyObject_SetAttr(storage, owner->buf_name, args[0]) == 0;
+  bool ok = addr_obj != nullptr && PyObject_SetAttr(storage, owner->buf_name, arr) == 0;
   if (ok) {
     ref = PyObject_CallFunctionObjArgs(reinterpret_cast<PyObject*>(owner->ref_type), storage, owner->release,
                                        nullptr);
@@ -241,8 +238,8 @@ PyObject* own_new(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (ok) {
     Py_INCREF(addr_obj);
     Py_XSETREF(slot_of(ref, owner->addr_slot), addr_obj);
-    Py_INCREF(args[2]);
-    Py_XSETREF(slot_of(ref, owner->nbytes_slot), args[2]);
+    Py_INCREF(nbytes_obj);
+    Py_XSETREF(slot_of(ref, owner->nbytes_slot), nbytes_obj);
     ok = registered = PyDict_SetItem(owner->by_address, addr_obj, ref) == 0;
   }
   if (!registered) {
@@ -256,6 +253,73 @@ PyObject* own_new(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   return tensor;
+}
+
+}  // namespace
+
+// own_new(arr, dtype, nbytes, shape, strides or None) -> a tpu tensor over a
+// new storage whose bytes are ``arr`` (buffers.wrap_as)
+PyObject* own_new(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5 || owner == nullptr) {
+    PyErr_SetString(PyExc_TypeError, "own_new(arr, dtype, nbytes, shape, strides or None), after storage_owner");
+    return nullptr;
+  }
+  const long long nbytes = PyLong_AsLongLong(args[2]);
+  if (nbytes == -1 && PyErr_Occurred()) {
+    return nullptr;
+  }
+  return own_at(take(span(nbytes), nbytes, 1), args[0], args[1], args[2], args[3], args[4]);
+}
+
+// own_many(arrays, metas, offsets, size, nbytes) -> [tensor]: buffers.OutputTensors,
+// each array at its offset of one new range of ``size`` (``nbytes`` in all),
+// per meta (dtype, nbytes, shape, strides or None)
+PyObject* own_many(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5 || owner == nullptr || !PyList_CheckExact(args[1]) || !PyList_CheckExact(args[2])) {
+    PyErr_SetString(PyExc_TypeError, "own_many(arrays, metas: list, offsets: list, size, nbytes), after storage_owner");
+    return nullptr;
+  }
+  PyObject* arrays = PySequence_Fast(args[0], "own_many: arrays");
+  if (arrays == nullptr) {
+    return nullptr;
+  }
+  const Py_ssize_t n = PyList_GET_SIZE(args[1]);
+  const long long size = PyLong_AsLongLong(args[3]);
+  const long long nbytes = PyLong_AsLongLong(args[4]);
+  if (PyErr_Occurred() || PySequence_Fast_GET_SIZE(arrays) != n || PyList_GET_SIZE(args[2]) != n) {
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_ValueError, "own_many: as many arrays, metas and offsets");
+    }
+    Py_DECREF(arrays);
+    return nullptr;
+  }
+  const long long base = take(size, nbytes, n);
+  PyObject* tensors = PyList_New(n);
+  for (Py_ssize_t k = 0; tensors != nullptr && k < n; ++k) {
+    PyObject* meta = PyList_GET_ITEM(args[1], k);
+    const long long offset = PyLong_AsLongLong(PyList_GET_ITEM(args[2], k));
+    PyObject* t = nullptr;
+    if (PyTuple_CheckExact(meta) && PyTuple_GET_SIZE(meta) == 4 && !(offset == -1 && PyErr_Occurred())) {
+      t = own_at(base + offset, PySequence_Fast_GET_ITEM(arrays, k), PyTuple_GET_ITEM(meta, 0),
+                 PyTuple_GET_ITEM(meta, 1), PyTuple_GET_ITEM(meta, 2), PyTuple_GET_ITEM(meta, 3));
+    } else if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_TypeError, "own_many: a meta is (dtype, nbytes, shape, strides or None)");
+    }
+    if (t == nullptr) {  // the outputs not made yet give their bytes back
+      for (Py_ssize_t rest = k + 1; rest < n; ++rest) {
+        PyObject* m = PyList_GET_ITEM(args[1], rest);
+        if (PyTuple_CheckExact(m) && PyTuple_GET_SIZE(m) == 4) {
+          const long long b = PyLong_AsLongLong(PyTuple_GET_ITEM(m, 1));
+          give_back(b < 0 ? 0 : b);
+        }
+      }
+      Py_CLEAR(tensors);
+      break;
+    }
+    PyList_SET_ITEM(tensors, k, t);
+  }
+  Py_DECREF(arrays);
+  return tensors;
 }
 
 }  // namespace torch_tpu_native
