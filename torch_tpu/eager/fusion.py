@@ -175,18 +175,12 @@ _MAX_NEXT = 1 << 16
 
 
 _guess = None      # _next's entry for the pending program's last op: what record expects next
+                   # ((fn, refs, prefix): kernels read its fn, the executable to check a call against)
 # The structural hash of an empty pending program: 0 after a flush; after a
 # launch ahead of a predicted read, one of its own, so the op that follows
 # the read (a step's backward) and the program's first op (the step's
 # forward) are remembered apart.
 _origin = 0
-
-
-def predicted():
-    """The executable recorded after the pending program's last op the last
-    time the program was here, or None: a hint (``record`` checks it)."""
-    guess = _guess
-    return None if guess is None else guess[0]
 
 
 def _retarget():

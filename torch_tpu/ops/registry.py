@@ -536,8 +536,9 @@ class Kernel:
             out_checks.check_indexed_overlap(self, self.indexed_overlap, args, kwargs)
         inputs, entry, key, fast = [], None, None, False
         if self.fast and not kwargs:
-            if modes._mode is _FUSED:  # the op recording predicts (fusion.predicted), checked
-                hit = self.cache.by_fn.get(fusion.predicted()) if self.cache.by_fn else None
+            if modes._mode is _FUSED:  # the op recording predicts (fusion._guess: its executable first), checked
+                guess = fusion._guess
+                hit = self.cache.by_fn.get(guess[0]) if guess is not None and self.cache.by_fn else None
                 if hit is not None:
                     entry = self._matched(hit, args, inputs, True)
             else:  # strict: the signatures of this kernel's last calls, checked by their matchers
