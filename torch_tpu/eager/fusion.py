@@ -162,11 +162,6 @@ def _record(fn, inputs, out_buffers, urgent=False):
 
 
 _lazy = object.__new__  # LazyBuffer and _Node without their __init__'s frame (every recorded op)
-
-# ``record`` is ``_record``, or the native helper's version of it
-# (native/recorder.cpp), set at the end of this module: that one records a
-# predicted op, wired as last time, in C++ (~2 us of Python an op) and hands
-# every other call to ``_record``.
 _weakref = weakref.ref
 
 
@@ -618,4 +613,7 @@ def clear_cache() -> None:
         _retarget()
 
 
+# ``record`` is the native helper's version of ``_record`` when it is built
+# (native/recorder.cpp): a predicted op, wired as last time, is recorded in
+# C++ (~2 us of Python an op); every other call is handed to ``_record``.
 record = native.fused_recorder(globals(), _record) or _record

@@ -121,5 +121,6 @@ def storage_owner(by_address: dict, ref_type):
 
 def status() -> str:
     """One line for the environment report."""
-    return ("C++ (view kernels, device guard, signature checks, output tensors and their accounting, fused recording)" if _why_not is None
-            else f"Python ({_why_not})")
+    if _why_not is not None:
+        return f"Python ({_why_not})"
+    return "C++ (view kernels, device guard, signature checks, output tensors and their accounting, fused recording)"

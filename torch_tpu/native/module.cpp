@@ -1,5 +1,5 @@
 // The native helper, torch_tpu.native._native: what torch_tpu registers with
-// PyTorch from C++ instead of Python, and a hot loop of the op path (helper.h
+// PyTorch from C++ instead of Python, and hot spots of the op path (helper.h
 // lists the parts).  Built by setup.py when torch is importable at build time
 // (see README, "Install"); torch_tpu/native/__init__.py loads it only for the
 // torch it was built against, and each part registers once.
@@ -11,31 +11,34 @@
 
 namespace {
 
+// a METH_FASTCALL function as PyMethodDef holds it
+#define FASTCALL(f) reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_tpu_native::f))
+
 PyMethodDef methods[] = {
     {"register_views", torch_tpu_native::register_views, METH_NOARGS,
      "Register PyTorch's view kernels for the tpu key (once)."},
     {"register_device_guard", torch_tpu_native::register_device_guard, METH_NOARGS,
      "Register the tpu device's guard, written in C++, in place of the Python-backed one."},
-    {"match_leaves", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_tpu_native::match_leaves)),
+    {"match_leaves", FASTCALL(match_leaves),
      METH_FASTCALL, "A cached signature's per-leaf check (ops/signature_match.py, Matcher.match)."},
-    {"new_tensor", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_tpu_native::new_tensor)),
+    {"new_tensor", FASTCALL(new_tensor),
      METH_FASTCALL, "A tpu tensor over a new storage at a given address, and that storage (storage/buffers.py)."},
-    {"fused_recorder", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_tpu_native::fused_recorder)),
+    {"fused_recorder", FASTCALL(fused_recorder),
      METH_FASTCALL, "fusion.record with a predicted op recorded in C++ (eager/fusion.py)."},
-    {"ledger_start", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_tpu_native::ledger_start)), METH_FASTCALL,
+    {"ledger_start", FASTCALL(ledger_start), METH_FASTCALL,
      "The ledger's first address and alignment (storage/memory.py)."},
     {"allocate", torch_tpu_native::ledger_allocate, METH_O, "memory.allocate: the address of a new range, counted."},
-    {"allocate_range", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_tpu_native::ledger_allocate_range)), METH_FASTCALL,
+    {"allocate_range", FASTCALL(ledger_allocate_range), METH_FASTCALL,
      "memory.allocate_range: one range for several storages, counted."},
     {"freed", torch_tpu_native::ledger_freed, METH_O, "memory.freed_bytes: a storage of nbytes died."},
     {"ledger_counts", torch_tpu_native::ledger_counts, METH_NOARGS,
      "(allocated, peak, count, num_alloc, num_free) of the ledger."},
     {"reset_peak", torch_tpu_native::ledger_reset_peak, METH_NOARGS, "The peak is what is allocated now."},
-    {"storage_owner", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_tpu_native::storage_owner)), METH_FASTCALL,
+    {"storage_owner", FASTCALL(storage_owner), METH_FASTCALL,
      "Set up own_new with buffers.py's registry; the weakref callback of a storage's death."},
-    {"own_new", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_tpu_native::own_new)), METH_FASTCALL,
+    {"own_new", FASTCALL(own_new), METH_FASTCALL,
      "buffers.wrap_as: a tpu tensor over a new storage of ours holding an array."},
-    {"own_many", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(torch_tpu_native::own_many)), METH_FASTCALL,
+    {"own_many", FASTCALL(own_many), METH_FASTCALL,
      "buffers.OutputTensors: tensors over new storages of ours, one address range for all."},
     {nullptr, nullptr, 0, nullptr},
 };

@@ -5,7 +5,9 @@ ranges to detect aliasing) and its bytes count as allocated until it dies.
 A storage's death is only queued (one atomic deque append, from whichever
 thread drops it); the next allocation or statistics read applies the queued
 deaths first, under the lock, so the live bytes and the peak are what they
-would be had each death taken the lock itself."""
+would be had each death taken the lock itself.  With the native helper the
+same ledger is kept in C++ (native/storages.cpp), each call atomic under the
+GIL: no lock, no queue."""
 import collections
 import threading
 
