@@ -155,7 +155,7 @@ def _unrolled(m):
     n = m.nargs
     xs = [f"x{i}" for i in range(n)]
     ns = {"guard_check": m.guard.check, "LazyBuffer": LazyBuffer, "resolve": fusion.resolve,
-          "on_device": numbers.on_device}
+          "on_device": numbers.on_device, "kept": {float: numbers._floats.get, int: numbers._ints.get}}
     tensor_at = [i for i, leaf in enumerate(m.leaves) if leaf[0] is _TENSOR and i not in dict(m.repeats)]
     code = ["def match(args, fused):",
             f"    if len(args) != {n}: return None",
@@ -176,7 +176,11 @@ def _unrolled(m):
             code.append(f"    if type(x{i}) is not type(a{i}) or x{i} != a{i}: return None")
         else:  # a traced number of kind a
             code.append(f"    if type(x{i}) is not a{i}: return None")
-            out.append(f"x{i} if fused else on_device(x{i})")
+            if a in (float, int):  # its device copy looked up here first (on_device's first step, no frame)
+                ns[f"kept{i}"] = ns["kept"][a]
+                out.append(f"x{i} if fused else d{i} if (d{i} := kept{i}(x{i})) is not None else on_device(x{i})")
+            else:
+                out.append(f"x{i} if fused else on_device(x{i})")
     code.append(f"    return [{', '.join(out)}]")
     # (named after this file, so its calls count as torch_tpu's in tests/test_overhead.py)
     exec(compile("\n".join(code), f"{__file__}:_unrolled", "exec"), ns)
