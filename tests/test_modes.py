@@ -261,6 +261,10 @@ def test_fused_predicted_op_is_checked_against_its_signature(monkeypatch):
         outcomes.append(entry is not None)
         return entry
     monkeypatch.setattr(registry.Kernel, "_matched", spy)
+    # (with the native helper a matched call never reaches Kernel._matched:
+    # native/entry.cpp checks it; a refused one does, and then builds its key)
+    slow, fast_key = [], registry.Kernel._fast_key
+    monkeypatch.setattr(registry.Kernel, "_fast_key", lambda self, *a: slow.append(self.name) or fast_key(self, *a))
     gen = torch.Generator().manual_seed(0)
     sq, big, i0 = torch.randn(6, 6, generator=gen), torch.randn(5, 6, generator=gen), torch.arange(24).reshape(4, 6)
     cz = torch.complex(*torch.randint(-3, 4, (2, 6, 6), generator=gen).float())  # (small integers: mm exact)
@@ -299,13 +303,16 @@ def test_fused_predicted_op_is_checked_against_its_signature(monkeypatch):
             want = list(want) if isinstance(want, (list, tuple)) else want
             for _ in range(2):  # the second time as a repeated program
                 outcomes.clear()
+                slow.clear()
+                fused_before = fusion.stats.ops_fused
                 with torch.tpu.set_eager_mode("fused"):
                     got = program(make("tpu"))
                     got = [t.cpu() for t in got] if isinstance(got, (list, tuple)) else got.cpu()
                 torch.testing.assert_close(got, want, rtol=0, atol=0)  # (dtypes too)
         finally:
             torch.set_default_dtype(default)
-    assert outcomes and all(outcomes)  # the learned program again: every op predicted and checked
+    # the learned program again: every op predicted, checked and recorded
+    assert all(outcomes) and not slow and fusion.stats.ops_fused > fused_before
 
 
 def test_fused_flushes_on_synchronize_and_size_limit(monkeypatch):
@@ -331,6 +338,31 @@ def test_debug_mode_reports_the_failing_op(monkeypatch):
         monkeypatch.setattr(modes.jax, "block_until_ready", device_failure)
         with pytest.raises(RuntimeError, match=r"aten\.mul\.Tensor failed on the device: INTERNAL"):
             x * 3
+
+
+def test_strict_launch_failure_names_the_op_on_the_cached_path():
+    """A cached op whose executable fails at run time (XLA refusing it) raises
+    the named failure, whichever entry took the call (the native one hands a
+    failed launch to the Kernel, which runs it again and names it), and the
+    op's next call builds afresh."""
+    from torch_tpu.ops import registry
+    x = torch.ones(3, device="tpu")
+    with torch.tpu.set_eager_mode("strict"):
+        for _ in range(3):
+            assert (x * 2.5).cpu().tolist() == [2.5] * 3
+        kernel = registry.KERNELS[torch.ops.aten.mul.Tensor]
+        entry = kernel.cache.recent[0][0]
+        real = entry.fn
+
+        def refused(*inputs):
+            raise RuntimeError("INTERNAL: simulated refusal")
+        entry.fn = refused
+        try:
+            with pytest.raises(RuntimeError, match=r"mul\.Tensor failed on the device: INTERNAL: simulated refusal"):
+                x * 2.5
+        finally:
+            entry.fn = real
+        assert (x * 2.5).cpu().tolist() == [2.5] * 3
 
 
 def test_a_failing_fused_chain_loses_no_other_result():

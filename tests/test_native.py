@@ -322,3 +322,31 @@ def test_native_ledger_counts_as_the_python_one():
     assert [run.pop() for run in runs] == ["builtin_function_or_method", "function"]
     assert runs[0] == runs[1]
     assert runs[0][-1][1]["allocated_bytes.all.current"] == 0
+
+
+@pytest.mark.skipif(not BUILT, reason="native helper not built (a pure-Python install: see README, Install)")
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_built_helper_enters_a_cached_op_without_the_kernels_python(mode):
+    """The dispatcher enters a plain kernel through native/entry.cpp: a cached
+    call runs its matcher and launch without Kernel.__call__; a call with
+    keywords (or anything it does not take) still reaches the Kernel."""
+    from torch_tpu.ops import registry
+    frames = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename == registry.__file__:
+            frames.append(frame.f_code.co_name)
+    x, y = torch.ones(4, device="tpu"), torch.full((4,), 2.0, device="tpu")
+    with torch.tpu.set_eager_mode(mode):
+        for _ in range(3):  # (read each time: a fused program repeats between host reads)
+            torch.add(x * y, y).cpu()
+        sys.setprofile(profile)
+        try:
+            z = torch.add(x * y, y)
+            cached = list(frames)
+            z = torch.add(x * y, y, alpha=2)  # (alpha: a keyword the entry hands to the Kernel)
+        finally:
+            sys.setprofile(None)
+        assert z.cpu().tolist() == [6.0] * 4
+    assert cached == [], cached
+    assert "__call__" in frames[len(cached):]

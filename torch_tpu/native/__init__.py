@@ -4,8 +4,9 @@ instead of Python (module.cpp): PyTorch's view kernels for the tpu key
 (device_guard.cpp), which PyTorch asks for the current device and stream
 hundreds of times a training step; and two hot spots of the op path, a cached
 signature's per-leaf check (leaves.cpp), making an output tensor
-(tensors.cpp) and accounting for its storage (storages.cpp), and recording a
-predicted op in fused mode (recorder.cpp).
+(tensors.cpp) and accounting for its storage (storages.cpp), recording a
+predicted op in fused mode (recorder.cpp), and a kernel's cached path as the
+dispatcher's entry (entry.cpp).
 
 setup.py builds it when torch is importable at build time (the README's
 install does); it is used only with the torch it was built against.  Without
@@ -14,9 +15,10 @@ kernels are reached through Python (ops/core.py), PyTorch's Python-backed
 guard serves the device (device/registration.py), signatures are checked
 leaf by leaf in Python (ops/signature_match.py) and output tensors are made
 through PyTorch's Python API (storage/buffers.py), accounted for under a lock
-(storage/memory.py), and fused ops are recorded in Python (eager/fusion.py):
-same results, ~5 us more a view, ~1 us more a guard call, a fused op or an
-output, ~0.5 us more a checked leaf."""
+(storage/memory.py), fused ops are recorded in Python (eager/fusion.py) and
+every op enters through Kernel.__call__ (ops/registry.py): same results, ~5 us
+more a view, ~1 us more a guard call, a fused op or an output, ~0.5 us more a
+checked leaf, ~1 us more a cached op."""
 import logging
 import os
 
@@ -119,8 +121,22 @@ def storage_owner(by_address: dict, ref_type):
     return helper.storage_owner(by_address, ref_type), helper.own_new, helper.own_many
 
 
+def kernel_entries(modes, fusion, precision, note, own_new):
+    """The maker of a registered kernel's C++ entry (entry.cpp:
+    ``kernel_entry(kernel, cache, plain_arity, returns_one)``), its shared
+    context set up from the modules the cached path reads; or None (also
+    without the native output maker ``own_new``)."""
+    helper = _helper()
+    if getattr(helper, "kernel_entry", None) is None or own_new is None:
+        return None
+    helper.entry_context(vars(modes), modes.EagerMode.FUSED, modes.EagerMode.STRICT, vars(fusion), vars(precision),
+                         torch.autograd.profiler, torch.get_default_dtype, note, own_new)
+    return helper.kernel_entry
+
+
 def status() -> str:
     """One line for the environment report."""
     if _why_not is not None:
         return f"Python ({_why_not})"
-    return "C++ (view kernels, device guard, signature checks, output tensors and their accounting, fused recording)"
+    return ("C++ (view kernels, device guard, cached-op entry, signature checks, output tensors and their "
+            "accounting, fused recording)")

@@ -32,6 +32,10 @@ PyObject* storage_owner(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 PyObject* own_new(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 PyObject* own_many(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
+// A registered kernel's cached path (entry.cpp).
+PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+PyObject* kernel_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+
 // fusion.record, a predicted op recorded in C++ (recorder.cpp).
 PyObject* fused_recorder(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 

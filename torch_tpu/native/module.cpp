@@ -40,6 +40,10 @@ PyMethodDef methods[] = {
      "buffers.wrap_as: a tpu tensor over a new storage of ours holding an array."},
     {"own_many", FASTCALL(own_many), METH_FASTCALL,
      "buffers.OutputTensors: tensors over new storages of ours, one address range for all."},
+    {"entry_context", FASTCALL(entry_context), METH_FASTCALL,
+     "What every kernel entry reads (modes, fusion, precision, profiler, pending, own_new): once."},
+    {"kernel_entry", FASTCALL(kernel_entry), METH_FASTCALL,
+     "A registered kernel's cached path in C++, the Kernel for everything else (ops/registry.py)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

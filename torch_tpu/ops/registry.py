@@ -34,9 +34,9 @@ import numpy as np
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-from .. import dtypes, precision, runtime
+from .. import dtypes, native, precision, runtime
 from ..casting import convert
-from ..eager import access, fusion, modes
+from ..eager import access, fusion, modes, pending
 from ..eager.fusion import LazyBuffer
 from ..eager.launch import failure, launch
 from ..storage import buffers, numbers, views
@@ -324,7 +324,22 @@ def _install(op, kernel, graph=None, dispatch_key="PrivateUse1", native=False) -
         else:
             GRAPH_FORMS.pop(op, None)
     if not native:
-        _library(op).impl(op, kernel, dispatch_key)
+        _library(op).impl(op, _entry_of(kernel), dispatch_key)
+
+
+# With the native helper a kernel's cached path runs in C++ (native/entry.cpp:
+# Kernel.__call__'s matched-signature launch without its three Python frames);
+# everything else reaches the Kernel from there.
+_native_entry = native.kernel_entries(modes, fusion, precision, pending.note, buffers._own_new)
+
+
+def _entry_of(kernel):
+    """What the dispatcher calls for ``kernel``: its C++ entry when its cached
+    path is the plain one, else itself."""
+    if (_native_entry is None or not isinstance(kernel, Kernel) or not kernel.fast or not kernel.records_plainly
+            or kernel.check_overlap or kernel.indexed_overlap is not None):
+        return kernel
+    return _native_entry(kernel, kernel.cache, kernel.plain_arity, kernel.returns_one)
 
 
 # ---- the kernel wrapper -----------------------------------------------------

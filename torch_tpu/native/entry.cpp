@@ -1,0 +1,331 @@
+// A registered kernel's entry from PyTorch's dispatcher in C++: the cached
+// path of ops/registry.py's Kernel.__call__.  A call with positional
+// arguments only, in strict or fused mode, is checked against the kernel's
+// recent signatures (strict) or the op the recorder predicts (fused) by their
+// matchers, exactly as Kernel._matched checks it; a match is launched -- the
+// jitted executable called (strict) or recorded (fused, through
+// fusion.record) -- and its output made by the native ledger's own_new (or
+// Kernel._finish).  Three Python frames less an op (Kernel.__call__,
+// Kernel._matched, launch).  Anything else -- keywords, debug mode, a
+// profiler, a miss, views read at run-time offsets, a launch that raises --
+// is handed to the Kernel itself, which does all of it as before (a failed
+// launch then runs again there and raises its error).
+#include "helper.h"
+
+namespace torch_tpu_native {
+namespace {
+
+// What every entry reads, set up once (entry_context).
+struct Context {
+  PyObject* modes = nullptr;      // eager/modes.py's globals: _mode
+  PyObject* fused = nullptr;      // EagerMode.FUSED
+  PyObject* strict = nullptr;     // EagerMode.STRICT
+  PyObject* fusion = nullptr;     // eager/fusion.py's globals: _guess, record
+  PyObject* precision = nullptr;  // precision.py's globals: current
+  PyObject* profiler = nullptr;   // torch.autograd.profiler: _is_profiler_enabled
+  PyObject* default_dtype = nullptr;  // torch.get_default_dtype
+  PyObject* note = nullptr;       // eager/pending.py's note
+  PyObject* own_new = nullptr;    // buffers.wrap_as's native maker
+  PyObject* s_mode = nullptr;
+  PyObject* s_guess = nullptr;
+  PyObject* s_record = nullptr;
+  PyObject* s_current = nullptr;
+  PyObject* s_profiling = nullptr;
+  PyObject* s_recent = nullptr;
+  PyObject* s_by_fn = nullptr;
+  PyObject* s_offsets = nullptr;
+  PyObject* s_fn = nullptr;
+  PyObject* s_out_buffers = nullptr;
+  PyObject* s_out_tensors = nullptr;
+  PyObject* s_single = nullptr;
+  PyObject* s_check = nullptr;
+  PyObject* s_finish = nullptr;
+};
+
+Context* context = nullptr;
+
+// One kernel's entry.
+struct Entry {
+  PyObject* kernel = nullptr;  // the Kernel (its cache read per call: it is replaced when cleared)
+  PyObject* cache = nullptr;
+  Py_ssize_t plain_arity = 0;
+  bool returns_one = false;
+};
+
+constexpr const char* kCapsule = "torch_tpu.native.Entry";
+
+void drop_entry(PyObject* capsule) {
+  auto* e = static_cast<Entry*>(PyCapsule_GetPointer(capsule, kCapsule));
+  Py_XDECREF(e->kernel);
+  Py_XDECREF(e->cache);
+  delete e;
+}
+
+PyObject* borrowed(PyObject* dict, PyObject* name) {  // dict[name] or nullptr (an error set only on failure)
+  return PyDict_GetItemWithError(dict, name);
+}
+
+// Kernel._matched: the entry (borrowed from ``hit``) whose matcher takes
+// ``args``, its inputs in ``*inputs`` (new); nullptr with no error when none
+// does; ``*python`` set when only the Python path can say (a list signature's
+// written-storage groups).  nullptr with an error on an error.
+PyObject* matched(const Context& c, PyObject* hit, PyObject* args, bool fused, PyObject** inputs, bool* python) {
+  if (!PyTuple_CheckExact(hit) || PyTuple_GET_SIZE(hit) != 3) {
+    *python = true;
+    return nullptr;
+  }
+  PyObject* key = PyTuple_GET_ITEM(hit, 1);
+  PyObject* matchers = PyTuple_GET_ITEM(hit, 2);
+  if (!PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) < 5 || !PyList_CheckExact(matchers)) {
+    *python = true;
+    return nullptr;
+  }
+  PyObject* dtype = PyObject_CallNoArgs(c.default_dtype);
+  if (dtype == nullptr) {
+    return nullptr;
+  }
+  Py_DECREF(dtype);  // (dtypes are singletons: compared by identity, as _matched does)
+  PyObject* current = borrowed(c.precision, c.s_current);
+  if (PyTuple_GET_ITEM(key, 3) != dtype || PyTuple_GET_ITEM(key, 4) != current) {
+    return nullptr;
+  }
+  if (PyTuple_GET_ITEM(key, 2) != Py_None) {
+    *python = true;  // written_lists.matches: Python's
+    return nullptr;
+  }
+  for (Py_ssize_t k = 0; k < PyList_GET_SIZE(matchers); ++k) {
+    PyObject* m = PyList_GET_ITEM(matchers, k);
+    Py_INCREF(m);
+    PyObject* check = PyObject_GetAttr(m, c.s_check);
+    Py_DECREF(m);
+    if (check == nullptr) {
+      return nullptr;
+    }
+    PyObject* call_args[2] = {args, fused ? Py_True : Py_False};
+    PyObject* found = PyObject_Vectorcall(check, call_args, 2, nullptr);
+    Py_DECREF(check);
+    if (found == nullptr) {
+      return nullptr;
+    }
+    if (found != Py_None) {
+      *inputs = found;
+      return PyTuple_GET_ITEM(hit, 0);
+    }
+    Py_DECREF(found);
+  }
+  return nullptr;
+}
+
+// The call's result, or nullptr with no error set when the Kernel must take
+// the call, or nullptr with an error.
+PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, Py_ssize_t nargs) {
+  PyObject* mode = borrowed(c.modes, c.s_mode);
+  const bool fused = mode == c.fused;
+  if (mode == nullptr || (!fused && mode != c.strict) || nargs > e.plain_arity) {
+    return nullptr;
+  }
+  if (!fused) {
+    PyObject* profiling = PyObject_GetAttr(c.profiler, c.s_profiling);
+    if (profiling == nullptr) {
+      return nullptr;
+    }
+    const int on = PyObject_IsTrue(profiling);
+    Py_DECREF(profiling);
+    if (on != 0) {
+      return nullptr;  // (a profiler range: launch's)
+    }
+  }
+  PyObject* args = PyTuple_New(nargs);
+  if (args == nullptr) {
+    return nullptr;
+  }
+  for (Py_ssize_t k = 0; k < nargs; ++k) {
+    Py_INCREF(argv[k]);
+    PyTuple_SET_ITEM(args, k, argv[k]);
+  }
+  PyObject* entry = nullptr;  // borrowed from its hit, which the cache holds
+  PyObject* inputs = nullptr;
+  bool python = false;
+  if (fused) {
+    PyObject* guess = borrowed(c.fusion, c.s_guess);
+    PyObject* by_fn = guess != nullptr && guess != Py_None ? PyObject_GetAttr(e.cache, c.s_by_fn) : nullptr;
+    PyObject* hit = by_fn != nullptr && PyTuple_CheckExact(guess) && PyTuple_GET_SIZE(guess) > 0
+                        ? borrowed(by_fn, PyTuple_GET_ITEM(guess, 0)) : nullptr;
+    if (hit != nullptr) {
+      Py_INCREF(hit);
+      entry = matched(c, hit, args, true, &inputs, &python);
+      Py_DECREF(hit);  // (the cache still holds it: entry stays valid)
+    }
+    Py_XDECREF(by_fn);
+  } else {
+    PyObject* recent = PyObject_GetAttr(e.cache, c.s_recent);
+    if (recent != nullptr && PyList_CheckExact(recent)) {
+      for (Py_ssize_t k = 0; k < PyList_GET_SIZE(recent) && entry == nullptr && !python && !PyErr_Occurred(); ++k) {
+        entry = matched(c, PyList_GET_ITEM(recent, k), args, false, &inputs, &python);
+      }
+    }
+    Py_XDECREF(recent);
+  }
+  if (entry == nullptr || PyErr_Occurred()) {
+    Py_DECREF(args);
+    Py_XDECREF(inputs);
+    return nullptr;
+  }
+  Py_INCREF(entry);
+  PyObject* result = nullptr;
+  PyObject* offsets = PyObject_GetAttr(entry, c.s_offsets);
+  PyObject* fn = offsets == nullptr ? nullptr : PyObject_GetAttr(entry, c.s_fn);
+  PyObject* out_buffers = fn == nullptr ? nullptr : PyObject_GetAttr(entry, c.s_out_buffers);
+  PyObject* results = nullptr;
+  const bool plain = out_buffers != nullptr && PyTuple_CheckExact(offsets) && PyTuple_GET_SIZE(offsets) == 0 &&
+                     PyList_CheckExact(inputs);
+  if (plain && fused && out_buffers != Py_None) {
+    PyObject* record = borrowed(c.fusion, c.s_record);  // (looked up: a test may wrap it)
+    PyObject* record_args[3] = {fn, inputs, out_buffers};
+    results = record == nullptr ? nullptr : PyObject_Vectorcall(record, record_args, 3, nullptr);
+  } else if (plain && !fused) {
+    results = PyObject_Vectorcall(fn, PySequence_Fast_ITEMS(inputs), PyList_GET_SIZE(inputs), nullptr);
+    if (results == nullptr) {
+      PyErr_Clear();  // the Kernel runs it again and names the failure
+    } else {
+      PyObject* noted = PyObject_CallOneArg(c.note, results);
+      if (noted == nullptr) {
+        Py_CLEAR(results);
+      }
+      Py_XDECREF(noted);
+    }
+  }
+  if (results != nullptr) {
+    PyObject* metas = PyObject_GetAttr(entry, c.s_out_tensors);
+    PyObject* single = metas == nullptr ? nullptr : PyObject_GetAttr(entry, c.s_single);
+    if (single != nullptr && metas != Py_None && single == Py_True && e.returns_one && PyList_CheckExact(metas) &&
+        PyList_GET_SIZE(metas) > 0 && PyTuple_CheckExact(PyList_GET_ITEM(metas, 0)) &&
+        PyTuple_GET_SIZE(PyList_GET_ITEM(metas, 0)) == 4 && PySequence_Check(results) &&
+        PySequence_Size(results) > 0) {
+      PyObject* first = PySequence_GetItem(results, 0);
+      PyObject* meta = PyList_GET_ITEM(metas, 0);
+      if (first != nullptr) {
+        PyObject* make_args[5] = {first, PyTuple_GET_ITEM(meta, 0), PyTuple_GET_ITEM(meta, 1),
+                                  PyTuple_GET_ITEM(meta, 2), PyTuple_GET_ITEM(meta, 3)};
+        result = PyObject_Vectorcall(c.own_new, make_args, 5, nullptr);
+        Py_DECREF(first);
+      }
+    } else if (single != nullptr) {
+      PyObject* kwargs = PyDict_New();
+      PyObject* finish = kwargs == nullptr ? nullptr : PyObject_GetAttr(e.kernel, c.s_finish);
+      if (finish != nullptr) {
+        PyObject* finish_args[4] = {entry, results, args, kwargs};
+        result = PyObject_Vectorcall(finish, finish_args, 4, nullptr);
+        Py_DECREF(finish);
+      }
+      Py_XDECREF(kwargs);
+    }
+    Py_XDECREF(metas);
+    Py_XDECREF(single);
+    if (result == nullptr && !PyErr_Occurred()) {
+      PyErr_SetString(PyExc_RuntimeError, "tpu: an op's output could not be made");
+    }
+    Py_DECREF(results);
+  }
+  Py_XDECREF(offsets);
+  Py_XDECREF(fn);
+  Py_XDECREF(out_buffers);
+  Py_DECREF(entry);
+  Py_DECREF(inputs);
+  Py_DECREF(args);
+  return result;
+}
+
+PyObject* entry_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  const auto* e = static_cast<const Entry*>(PyCapsule_GetPointer(self, kCapsule));
+  if (e == nullptr) {
+    return nullptr;
+  }
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  // (PyTorch passes an empty dict of keywords: no names)
+  if ((kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0) && context != nullptr) {
+    PyObject* result = cached_call(*context, *e, args, nargs);
+    if (result != nullptr || PyErr_Occurred()) {
+      return result;
+    }
+  }
+  return PyObject_Vectorcall(e->kernel, args, nargs, kwnames);
+}
+
+PyMethodDef entry_def = {"kernel_entry", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(entry_call)),
+                         METH_FASTCALL | METH_KEYWORDS,
+                         "A registered kernel's cached path in C++ (native/entry.cpp); else the Kernel."};
+
+PyObject* intern(const char* s) {
+  return PyUnicode_InternFromString(s);
+}
+
+}  // namespace
+
+// entry_context(modes_globals, fused, strict, fusion_globals, precision_globals,
+//               profiler_module, get_default_dtype, note, own_new): once
+PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 9 || !PyDict_Check(args[0]) || !PyDict_Check(args[3]) || !PyDict_Check(args[4])) {
+    PyErr_SetString(PyExc_TypeError, "entry_context(modes, fused, strict, fusion, precision, profiler, "
+                                     "get_default_dtype, note, own_new)");
+    return nullptr;
+  }
+  if (context != nullptr) {
+    Py_RETURN_NONE;  // (set up once per process)
+  }
+  auto* c = new Context();
+  PyObject** slots[] = {&c->modes, &c->fused, &c->strict, &c->fusion, &c->precision,
+                        &c->profiler, &c->default_dtype, &c->note, &c->own_new};
+  for (int k = 0; k < 9; ++k) {
+    Py_INCREF(args[k]);
+    *slots[k] = args[k];
+  }
+  c->s_mode = intern("_mode");
+  c->s_guess = intern("_guess");
+  c->s_record = intern("record");
+  c->s_current = intern("current");
+  c->s_profiling = intern("_is_profiler_enabled");
+  c->s_recent = intern("recent");
+  c->s_by_fn = intern("by_fn");
+  c->s_offsets = intern("offsets");
+  c->s_fn = intern("fn");
+  c->s_out_buffers = intern("out_buffers");
+  c->s_out_tensors = intern("out_tensors");
+  c->s_single = intern("single");
+  c->s_check = intern("check");
+  c->s_finish = intern("_finish");
+  context = c;
+  Py_RETURN_NONE;
+}
+
+// kernel_entry(kernel, cache, plain_arity, returns_one) -> the callable to
+// register for the kernel
+PyObject* kernel_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4) {
+    PyErr_SetString(PyExc_TypeError, "kernel_entry(kernel, cache, plain_arity, returns_one)");
+    return nullptr;
+  }
+  const Py_ssize_t arity = PyLong_AsSsize_t(args[2]);
+  if (arity == -1 && PyErr_Occurred()) {
+    return nullptr;
+  }
+  auto* e = new Entry();
+  Py_INCREF(args[0]);
+  e->kernel = args[0];
+  Py_INCREF(args[1]);
+  e->cache = args[1];
+  e->plain_arity = arity;
+  e->returns_one = PyObject_IsTrue(args[3]) == 1;
+  PyObject* capsule = PyCapsule_New(e, kCapsule, drop_entry);
+  if (capsule == nullptr) {
+    Py_DECREF(e->kernel);
+    Py_DECREF(e->cache);
+    delete e;
+    return nullptr;
+  }
+  PyObject* fn = PyCFunction_New(&entry_def, capsule);
+  Py_DECREF(capsule);
+  return fn;
+}
+
+}  // namespace torch_tpu_native
