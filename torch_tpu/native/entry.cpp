@@ -65,7 +65,7 @@ PyObject* borrowed(PyObject* dict, PyObject* name) {  // dict[name] or nullptr (
   return PyDict_GetItemWithError(dict, name);
 }
 
-// Kernel._matched: the entry (borrowed from ``hit``) whose matcher takes
+// Kernel._matched: the entry (a new reference) of ``hit`` if a matcher takes
 // ``args``, its inputs in ``*inputs`` (new); nullptr with no error when none
 // does; ``*python`` set when only the Python path can say (a list signature's
 // written-storage groups).  nullptr with an error on an error.
@@ -109,7 +109,9 @@ PyObject* matched(const Context& c, PyObject* hit, PyObject* args, bool fused, P
     }
     if (found != Py_None) {
       *inputs = found;
-      return PyTuple_GET_ITEM(hit, 0);
+      PyObject* entry = PyTuple_GET_ITEM(hit, 0);
+      Py_INCREF(entry);  // (held: the matcher's Python may have let the cache drop its hit)
+      return entry;
     }
     Py_DECREF(found);
   }
@@ -143,7 +145,7 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
     Py_INCREF(argv[k]);
     PyTuple_SET_ITEM(args, k, argv[k]);
   }
-  PyObject* entry = nullptr;  // borrowed from its hit, which the cache holds
+  PyObject* entry = nullptr;
   PyObject* inputs = nullptr;
   bool python = false;
   if (fused) {
@@ -154,24 +156,27 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
     if (hit != nullptr) {
       Py_INCREF(hit);
       entry = matched(c, hit, args, true, &inputs, &python);
-      Py_DECREF(hit);  // (the cache still holds it: entry stays valid)
+      Py_DECREF(hit);
     }
     Py_XDECREF(by_fn);
   } else {
     PyObject* recent = PyObject_GetAttr(e.cache, c.s_recent);
     if (recent != nullptr && PyList_CheckExact(recent)) {
       for (Py_ssize_t k = 0; k < PyList_GET_SIZE(recent) && entry == nullptr && !python && !PyErr_Occurred(); ++k) {
-        entry = matched(c, PyList_GET_ITEM(recent, k), args, false, &inputs, &python);
+        PyObject* hit = PyList_GET_ITEM(recent, k);
+        Py_INCREF(hit);  // (held while its matchers' Python runs)
+        entry = matched(c, hit, args, false, &inputs, &python);
+        Py_DECREF(hit);
       }
     }
     Py_XDECREF(recent);
   }
   if (entry == nullptr || PyErr_Occurred()) {
+    Py_XDECREF(entry);
     Py_DECREF(args);
     Py_XDECREF(inputs);
     return nullptr;
   }
-  Py_INCREF(entry);
   PyObject* result = nullptr;
   PyObject* offsets = PyObject_GetAttr(entry, c.s_offsets);
   PyObject* fn = offsets == nullptr ? nullptr : PyObject_GetAttr(entry, c.s_fn);
