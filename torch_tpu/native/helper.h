@@ -5,6 +5,15 @@
 
 namespace torch_tpu_native {
 
+// A Python object's __slots__ member, at the byte offset member_offset gives
+// (recorder.cpp and storages.cpp write and read their objects' slots so).
+inline PyObject*& slot_of(PyObject* obj, Py_ssize_t offset) {
+  return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset);
+}
+
+// The byte offset of ``type``'s __slots__ member ``name``, or -1 with an error (recorder.cpp).
+Py_ssize_t member_offset(PyTypeObject* type, const char* name);
+
 // PyTorch's view kernels for the tpu key (views.cpp).
 PyObject* register_views(PyObject*, PyObject*);
 

@@ -77,25 +77,11 @@ void drop_capsule(PyObject* capsule) {
 enum LazySlot { kShape, kDtype, kValue, kNode, kSlot, kEarly };
 enum NodeSlot { kFn, kRefs, kOutputs, kPrefix, kUrgent };
 
-PyObject*& slot_of(PyObject* obj, Py_ssize_t offset) {
-  return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset);
-}
-
 // Set a slot of an object fresh from tp_alloc (its slots are empty), taking a
 // reference to ``value``.
 void set_slot(PyObject* obj, Py_ssize_t offset, PyObject* value) {
   Py_INCREF(value);
   Py_XSETREF(slot_of(obj, offset), value);
-}
-
-// The byte offset of ``type``'s __slots__ member ``name``, or -1 with an error.
-Py_ssize_t member_offset(PyTypeObject* type, const char* name) {
-  PyObject* descr = PyDict_GetItemString(type->tp_dict, name);  // borrowed
-  if (descr == nullptr || Py_TYPE(descr) != &PyMemberDescr_Type) {
-    PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", type->tp_name, name);
-    return -1;
-  }
-  return reinterpret_cast<PyMemberDescrObject*>(descr)->d_member->offset;
 }
 
 PyObject* item(PyObject* dict, const char* name) {  // a new reference, or nullptr with an error
@@ -442,6 +428,15 @@ PyMethodDef record_def = {
     METH_FASTCALL | METH_KEYWORDS, "fusion.record, with a predicted op recorded in C++ (native/recorder.cpp)."};
 
 }  // namespace
+
+Py_ssize_t member_offset(PyTypeObject* type, const char* name) {
+  PyObject* descr = PyDict_GetItemString(type->tp_dict, name);  // borrowed
+  if (descr == nullptr || Py_TYPE(descr) != &PyMemberDescr_Type) {
+    PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", type->tp_name, name);
+    return -1;
+  }
+  return reinterpret_cast<PyMemberDescrObject*>(descr)->d_member->offset;
+}
 
 PyObject* fused_recorder(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 2 || !PyDict_Check(args[0])) {

@@ -10,8 +10,6 @@
 // (tests/test_native.py runs one script under both).
 #include "helper.h"
 
-#include <structmember.h>  // PyMemberDef (a __slots__ member's offset)
-
 namespace torch_tpu_native {
 namespace {
 
@@ -65,19 +63,6 @@ struct Owner {
 };
 
 Owner* owner = nullptr;
-
-PyObject*& slot_of(PyObject* obj, Py_ssize_t offset) {
-  return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset);
-}
-
-Py_ssize_t member_offset(PyTypeObject* type, const char* name) {
-  PyObject* descr = PyDict_GetItemString(type->tp_dict, name);  // borrowed
-  if (descr == nullptr || Py_TYPE(descr) != &PyMemberDescr_Type) {
-    PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", type->tp_name, name);
-    return -1;
-  }
-  return reinterpret_cast<PyMemberDescrObject*>(descr)->d_member->offset;
-}
 
 // release(ref): a storage died (its weakref's callback): its address leaves
 // the registry and its bytes the ledger.
