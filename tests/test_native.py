@@ -157,9 +157,7 @@ def test_native_output_tensors_are_the_python_paths(monkeypatch):
     arr = jax.device_put(np.arange(12, dtype=np.float32).reshape(4, 3))
     metas = [(torch.float32, 48, (4, 3), None), (torch.float32, 48, (3, 4), (1, 3)), (torch.float32, 4, (), ())]
     made = {}
-    for native_on, maker, owner, many in ((True, buffers._new_tensor, buffers._own_new, buffers._own_many),
-                                          (False, None, None, None)):
-        monkeypatch.setattr(buffers, "_new_tensor", maker)
+    for native_on, owner, many in ((True, buffers._own_new, buffers._own_many), (False, None, None)):
         monkeypatch.setattr(buffers, "_own_new", owner)
         monkeypatch.setattr(buffers, "_own_many", many)
         outs = [buffers.wrap_as(arr if m[2] else arr[0, 0], *m) for m in metas]

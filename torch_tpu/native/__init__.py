@@ -83,14 +83,6 @@ def leaf_matcher():
     return None if helper is None else helper.match_leaves
 
 
-def tensor_maker():
-    """The C++ maker of a tpu tensor over a new storage at an address
-    (``new_tensor(addr, nbytes, dtype, shape, strides or None) -> (tensor,
-    storage)``, storage/buffers.py's outputs), or None."""
-    helper = _helper()
-    return None if helper is None else helper.new_tensor
-
-
 def fused_recorder(fusion_globals, fallback):
     """fusion.record with a predicted op recorded in C++ (recorder.cpp;
     ``fallback``, fusion's Python ``_record``, takes every other call), or

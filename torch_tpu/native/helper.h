@@ -23,10 +23,7 @@ PyObject* register_device_guard(PyObject*, PyObject*);
 // A cached signature's per-leaf check (leaves.cpp).
 PyObject* match_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
-// A tpu tensor over a new storage at a given address (tensors.cpp).
-PyObject* new_tensor(PyObject*, PyObject* const* args, Py_ssize_t nargs);
-
-// Used by storages.cpp: a tpu tensor over a new storage at an address (tensors.cpp).
+// A tpu tensor over a new storage at an address, and that storage (tensors.cpp; storages.cpp's makers).
 bool make_tensor(unsigned long long addr, long long nbytes, PyObject* dtype, PyObject* shape, PyObject* strides,
                  PyObject** tensor, PyObject** storage);
 

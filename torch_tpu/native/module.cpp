@@ -21,8 +21,6 @@ PyMethodDef methods[] = {
      "Register the tpu device's guard, written in C++, in place of the Python-backed one."},
     {"match_leaves", FASTCALL(match_leaves),
      METH_FASTCALL, "A cached signature's per-leaf check (ops/signature_match.py, Matcher.match)."},
-    {"new_tensor", FASTCALL(new_tensor),
-     METH_FASTCALL, "A tpu tensor over a new storage at a given address, and that storage (storage/buffers.py)."},
     {"fused_recorder", FASTCALL(fused_recorder),
      METH_FASTCALL, "fusion.record with a predicted op recorded in C++ (eager/fusion.py)."},
     {"ledger_start", FASTCALL(ledger_start), METH_FASTCALL,

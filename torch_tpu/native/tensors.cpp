@@ -1,10 +1,10 @@
 // A tpu tensor over a new storage at a given address, in one call
-// (storage/buffers.py's output tensors).  In Python that is an empty tensor
+// (storages.cpp's output makers).  In Python that is an empty tensor
 // made at its shape, its storage object, a second storage at the address and
 // a swap of the two (~1.1 us), or for other strides a boxed set_ (~3 us);
 // here one C++ call makes the same storage (the address, the byte size, no
 // allocator, not resizable: as torch._C._construct_storage_from_data_pointer)
-// and the tensor over it.  The caller gives the storage its buffer.
+// and the tensor over it.  The caller (storages.cpp) gives the storage its buffer.
 #include "helper.h"
 
 #include <vector>
@@ -78,23 +78,5 @@ bool make_tensor(unsigned long long addr, long long nbytes, PyObject* dtype_obj,
   }
 }
 
-// new_tensor(addr, nbytes, dtype, shape, strides or None) -> (tensor, its storage)
-PyObject* new_tensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 5) {
-    PyErr_SetString(PyExc_TypeError, "new_tensor(addr, nbytes, dtype, shape, strides or None)");
-    return nullptr;
-  }
-  const unsigned long long addr = PyLong_AsUnsignedLongLong(args[0]);
-  const long long nbytes = PyLong_AsLongLong(args[1]);
-  PyObject* tensor = nullptr;
-  PyObject* storage = nullptr;
-  if (PyErr_Occurred() || !make_tensor(addr, nbytes, args[2], args[3], args[4], &tensor, &storage)) {
-    return nullptr;
-  }
-  PyObject* pair = PyTuple_Pack(2, tensor, storage);
-  Py_DECREF(tensor);
-  Py_DECREF(storage);
-  return pair;
-}
 
 }  // namespace torch_tpu_native

@@ -139,9 +139,6 @@ def wrap(arr, shape=None, strides=None) -> torch.Tensor:
 # the cost of the boxed set_ per output.  (A private PyTorch method: without
 # it, every output takes set_.)
 _SWAP_STORAGE = hasattr(torch.UntypedStorage, "_swap_data_ptr_")
-# With the native helper, the tensor and its storage come from one C++ call
-# (native/tensors.cpp: ~1 us less an output, ~3 us less for other strides).
-_new_tensor = native.tensor_maker()
 
 
 def wrap_as(arr, dtype, nbytes, shape, strides) -> torch.Tensor:
@@ -150,11 +147,6 @@ def wrap_as(arr, dtype, nbytes, shape, strides) -> torch.Tensor:
     ``strides`` None: row-major."""
     if _own_new is not None:  # (all of it in one C++ call)
         return _own_new(arr, dtype, nbytes, shape, strides)
-    if _new_tensor is not None:  # (the tensor and its storage in one C++ call)
-        addr = memory.allocate(nbytes)
-        t, st = _new_tensor(addr, nbytes, dtype, shape, strides)
-        _own(st, addr, nbytes, arr)
-        return t
     if strides is None:
         if _SWAP_STORAGE:
             t = _create_empty(shape, dtype)
@@ -191,9 +183,7 @@ class OutputTensors:
         tensors = []
         for arr, (dtype, nbytes, shape, strides), offset in zip(arrays, self.metas, self.offsets):
             addr = base + offset
-            if _new_tensor is not None:  # as wrap_as
-                t, st = _new_tensor(addr, nbytes, dtype, shape, strides)
-            elif strides is None and _SWAP_STORAGE:
+            if strides is None and _SWAP_STORAGE:  # as wrap_as
                 t = _create_empty(shape, dtype)
                 st = t.untyped_storage()
                 st._swap_data_ptr_(_construct_storage(addr, DEVICE, nbytes))
