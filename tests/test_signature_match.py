@@ -5,7 +5,11 @@ executable built for another geometry."""
 import pytest
 import torch
 
+from torch_tpu import native
+from torch_tpu.eager import fusion
+from torch_tpu.eager.fusion import LazyBuffer
 from torch_tpu.ops import registry, signature_match
+from torch_tpu.storage import numbers
 
 MODES = ["strict", "fused"]
 
@@ -15,7 +19,10 @@ def _kernel(op):
 
 
 def _matcher_answers(monkeypatch):
-    """From now on, whether each matcher asked took its call (a list, in order)."""
+    """From now on, whether each matcher asked took its call (a list, in order).
+    (The native kernel entry is made to call each matcher's check instead of
+    checking its plain form in C++: test_straight_line_matchers_answer_as_the_
+    generic_check holds the two to the same answers.)"""
     answers = []
 
     def spied(m):
@@ -26,6 +33,7 @@ def _matcher_answers(monkeypatch):
             answers.append(found is not None)
             return found
         monkeypatch.setattr(m, "check", spy)
+        monkeypatch.setattr(m, "plain", None)
         return m
     kernels = {k for k in registry.KERNELS.values() if isinstance(k, registry.Kernel)}
     for kernel in kernels:  # the matchers there are, and those made later
@@ -246,37 +254,52 @@ def test_strict_finds_a_signature_among_many_of_the_same_shapes(monkeypatch):
 
 def test_straight_line_matchers_answer_as_the_generic_check(monkeypatch):
     """A call without lists is checked by code made for its signature
-    (signature_match._unrolled): it must take and refuse exactly what the
-    generic loop does (in Python, and in C++ with the native helper), with the
-    same inputs."""
+    (signature_match._unrolled), and with the native helper by the kernel
+    entry in C++ (native/leaves.cpp's plain_inputs, from the matcher's
+    ``plain`` form): each must take and refuse exactly what the generic loop
+    does (in Python, and in C++), with the same inputs."""
     x, y = torch.randn(4, 3).to("tpu"), torch.randn(4, 3).to("tpu")
-    other = [x, y, x.t(), x[1:], x.double(), torch.randn(3, 4).to("tpu"), y.clone(), 2.0, 2, True, None]
+    with torch.tpu.set_eager_mode("fused"):
+        pending = x * 3  # a LazyBuffer in its storage until computed
+    other = [x, y, x.t(), x[1:], x.double(), torch.randn(3, 4).to("tpu"), y.clone(), pending,
+             2.0, 2, 3.0, 3, -0.0, float("nan"), 2 ** 70, True, 1j, None]
     calls = {"mul.Tensor": lambda a, b: a * b, "add.Tensor": lambda a, b: a + b,
              "sum.dim_IntList": lambda a, b: a.sum(1)}
     loops = {None, signature_match._match_leaves}
-    seen = 0
+    plain_check = native.plain_matcher()
+    leaf_refs = (LazyBuffer, fusion.resolve, numbers.on_device, numbers._floats, numbers._ints)
+    for v in other[8:] * 2:  # each number's device copy made now (on_device keeps it at its second sight)
+        numbers.on_device(v)
+    seen = native_seen = 0
     for name, call in calls.items():
-        for _ in range(3):
+        for _ in range(3):  # (2.0 and 2 seen thrice: kept on the device)
             call(x, 2.0 if name == "mul.Tensor" else y)
+            call(x, 2 if name == "mul.Tensor" else y)
             call(x, x)
         kernel = registry.KERNELS[registry.resolve(name)]
         matchers = [m for hit in kernel.cache.by_fn.values() for m in hit[2] if m.check != m.match]
         with torch._C._AutoDispatchBelowADInplaceOrView():  # (as inside the dispatcher)
             for m in matchers:
-                for a in other[:7]:
+                for a in other[:8]:
                     for b in other:
                         args = (a, b, [1], False, None)[:m.nargs]
                         for fused in (False, True):
-                            got = m.check(args, fused)
+                            got = [m.check(args, fused)]
+                            if plain_check is not None:
+                                assert m.plain is not None
+                                got.append(plain_check(m.plain, args, fused, *leaf_refs))
+                                native_seen += 1
                             for loop in loops:  # m.match: the generic loop, its leaves in Python or C++
                                 monkeypatch.setattr(signature_match, "_match_leaves", loop)
                                 want = m.match(args, fused)
                                 seen += 1
-                                assert (want is None) == (got is None), (name, m.leaves)
-                                if want is not None:
-                                    assert len(want) == len(got) and all(
-                                        w is g or (type(w) is type(g) and w == g) for w, g in zip(want, got))
+                                for g in got:
+                                    assert (want is None) == (g is None), (name, m.leaves, args, fused)
+                                    if want is not None:
+                                        assert len(want) == len(g) and all(
+                                            w is v or (type(w) is type(v) and w == v) for w, v in zip(want, g))
     assert seen > 100 * len(loops)
+    assert plain_check is None or native_seen * len(loops) == seen
 
 
 @pytest.mark.skipif(signature_match._match_leaves is None, reason="native helper not built")

@@ -3,7 +3,7 @@ instead of Python (module.cpp): PyTorch's view kernels for the tpu key
 (views.cpp), so views never cross into Python, and the tpu device's guard
 (device_guard.cpp), which PyTorch asks for the current device and stream
 hundreds of times a training step; and two hot spots of the op path, a cached
-signature's per-leaf check (leaves.cpp), making an output tensor
+signature's check, leaf by leaf (leaves.cpp), making an output tensor
 (tensors.cpp) and accounting for its storage (storages.cpp), recording a
 predicted op in fused mode (recorder.cpp), and a kernel's cached path as the
 dispatcher's entry (entry.cpp).
@@ -113,17 +113,26 @@ def storage_owner(by_address: dict, ref_type):
     return helper.storage_owner(by_address, ref_type), helper.own_new, helper.own_many
 
 
-def kernel_entries(modes, fusion, precision, note, own_new):
+def kernel_entries(modes, fusion, precision, note, own_new, numbers):
     """The maker of a registered kernel's C++ entry (entry.cpp:
     ``kernel_entry(kernel, cache, plain_arity, returns_one)``), its shared
     context set up from the modules the cached path reads; or None (also
     without the native output maker ``own_new``)."""
     helper = _helper()
-    if getattr(helper, "kernel_entry", None) is None or own_new is None:
+    # (None: a helper built before the entry checked plain matchers itself)
+    if getattr(helper, "match_plain", None) is None or own_new is None:
         return None
+    leaf_refs = (fusion.LazyBuffer, fusion.resolve, numbers.on_device, numbers._floats, numbers._ints)
     helper.entry_context(vars(modes), modes.EagerMode.FUSED, modes.EagerMode.STRICT, vars(fusion), vars(precision),
-                         torch.autograd.profiler, torch.get_default_dtype, note, own_new)
+                         torch.autograd.profiler, torch.get_default_dtype, note, own_new, leaf_refs)
     return helper.kernel_entry
+
+
+def plain_matcher():
+    """The C++ check of a call without list arguments against a Matcher's
+    ``plain`` form, as kernel entries check it (leaves.cpp: ``match_plain(plain,
+    args, fused, lazy_type, resolve, on_device, floats, ints)``), or None."""
+    return getattr(_helper(), "match_plain", None)
 
 
 def status() -> str:

@@ -1,15 +1,17 @@
 // A registered kernel's entry from PyTorch's dispatcher in C++: the cached
 // path of ops/registry.py's Kernel.__call__.  A call with positional
 // arguments only, in strict or fused mode, is checked against the kernel's
-// recent signatures (strict) or the op the recorder predicts (fused) by their
-// matchers, exactly as Kernel._matched checks it; a match is launched -- the
-// jitted executable called (strict) or recorded (fused, through
-// fusion.record) -- and its output made by the native ledger's own_new (or
-// Kernel._finish).  Three Python frames less an op (Kernel.__call__,
-// Kernel._matched, launch).  Anything else -- keywords, debug mode, a
-// profiler, a miss, views read at run-time offsets, a launch that raises --
-// is handed to the Kernel itself, which does all of it as before (a failed
-// launch then runs again there and raises its error).
+// recent signatures (strict) or the op the recorder predicts (fused), exactly
+// as Kernel._matched checks it: a call without list arguments here
+// (leaves.cpp's plain_inputs, the checks the matcher's generated code makes),
+// else by the matcher's own check; a match is launched -- the jitted
+// executable called (strict) or recorded (fused, through fusion.record) --
+// and its output made by the native ledger's own_new (or Kernel._finish).
+// No Python frame of ours for a cached op but the executable's call (strict)
+// or none at all (fused, a predicted op recorded in C++).  Anything else --
+// keywords, debug mode, a profiler, a miss, views read at run-time offsets,
+// a launch that raises -- is handed to the Kernel itself, which does all of
+// it as before (a failed launch then runs again there and raises its error).
 #include "helper.h"
 
 namespace torch_tpu_native {
@@ -26,6 +28,7 @@ struct Context {
   PyObject* default_dtype = nullptr;  // torch.get_default_dtype
   PyObject* note = nullptr;       // eager/pending.py's note
   PyObject* own_new = nullptr;    // buffers.wrap_as's native maker
+  LeafRefs refs;                  // what a plain matcher's leaves read (owned here; none: matchers' own check)
   PyObject* s_mode = nullptr;
   PyObject* s_guess = nullptr;
   PyObject* s_record = nullptr;
@@ -39,6 +42,7 @@ struct Context {
   PyObject* s_out_tensors = nullptr;
   PyObject* s_single = nullptr;
   PyObject* s_check = nullptr;
+  PyObject* s_plain = nullptr;
   PyObject* s_finish = nullptr;
 };
 
@@ -66,7 +70,7 @@ PyObject* borrowed(PyObject* dict, PyObject* name) {  // dict[name] or nullptr (
 }
 
 // Kernel._matched: the entry (a new reference) of ``hit`` if a matcher takes
-// ``args``, its inputs in ``*inputs`` (new); nullptr with no error when none
+// ``args`` (a tuple), its inputs in ``*inputs`` (new); nullptr with no error when none
 // does; ``*python`` set when only the Python path can say (a list signature's
 // written-storage groups).  nullptr with an error on an error.
 PyObject* matched(const Context& c, PyObject* hit, PyObject* args, bool fused, PyObject** inputs, bool* python) {
@@ -96,14 +100,19 @@ PyObject* matched(const Context& c, PyObject* hit, PyObject* args, bool fused, P
   for (Py_ssize_t k = 0; k < PyList_GET_SIZE(matchers); ++k) {
     PyObject* m = PyList_GET_ITEM(matchers, k);
     Py_INCREF(m);
-    PyObject* check = PyObject_GetAttr(m, c.s_check);
+    // a call without list arguments checked here (Matcher.plain); else the matcher's own check
+    PyObject* plain = c.refs.lazy_type == nullptr ? nullptr : PyObject_GetAttr(m, c.s_plain);
+    PyObject* check = plain == nullptr || plain == Py_None ? PyObject_GetAttr(m, c.s_check) : nullptr;
     Py_DECREF(m);
-    if (check == nullptr) {
-      return nullptr;
+    PyObject* found = nullptr;
+    if (check != nullptr) {
+      PyObject* call_args[2] = {args, fused ? Py_True : Py_False};
+      found = PyObject_Vectorcall(check, call_args, 2, nullptr);
+      Py_DECREF(check);
+    } else if (plain != nullptr && plain != Py_None) {
+      found = plain_inputs(plain, PySequence_Fast_ITEMS(args), PyTuple_GET_SIZE(args), fused, c.refs);
     }
-    PyObject* call_args[2] = {args, fused ? Py_True : Py_False};
-    PyObject* found = PyObject_Vectorcall(check, call_args, 2, nullptr);
-    Py_DECREF(check);
+    Py_XDECREF(plain);
     if (found == nullptr) {
       return nullptr;
     }
@@ -268,11 +277,15 @@ PyObject* intern(const char* s) {
 }  // namespace
 
 // entry_context(modes_globals, fused, strict, fusion_globals, precision_globals,
-//               profiler_module, get_default_dtype, note, own_new): once
+//               profiler_module, get_default_dtype, note, own_new,
+//               (lazy_type, resolve, on_device, floats, ints)): once
 PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 9 || !PyDict_Check(args[0]) || !PyDict_Check(args[3]) || !PyDict_Check(args[4])) {
+  if (nargs != 10 || !PyDict_Check(args[0]) || !PyDict_Check(args[3]) || !PyDict_Check(args[4]) ||
+      !PyTuple_Check(args[9]) || PyTuple_GET_SIZE(args[9]) != 5 || !PyDict_Check(PyTuple_GET_ITEM(args[9], 3)) ||
+      !PyDict_Check(PyTuple_GET_ITEM(args[9], 4))) {
     PyErr_SetString(PyExc_TypeError, "entry_context(modes, fused, strict, fusion, precision, profiler, "
-                                     "get_default_dtype, note, own_new)");
+                                     "get_default_dtype, note, own_new, (lazy_type, resolve, on_device, floats, "
+                                     "ints))");
     return nullptr;
   }
   if (context != nullptr) {
@@ -284,6 +297,11 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   for (int k = 0; k < 9; ++k) {
     Py_INCREF(args[k]);
     *slots[k] = args[k];
+  }
+  PyObject** refs[] = {&c->refs.lazy_type, &c->refs.resolve, &c->refs.on_device, &c->refs.floats, &c->refs.ints};
+  for (int k = 0; k < 5; ++k) {
+    *refs[k] = PyTuple_GET_ITEM(args[9], k);
+    Py_INCREF(*refs[k]);  // (held for the process, as the context)
   }
   c->s_mode = intern("_mode");
   c->s_guess = intern("_guess");
@@ -298,6 +316,7 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   c->s_out_tensors = intern("out_tensors");
   c->s_single = intern("single");
   c->s_check = intern("check");
+  c->s_plain = intern("plain");
   c->s_finish = intern("_finish");
   context = c;
   Py_RETURN_NONE;

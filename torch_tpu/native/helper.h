@@ -20,8 +20,24 @@ PyObject* register_views(PyObject*, PyObject*);
 // A device guard for the tpu key written in C++ (device_guard.cpp).
 PyObject* register_device_guard(PyObject*, PyObject*);
 
-// A cached signature's per-leaf check (leaves.cpp).
+// A cached signature's check (leaves.cpp).  What its leaves' checks read
+// (borrowed): fusion's LazyBuffer type and resolve, numbers.on_device, and
+// numbers' dicts of kept device copies (nullptr: on_device looks them up).
+struct LeafRefs {
+  PyObject* lazy_type = nullptr;
+  PyObject* resolve = nullptr;
+  PyObject* on_device = nullptr;
+  PyObject* floats = nullptr;
+  PyObject* ints = nullptr;
+};
+// The inputs for leaves ``items`` checked against ``specs`` (a list), None if
+// one does not pass, nullptr with an error on an error.
+PyObject* leaves_of(PyObject* const* items, Py_ssize_t n, PyObject* specs, bool fused, const LeafRefs& refs);
+// The same for a call without list arguments, checked whole against a
+// Matcher's ``plain`` (guard_check, tensor_at, repeats, leaves).
+PyObject* plain_inputs(PyObject* plain, PyObject* const* args, Py_ssize_t nargs, bool fused, const LeafRefs& refs);
 PyObject* match_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+PyObject* match_plain(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
 // A tpu tensor over a new storage at an address, and that storage (tensors.cpp; storages.cpp's makers).
 bool make_tensor(unsigned long long addr, long long nbytes, PyObject* dtype, PyObject* shape, PyObject* strides,

@@ -9,6 +9,7 @@
 #include "helper.h"
 
 #include <algorithm>
+#include <vector>
 
 #include <torch/csrc/Storage.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -101,29 +102,8 @@ PyObject* tensor_buffer(PyObject* x, PyObject* shape, PyObject* dtype, PyObject*
 
 }  // namespace
 
-// match_leaves(leaves, specs, fused, lazy_type, resolve, on_device): the
-// inputs Matcher.match returns for these leaves (a list), or None.
-PyObject* match_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 6) {
-    PyErr_SetString(PyExc_TypeError, "match_leaves(leaves, specs, fused, lazy_type, resolve, on_device)");
-    return nullptr;
-  }
-  PyObject* leaves = PySequence_Fast(args[0], "leaves must be a sequence");
-  if (leaves == nullptr) {
-    return nullptr;
-  }
-  PyObject* specs = args[1];
-  if (!PyTuple_Check(specs)) {
-    Py_DECREF(leaves);
-    PyErr_SetString(PyExc_TypeError, "specs must be a tuple");
-    return nullptr;
-  }
-  const int fused = PyObject_IsTrue(args[2]);
-  PyObject* lazy_type = args[3];
-  PyObject* resolve = args[4];
-  PyObject* on_device = args[5];
-  const Py_ssize_t n = std::min(PySequence_Fast_GET_SIZE(leaves), PyTuple_GET_SIZE(specs));  // (zip's)
-  PyObject** items = PySequence_Fast_ITEMS(leaves);
+PyObject* leaves_of(PyObject* const* items, Py_ssize_t n, PyObject* specs, bool fused, const LeafRefs& refs) {
+  n = std::min(n, PyTuple_GET_SIZE(specs));  // (zip's)
   PyObject* inputs = PyList_New(0);
   bool refused = false;
   for (Py_ssize_t i = 0; inputs != nullptr && !refused && i < n; ++i) {
@@ -133,13 +113,13 @@ PyObject* match_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyObject* a = PyTuple_GET_ITEM(spec, 1);
     PyObject* input = nullptr;  // new reference to append
     if (kind == kTensor) {
-      PyObject* buf = tensor_buffer(x, a, PyTuple_GET_ITEM(spec, 2), PyTuple_GET_ITEM(spec, 3), lazy_type);
+      PyObject* buf = tensor_buffer(x, a, PyTuple_GET_ITEM(spec, 2), PyTuple_GET_ITEM(spec, 3), refs.lazy_type);
       if (buf == nullptr) {
         refused = true;
-      } else if (fused || reinterpret_cast<PyObject*>(Py_TYPE(buf)) != lazy_type) {
+      } else if (fused || reinterpret_cast<PyObject*>(Py_TYPE(buf)) != refs.lazy_type) {
         input = buf;
       } else {  // a pending fused result passed in strict mode: computed first
-        input = PyObject_CallOneArg(resolve, buf);
+        input = PyObject_CallOneArg(refs.resolve, buf);
         Py_DECREF(buf);
       }
     } else if (kind == kStatic) {  // as Python's ``x != a``: no identity shortcut (a NaN is not equal to itself)
@@ -153,7 +133,14 @@ PyObject* match_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     } else if (reinterpret_cast<PyObject*>(Py_TYPE(x)) != a) {  // a traced number of kind ``a``
       refused = true;
     } else if (kind == kNumber && !fused) {
-      input = PyObject_CallOneArg(on_device, x);
+      // its device copy looked up first (on_device's first step, without its frame)
+      PyObject* kept = PyFloat_CheckExact(x) ? refs.floats : PyLong_CheckExact(x) ? refs.ints : nullptr;
+      input = kept == nullptr ? nullptr : PyDict_GetItemWithError(kept, x);
+      if (input != nullptr) {
+        Py_INCREF(input);
+      } else if (!PyErr_Occurred()) {
+        input = PyObject_CallOneArg(refs.on_device, x);
+      }
     } else {  // fused mode records numbers as they are; a list's numbers are passed so
       Py_INCREF(x);
       input = x;
@@ -168,12 +155,116 @@ PyObject* match_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       Py_DECREF(input);
     }
   }
-  Py_DECREF(leaves);
   if (inputs != nullptr && refused) {
     Py_DECREF(inputs);
     Py_RETURN_NONE;
   }
   return inputs;
+}
+
+PyObject* plain_inputs(PyObject* plain, PyObject* const* args, Py_ssize_t nargs, bool fused, const LeafRefs& refs) {
+  if (!PyTuple_CheckExact(plain) || PyTuple_GET_SIZE(plain) != 4) {
+    PyErr_SetString(PyExc_TypeError, "a plain matcher is (guard_check, tensor_at, repeats, leaves)");
+    return nullptr;
+  }
+  PyObject* guard_check = PyTuple_GET_ITEM(plain, 0);
+  PyObject* tensor_at = PyTuple_GET_ITEM(plain, 1);
+  PyObject* repeats = PyTuple_GET_ITEM(plain, 2);
+  PyObject* specs = PyTuple_GET_ITEM(plain, 3);
+  if (nargs != PyTuple_GET_SIZE(specs)) {
+    Py_RETURN_NONE;
+  }
+  // PyTorch's C++ check of the distinct tensors' geometry, in one call
+  const Py_ssize_t k = PyTuple_GET_SIZE(tensor_at);
+  std::vector<PyObject*> tensors(static_cast<size_t>(k));
+  for (Py_ssize_t i = 0; i < k; ++i) {
+    const Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(tensor_at, i));
+    if (at < 0 || at >= nargs) {
+      if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_IndexError, "a plain matcher's tensor position is out of range");
+      }
+      return nullptr;
+    }
+    tensors[static_cast<size_t>(i)] = args[at];
+  }
+  PyObject* ok = PyObject_Vectorcall(guard_check, tensors.data(), k, nullptr);
+  if (ok == nullptr) {
+    return nullptr;
+  }
+  const int passed = PyObject_IsTrue(ok);
+  Py_DECREF(ok);
+  if (passed <= 0) {
+    if (passed < 0) {
+      return nullptr;
+    }
+    Py_RETURN_NONE;
+  }
+  // a tensor passed twice is that same object each time
+  for (Py_ssize_t r = 0; r < PyTuple_GET_SIZE(repeats); ++r) {
+    PyObject* pair = PyTuple_GET_ITEM(repeats, r);
+    const Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0));
+    const Py_ssize_t j = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 1));
+    if (i < 0 || j < 0 || i >= nargs || j >= nargs) {
+      if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_IndexError, "a plain matcher's repeat is out of range");
+      }
+      return nullptr;
+    }
+    if (args[i] != args[j]) {
+      Py_RETURN_NONE;
+    }
+  }
+  return leaves_of(args, nargs, specs, fused, refs);
+}
+
+namespace {
+
+// (lazy_type, resolve, on_device[, floats, ints]) as LeafRefs (borrowed)
+void refs_of(PyObject* const* args, Py_ssize_t n, LeafRefs* refs) {
+  refs->lazy_type = args[0];
+  refs->resolve = args[1];
+  refs->on_device = args[2];
+  refs->floats = n > 3 && PyDict_Check(args[3]) ? args[3] : nullptr;
+  refs->ints = n > 4 && PyDict_Check(args[4]) ? args[4] : nullptr;
+}
+
+}  // namespace
+
+// match_leaves(leaves, specs, fused, lazy_type, resolve, on_device): the
+// inputs Matcher.match returns for these leaves (a list), or None.
+PyObject* match_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 6) {
+    PyErr_SetString(PyExc_TypeError, "match_leaves(leaves, specs, fused, lazy_type, resolve, on_device)");
+    return nullptr;
+  }
+  if (!PyTuple_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "specs must be a tuple");
+    return nullptr;
+  }
+  PyObject* leaves = PySequence_Fast(args[0], "leaves must be a sequence");
+  if (leaves == nullptr) {
+    return nullptr;
+  }
+  LeafRefs refs;
+  refs_of(args + 3, 3, &refs);
+  PyObject* inputs = leaves_of(PySequence_Fast_ITEMS(leaves), PySequence_Fast_GET_SIZE(leaves), args[1],
+                               PyObject_IsTrue(args[2]) == 1, refs);
+  Py_DECREF(leaves);
+  return inputs;
+}
+
+// match_plain(plain, args, fused, lazy_type, resolve, on_device, floats, ints):
+// what a plain Matcher's check returns for ``args`` (a tuple), checked in C++
+// as the kernel entry checks it (tests compare the two).
+PyObject* match_plain(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 8 || !PyTuple_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "match_plain(plain, args, fused, lazy_type, resolve, on_device, floats, ints)");
+    return nullptr;
+  }
+  LeafRefs refs;
+  refs_of(args + 3, 5, &refs);
+  return plain_inputs(args[0], PySequence_Fast_ITEMS(args[1]), PyTuple_GET_SIZE(args[1]),
+                      PyObject_IsTrue(args[2]) == 1, refs);
 }
 
 }  // namespace torch_tpu_native

@@ -21,6 +21,8 @@ PyMethodDef methods[] = {
      "Register the tpu device's guard, written in C++, in place of the Python-backed one."},
     {"match_leaves", FASTCALL(match_leaves),
      METH_FASTCALL, "A cached signature's per-leaf check (ops/signature_match.py, Matcher.match)."},
+    {"match_plain", FASTCALL(match_plain), METH_FASTCALL,
+     "A call without list arguments checked whole against a Matcher's plain form, as kernel entries check it."},
     {"fused_recorder", FASTCALL(fused_recorder),
      METH_FASTCALL, "fusion.record with a predicted op recorded in C++ (eager/fusion.py)."},
     {"ledger_start", FASTCALL(ledger_start), METH_FASTCALL,

@@ -330,7 +330,7 @@ def _install(op, kernel, graph=None, dispatch_key="PrivateUse1", native=False) -
 # With the native helper a kernel's cached path runs in C++ (native/entry.cpp:
 # Kernel.__call__'s matched-signature launch without its three Python frames);
 # everything else reaches the Kernel from there.
-_native_entry = native.kernel_entries(modes, fusion, precision, pending.note, buffers._own_new)
+_native_entry = native.kernel_entries(modes, fusion, precision, pending.note, buffers._own_new, numbers)
 
 
 def _entry_of(kernel):
