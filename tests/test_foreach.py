@@ -95,6 +95,26 @@ def test_foreach_writes_seen_by_later_positions_as_on_cpu(case, mode):
     torch.testing.assert_close(got, run("cpu"), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_shared_writes_with_a_cached_signature_of_distinct_ones_run_as_on_cpu(mode):
+    """A call with the geometry of a cached signature whose written storages
+    were all distinct is taken for it (by the native kernel entry too) only
+    when its own are: a crossed read or one storage written at two positions
+    is checked again, and gives the CPU's result."""
+    def run(device):
+        b, c = torch.ones(2, 3).to(device), torch.full((2, 3), 2.0).to(device)
+        d, e = torch.full((2, 3), 3.0).to(device), torch.full((2, 3), 4.0).to(device)
+        for _ in range(3):  # two tensors written, two others read: cached
+            torch._foreach_add_([b, c], [d, e])
+        torch._foreach_add_([b, c], [c, b])  # each written tensor read at the other position
+        torch._foreach_add_([b, b.view(2, 3)], [d, e])  # one storage written at both
+        torch._foreach_add_([d, e], [b, c.view(2, 3)])  # (distinct: taken)
+        return b.cpu(), c.cpu(), d.cpu(), e.cpu()
+    with torch.tpu.set_eager_mode(mode):
+        got = run("tpu")
+    torch.testing.assert_close(got, run("cpu"), rtol=0, atol=0)
+
+
 def test_only_crossing_writes_run_position_by_position():
     from torch_tpu.ops import written_lists
     b, c = torch.zeros(2, 3, device="tpu"), torch.zeros(3, device="tpu")

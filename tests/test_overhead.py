@@ -100,8 +100,8 @@ FUSED_STEP_LAUNCHES = 2
 # strict 18.0 with a number's device copy looked up in the matcher's code;
 # strict 11.0 and fused 7.5 with the cached path entered in C++
 # (native/entry.cpp: no Kernel.__call__, _matched or launch frames); strict
-# 3.0 (pending.note) and fused 0 with a call without lists checked in the
-# entry's C++ (leaves.cpp's plain_inputs) instead of the matcher's code.
+# 3.0 (pending.note) and fused 0 with the matchers' checks made in the
+# entry's C++ (leaves.cpp's matcher_inputs) instead of their Python.
 STRICT_OP_CALLS = 4
 FUSED_OP_CALLS = 1
 # ... and per training step of the model above, on the host thread (the
@@ -159,7 +159,10 @@ FUSED_OP_CALLS = 1
 #   fused 596; a multi-output op's or graph's too (OutputTensors): 226, 467,
 #   576.  The fused prediction read inline: fused 561.  The cached path
 #   entered in C++ (native/entry.cpp): strict 467 -> 411, fused 561 -> 493;
-#   its calls without lists checked there too: strict 351, fused 442.
+#   each matcher's checks made there (leaves.cpp's matcher_inputs): strict
+#   351, fused 442; an in-place foreach call's distinct written storages
+#   settled there, the guarded and masked kernels entered through it, softmax's
+#   dim checked once per signature: strict 188, fused 275.
 # About 2% headroom: the counts moved ~1.5% with test order, strict more (648
 # run alone, 720-780 after the whole suite, when earlier tests' signatures
 # crowded the matmul kernel's recent ones), until the test came to drop the
@@ -167,8 +170,8 @@ FUSED_OP_CALLS = 1
 # (as CI builds it): without it views, guard calls, leaf checks and fused
 # recording run in Python.
 COMPILED_STEP_CALLS = 235
-STRICT_STEP_CALLS = 360
-FUSED_STEP_CALLS = 452
+STRICT_STEP_CALLS = 195
+FUSED_STEP_CALLS = 282
 # Address allocations (each a lock) per compiled step of the model above: one
 # range per graph call for all its outputs, and the eager backward seed's: 4
 # (14 when each output took its own).

@@ -21,8 +21,9 @@ def _kernel(op):
 def _matcher_answers(monkeypatch):
     """From now on, whether each matcher asked took its call (a list, in order).
     (The native kernel entry is made to call each matcher's check instead of
-    checking its plain form in C++: test_straight_line_matchers_answer_as_the_
-    generic_check holds the two to the same answers.)"""
+    making its checks in C++: test_straight_line_matchers_answer_as_the_
+    generic_check and test_native_leaf_check_answers_as_the_python_loop hold
+    the two to the same answers.)"""
     answers = []
 
     def spied(m):
@@ -33,7 +34,7 @@ def _matcher_answers(monkeypatch):
             answers.append(found is not None)
             return found
         monkeypatch.setattr(m, "check", spy)
-        monkeypatch.setattr(m, "plain", None)
+        monkeypatch.setattr(m, "checks", None)
         return m
     kernels = {k for k in registry.KERNELS.values() if isinstance(k, registry.Kernel)}
     for kernel in kernels:  # the matchers there are, and those made later
@@ -255,8 +256,8 @@ def test_strict_finds_a_signature_among_many_of_the_same_shapes(monkeypatch):
 def test_straight_line_matchers_answer_as_the_generic_check(monkeypatch):
     """A call without lists is checked by code made for its signature
     (signature_match._unrolled), and with the native helper by the kernel
-    entry in C++ (native/leaves.cpp's plain_inputs, from the matcher's
-    ``plain`` form): each must take and refuse exactly what the generic loop
+    entry in C++ (native/leaves.cpp's matcher_inputs, from the matcher's
+    ``checks``): each must take and refuse exactly what the generic loop
     does (in Python, and in C++), with the same inputs."""
     x, y = torch.randn(4, 3).to("tpu"), torch.randn(4, 3).to("tpu")
     with torch.tpu.set_eager_mode("fused"):
@@ -266,7 +267,7 @@ def test_straight_line_matchers_answer_as_the_generic_check(monkeypatch):
     calls = {"mul.Tensor": lambda a, b: a * b, "add.Tensor": lambda a, b: a + b,
              "sum.dim_IntList": lambda a, b: a.sum(1)}
     loops = {None, signature_match._match_leaves}
-    plain_check = native.plain_matcher()
+    call_check = native.call_matcher()
     leaf_refs = (LazyBuffer, fusion.resolve, numbers.on_device, numbers._floats, numbers._ints)
     for v in other[8:] * 2:  # each number's device copy made now (on_device keeps it at its second sight)
         numbers.on_device(v)
@@ -285,9 +286,8 @@ def test_straight_line_matchers_answer_as_the_generic_check(monkeypatch):
                         args = (a, b, [1], False, None)[:m.nargs]
                         for fused in (False, True):
                             got = [m.check(args, fused)]
-                            if plain_check is not None:
-                                assert m.plain is not None
-                                got.append(plain_check(m.plain, args, fused, *leaf_refs))
+                            if call_check is not None:
+                                got.append(call_check(m.checks, args, fused, *leaf_refs))
                                 native_seen += 1
                             for loop in loops:  # m.match: the generic loop, its leaves in Python or C++
                                 monkeypatch.setattr(signature_match, "_match_leaves", loop)
@@ -299,13 +299,14 @@ def test_straight_line_matchers_answer_as_the_generic_check(monkeypatch):
                                         assert len(want) == len(g) and all(
                                             w is v or (type(w) is type(v) and w == v) for w, v in zip(want, g))
     assert seen > 100 * len(loops)
-    assert plain_check is None or native_seen * len(loops) == seen
+    assert call_check is None or native_seen * len(loops) == seen
 
 
 @pytest.mark.skipif(signature_match._match_leaves is None, reason="native helper not built")
 def test_native_leaf_check_answers_as_the_python_loop(monkeypatch):
-    """The per-leaf check in C++ (native/leaves.cpp) takes and refuses exactly
-    what signature_match.match_leaves does, with the same inputs."""
+    """The per-leaf check in C++ (native/leaves.cpp), and the kernel entry's
+    check of a whole call with lists (its matcher_inputs), take and refuse
+    exactly what signature_match.match_leaves does, with the same inputs."""
     a, b = torch.randn(4, 3).to("tpu"), torch.randn(5).to("tpu")
     c, d = torch.randn(4, 3).to("tpu"), torch.randn(5).to("tpu")
     with torch.tpu.set_eager_mode("fused"):
@@ -324,6 +325,10 @@ def test_native_leaf_check_answers_as_the_python_loop(monkeypatch):
                                          [(xs, ys, ys, s) for xs in lists for ys in lists[:4] for s in scalars]),
         "cat.default": (lambda: torch.cat([a, c], 0), [(xs, dim) for xs in lists for dim in (0, 1, 0.0)]),
     }
+    for v in scalars[:2] * 2:  # each number's device copy made now (on_device keeps it at its second sight)
+        numbers.on_device(v)
+    call_check = native.call_matcher()
+    leaf_refs = (LazyBuffer, fusion.resolve, numbers.on_device, numbers._floats, numbers._ints)
     seen = taken = 0
     native_loop = signature_match._match_leaves
     for name, (call, variants) in ops.items():
@@ -341,13 +346,16 @@ def test_native_leaf_check_answers_as_the_python_loop(monkeypatch):
                         monkeypatch.setattr(signature_match, "_match_leaves", None)
                         want = m.match(args, fused)
                         monkeypatch.setattr(signature_match, "_match_leaves", native_loop)
-                        got = m.match(args, fused)
+                        got = [m.match(args, fused)]
+                        if call_check is not None:  # the kernel entry's check of the whole call
+                            got.append(call_check(m.checks, args, fused, *leaf_refs))
                         seen += 1
-                        assert (want is None) == (got is None), (name, args, fused)
-                        if want is not None:
-                            taken += 1
-                            assert len(want) == len(got) and all(
-                                w is g or (type(w) is type(g) and w == g) for w, g in zip(want, got))
+                        for g in got:
+                            assert (want is None) == (g is None), (name, args, fused)
+                            if want is not None:
+                                assert len(want) == len(g) and all(
+                                    w is v or (type(w) is type(v) and w == v) for w, v in zip(want, g))
+                        taken += want is not None
     assert seen > 300 and taken > 10, (seen, taken)
     torch.tpu.synchronize()
 

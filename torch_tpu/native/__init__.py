@@ -113,26 +113,27 @@ def storage_owner(by_address: dict, ref_type):
     return helper.storage_owner(by_address, ref_type), helper.own_new, helper.own_many
 
 
-def kernel_entries(modes, fusion, precision, note, own_new, numbers):
+def kernel_entries(modes, fusion, precision, note, own_new, numbers, identity_groups):
     """The maker of a registered kernel's C++ entry (entry.cpp:
     ``kernel_entry(kernel, cache, plain_arity, returns_one)``), its shared
     context set up from the modules the cached path reads; or None (also
     without the native output maker ``own_new``)."""
     helper = _helper()
-    # (None: a helper built before the entry checked plain matchers itself)
-    if getattr(helper, "match_plain", None) is None or own_new is None:
+    # (None: a helper built before the entry made the matchers' checks itself)
+    if getattr(helper, "match_call", None) is None or own_new is None:
         return None
     leaf_refs = (fusion.LazyBuffer, fusion.resolve, numbers.on_device, numbers._floats, numbers._ints)
     helper.entry_context(vars(modes), modes.EagerMode.FUSED, modes.EagerMode.STRICT, vars(fusion), vars(precision),
-                         torch.autograd.profiler, torch.get_default_dtype, note, own_new, leaf_refs)
+                         torch.autograd.profiler, torch.get_default_dtype, note, own_new, leaf_refs,
+                         identity_groups)
     return helper.kernel_entry
 
 
-def plain_matcher():
-    """The C++ check of a call without list arguments against a Matcher's
-    ``plain`` form, as kernel entries check it (leaves.cpp: ``match_plain(plain,
-    args, fused, lazy_type, resolve, on_device, floats, ints)``), or None."""
-    return getattr(_helper(), "match_plain", None)
+def call_matcher():
+    """The C++ check of a call against a Matcher's ``checks``, as kernel
+    entries check it (leaves.cpp: ``match_call(checks, args, fused, lazy_type,
+    resolve, on_device, floats, ints)``), or None."""
+    return getattr(_helper(), "match_call", None)
 
 
 def status() -> str:

@@ -2,17 +2,21 @@
 // path of ops/registry.py's Kernel.__call__.  A call with positional
 // arguments only, in strict or fused mode, is checked against the kernel's
 // recent signatures (strict) or the op the recorder predicts (fused), exactly
-// as Kernel._matched checks it: a call without list arguments here
-// (leaves.cpp's plain_inputs, the checks the matcher's generated code makes),
-// else by the matcher's own check; a match is launched -- the jitted
-// executable called (strict) or recorded (fused, through fusion.record) --
-// and its output made by the native ledger's own_new (or Kernel._finish).
+// as Kernel._matched checks it: here, from each matcher's checks (leaves.cpp's
+// matcher_inputs: what the matcher's own check does), and an in-place foreach
+// call's written storages when they are all distinct; a match is launched --
+// the jitted executable called (strict) or recorded (fused, through
+// fusion.record) -- and its output made by the native ledger's own_new (or
+// Kernel._finish).
 // No Python frame of ours for a cached op but the executable's call (strict)
 // or none at all (fused, a predicted op recorded in C++).  Anything else --
 // keywords, debug mode, a profiler, a miss, views read at run-time offsets,
 // a launch that raises -- is handed to the Kernel itself, which does all of
 // it as before (a failed launch then runs again there and raises its error).
 #include "helper.h"
+
+#include <algorithm>
+#include <vector>
 
 namespace torch_tpu_native {
 namespace {
@@ -28,7 +32,8 @@ struct Context {
   PyObject* default_dtype = nullptr;  // torch.get_default_dtype
   PyObject* note = nullptr;       // eager/pending.py's note
   PyObject* own_new = nullptr;    // buffers.wrap_as's native maker
-  LeafRefs refs;                  // what a plain matcher's leaves read (owned here; none: matchers' own check)
+  LeafRefs refs;                  // what a matcher's leaves read (owned here; none: the matchers' own check)
+  PyObject* identity = nullptr;   // written_lists._IDENTITY: a list length's groups when no storage is shared
   PyObject* s_mode = nullptr;
   PyObject* s_guess = nullptr;
   PyObject* s_record = nullptr;
@@ -42,7 +47,7 @@ struct Context {
   PyObject* s_out_tensors = nullptr;
   PyObject* s_single = nullptr;
   PyObject* s_check = nullptr;
-  PyObject* s_plain = nullptr;
+  PyObject* s_checks = nullptr;
   PyObject* s_finish = nullptr;
 };
 
@@ -69,10 +74,53 @@ PyObject* borrowed(PyObject* dict, PyObject* name) {  // dict[name] or nullptr (
   return PyDict_GetItemWithError(dict, name);
 }
 
+// written_lists.matches's common case: 1 if the call whose inputs a matcher
+// found has the signature's written-storage groups ``groups`` because every
+// written buffer is its own and none is read elsewhere (the groups then are
+// the identity's, written_lists._IDENTITY); 0 if only Python can say; -1 on
+// an error.
+int writes_distinct(const Context& c, PyObject* groups, PyObject* args, PyObject* found) {
+  PyObject* written = PyTuple_GET_SIZE(args) > 0 ? PyTuple_GET_ITEM(args, 0) : nullptr;
+  if (written == nullptr || !(PyList_CheckExact(written) || PyTuple_CheckExact(written)) || c.identity == nullptr) {
+    return 0;
+  }
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(written);
+  const Py_ssize_t total = PyList_GET_SIZE(found);
+  if (total < n) {
+    return 0;
+  }
+  PyObject* length = PyLong_FromSsize_t(n);
+  if (length == nullptr) {
+    return -1;
+  }
+  PyObject* identity = borrowed(c.identity, length);
+  Py_DECREF(length);
+  if (identity == nullptr) {
+    return PyErr_Occurred() ? -1 : 0;
+  }
+  const int same = PyObject_RichCompareBool(groups, identity, Py_EQ);
+  if (same <= 0) {
+    return same;
+  }
+  PyObject** items = PySequence_Fast_ITEMS(found);
+  std::vector<PyObject*> writes(items, items + n);
+  std::sort(writes.begin(), writes.end());
+  if (std::adjacent_find(writes.begin(), writes.end()) != writes.end()) {
+    return 0;
+  }
+  for (Py_ssize_t j = n; j < total; ++j) {
+    if (std::binary_search(writes.begin(), writes.end(), items[j])) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
 // Kernel._matched: the entry (a new reference) of ``hit`` if a matcher takes
-// ``args`` (a tuple), its inputs in ``*inputs`` (new); nullptr with no error when none
-// does; ``*python`` set when only the Python path can say (a list signature's
-// written-storage groups).  nullptr with an error on an error.
+// ``args`` (a tuple), its inputs in ``*inputs`` (new); nullptr with no error
+// when none does; ``*python`` set when only the Python path can say (a list
+// signature's written-storage groups, but for their common case).  nullptr
+// with an error on an error.
 PyObject* matched(const Context& c, PyObject* hit, PyObject* args, bool fused, PyObject** inputs, bool* python) {
   if (!PyTuple_CheckExact(hit) || PyTuple_GET_SIZE(hit) != 3) {
     *python = true;
@@ -93,28 +141,33 @@ PyObject* matched(const Context& c, PyObject* hit, PyObject* args, bool fused, P
   if (PyTuple_GET_ITEM(key, 3) != dtype || PyTuple_GET_ITEM(key, 4) != current) {
     return nullptr;
   }
-  if (PyTuple_GET_ITEM(key, 2) != Py_None) {
-    *python = true;  // written_lists.matches: Python's
-    return nullptr;
-  }
+  PyObject* groups = PyTuple_GET_ITEM(key, 2);
   for (Py_ssize_t k = 0; k < PyList_GET_SIZE(matchers); ++k) {
     PyObject* m = PyList_GET_ITEM(matchers, k);
     Py_INCREF(m);
-    // a call without list arguments checked here (Matcher.plain); else the matcher's own check
-    PyObject* plain = c.refs.lazy_type == nullptr ? nullptr : PyObject_GetAttr(m, c.s_plain);
-    PyObject* check = plain == nullptr || plain == Py_None ? PyObject_GetAttr(m, c.s_check) : nullptr;
+    // the matcher's checks made here (Matcher.checks); else (None) its own check
+    PyObject* checks = c.refs.lazy_type == nullptr ? nullptr : PyObject_GetAttr(m, c.s_checks);
+    PyObject* check = checks == nullptr || checks == Py_None ? PyObject_GetAttr(m, c.s_check) : nullptr;
     Py_DECREF(m);
     PyObject* found = nullptr;
     if (check != nullptr) {
       PyObject* call_args[2] = {args, fused ? Py_True : Py_False};
       found = PyObject_Vectorcall(check, call_args, 2, nullptr);
       Py_DECREF(check);
-    } else if (plain != nullptr && plain != Py_None) {
-      found = plain_inputs(plain, PySequence_Fast_ITEMS(args), PyTuple_GET_SIZE(args), fused, c.refs);
+    } else if (checks != nullptr && checks != Py_None) {
+      found = matcher_inputs(checks, PySequence_Fast_ITEMS(args), PyTuple_GET_SIZE(args), fused, c.refs);
     }
-    Py_XDECREF(plain);
+    Py_XDECREF(checks);
     if (found == nullptr) {
       return nullptr;
+    }
+    if (found != Py_None && groups != Py_None) {
+      const int distinct = PyList_CheckExact(found) ? writes_distinct(c, groups, args, found) : 0;
+      if (distinct <= 0) {
+        Py_DECREF(found);
+        *python = distinct == 0;  // written_lists.matches: Python's
+        return nullptr;
+      }
     }
     if (found != Py_None) {
       *inputs = found;
@@ -278,14 +331,14 @@ PyObject* intern(const char* s) {
 
 // entry_context(modes_globals, fused, strict, fusion_globals, precision_globals,
 //               profiler_module, get_default_dtype, note, own_new,
-//               (lazy_type, resolve, on_device, floats, ints)): once
+//               (lazy_type, resolve, on_device, floats, ints), identity_groups): once
 PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 10 || !PyDict_Check(args[0]) || !PyDict_Check(args[3]) || !PyDict_Check(args[4]) ||
+  if (nargs != 11 || !PyDict_Check(args[0]) || !PyDict_Check(args[3]) || !PyDict_Check(args[4]) ||
       !PyTuple_Check(args[9]) || PyTuple_GET_SIZE(args[9]) != 5 || !PyDict_Check(PyTuple_GET_ITEM(args[9], 3)) ||
-      !PyDict_Check(PyTuple_GET_ITEM(args[9], 4))) {
+      !PyDict_Check(PyTuple_GET_ITEM(args[9], 4)) || !PyDict_Check(args[10])) {
     PyErr_SetString(PyExc_TypeError, "entry_context(modes, fused, strict, fusion, precision, profiler, "
                                      "get_default_dtype, note, own_new, (lazy_type, resolve, on_device, floats, "
-                                     "ints))");
+                                     "ints), identity_groups)");
     return nullptr;
   }
   if (context != nullptr) {
@@ -303,6 +356,8 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     *refs[k] = PyTuple_GET_ITEM(args[9], k);
     Py_INCREF(*refs[k]);  // (held for the process, as the context)
   }
+  Py_INCREF(args[10]);
+  c->identity = args[10];
   c->s_mode = intern("_mode");
   c->s_guess = intern("_guess");
   c->s_record = intern("record");
@@ -316,7 +371,7 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   c->s_out_tensors = intern("out_tensors");
   c->s_single = intern("single");
   c->s_check = intern("check");
-  c->s_plain = intern("plain");
+  c->s_checks = intern("checks");
   c->s_finish = intern("_finish");
   context = c;
   Py_RETURN_NONE;

@@ -33,11 +33,12 @@ struct LeafRefs {
 // The inputs for leaves ``items`` checked against ``specs`` (a list), None if
 // one does not pass, nullptr with an error on an error.
 PyObject* leaves_of(PyObject* const* items, Py_ssize_t n, PyObject* specs, bool fused, const LeafRefs& refs);
-// The same for a call without list arguments, checked whole against a
-// Matcher's ``plain`` (guard_check, tensor_at, repeats, leaves).
-PyObject* plain_inputs(PyObject* plain, PyObject* const* args, Py_ssize_t nargs, bool fused, const LeafRefs& refs);
+// The same for a call, checked whole against a Matcher's ``checks``
+// (guard_check, tensor_at, repeats, leaves, list_lens): what its check returns.
+PyObject* matcher_inputs(PyObject* checks, PyObject* const* args, Py_ssize_t nargs, bool fused,
+                         const LeafRefs& refs);
 PyObject* match_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargs);
-PyObject* match_plain(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+PyObject* match_call(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
 // A tpu tensor over a new storage at an address, and that storage (tensors.cpp; storages.cpp's makers).
 bool make_tensor(unsigned long long addr, long long nbytes, PyObject* dtype, PyObject* shape, PyObject* strides,

@@ -162,30 +162,35 @@ PyObject* leaves_of(PyObject* const* items, Py_ssize_t n, PyObject* specs, bool 
   return inputs;
 }
 
-PyObject* plain_inputs(PyObject* plain, PyObject* const* args, Py_ssize_t nargs, bool fused, const LeafRefs& refs) {
-  if (!PyTuple_CheckExact(plain) || PyTuple_GET_SIZE(plain) != 4) {
-    PyErr_SetString(PyExc_TypeError, "a plain matcher is (guard_check, tensor_at, repeats, leaves)");
-    return nullptr;
+namespace {
+
+// ``x``'s items if it is a list or tuple of ``n``, else nullptr.
+PyObject* const* items_of(PyObject* x, Py_ssize_t n) {
+  if (PyList_CheckExact(x) && PyList_GET_SIZE(x) == n) {
+    return PySequence_Fast_ITEMS(x);
   }
-  PyObject* guard_check = PyTuple_GET_ITEM(plain, 0);
-  PyObject* tensor_at = PyTuple_GET_ITEM(plain, 1);
-  PyObject* repeats = PyTuple_GET_ITEM(plain, 2);
-  PyObject* specs = PyTuple_GET_ITEM(plain, 3);
-  if (nargs != PyTuple_GET_SIZE(specs)) {
-    Py_RETURN_NONE;
+  if (PyTuple_CheckExact(x) && PyTuple_GET_SIZE(x) == n) {
+    return PySequence_Fast_ITEMS(x);
   }
+  return nullptr;
+}
+
+// The checks after the leaves are laid out: PyTorch's tensor check, the
+// repeats, each leaf.
+PyObject* checked_leaves(PyObject* const* leaves, Py_ssize_t n, PyObject* guard_check, PyObject* tensor_at,
+                         PyObject* repeats, PyObject* specs, bool fused, const LeafRefs& refs) {
   // PyTorch's C++ check of the distinct tensors' geometry, in one call
   const Py_ssize_t k = PyTuple_GET_SIZE(tensor_at);
   std::vector<PyObject*> tensors(static_cast<size_t>(k));
   for (Py_ssize_t i = 0; i < k; ++i) {
     const Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(tensor_at, i));
-    if (at < 0 || at >= nargs) {
+    if (at < 0 || at >= n) {
       if (!PyErr_Occurred()) {
-        PyErr_SetString(PyExc_IndexError, "a plain matcher's tensor position is out of range");
+        PyErr_SetString(PyExc_IndexError, "a matcher's tensor position is out of range");
       }
       return nullptr;
     }
-    tensors[static_cast<size_t>(i)] = args[at];
+    tensors[static_cast<size_t>(i)] = leaves[at];
   }
   PyObject* ok = PyObject_Vectorcall(guard_check, tensors.data(), k, nullptr);
   if (ok == nullptr) {
@@ -204,17 +209,70 @@ PyObject* plain_inputs(PyObject* plain, PyObject* const* args, Py_ssize_t nargs,
     PyObject* pair = PyTuple_GET_ITEM(repeats, r);
     const Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0));
     const Py_ssize_t j = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 1));
-    if (i < 0 || j < 0 || i >= nargs || j >= nargs) {
+    if (i < 0 || j < 0 || i >= n || j >= n) {
       if (!PyErr_Occurred()) {
-        PyErr_SetString(PyExc_IndexError, "a plain matcher's repeat is out of range");
+        PyErr_SetString(PyExc_IndexError, "a matcher's repeat is out of range");
       }
       return nullptr;
     }
-    if (args[i] != args[j]) {
+    if (leaves[i] != leaves[j]) {
       Py_RETURN_NONE;
     }
   }
-  return leaves_of(args, nargs, specs, fused, refs);
+  return leaves_of(leaves, n, specs, fused, refs);
+}
+
+}  // namespace
+
+PyObject* matcher_inputs(PyObject* checks, PyObject* const* args, Py_ssize_t nargs, bool fused,
+                         const LeafRefs& refs) {
+  if (!PyTuple_CheckExact(checks) || PyTuple_GET_SIZE(checks) != 5) {
+    PyErr_SetString(PyExc_TypeError, "a matcher's checks are (guard_check, tensor_at, repeats, leaves, list_lens)");
+    return nullptr;
+  }
+  PyObject* guard_check = PyTuple_GET_ITEM(checks, 0);
+  PyObject* tensor_at = PyTuple_GET_ITEM(checks, 1);
+  PyObject* repeats = PyTuple_GET_ITEM(checks, 2);
+  PyObject* specs = PyTuple_GET_ITEM(checks, 3);
+  PyObject* list_lens = PyTuple_GET_ITEM(checks, 4);
+  if (list_lens == Py_None) {  // one leaf an argument: the arguments are the leaves
+    if (nargs != PyTuple_GET_SIZE(specs)) {
+      Py_RETURN_NONE;
+    }
+    return checked_leaves(args, nargs, guard_check, tensor_at, repeats, specs, fused, refs);
+  }
+  if (nargs != PyTuple_GET_SIZE(list_lens)) {
+    Py_RETURN_NONE;
+  }
+  // a list argument's elements are leaves (held: the checks may run Python)
+  std::vector<PyObject*> leaves;
+  leaves.reserve(static_cast<size_t>(PyTuple_GET_SIZE(specs)));
+  bool refused = false;
+  for (Py_ssize_t i = 0; i < nargs && !refused; ++i) {
+    const Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(list_lens, i));
+    if (n == -1 && PyErr_Occurred()) {
+      return nullptr;
+    }
+    if (n < 0) {
+      leaves.push_back(args[i]);
+    } else if (PyObject* const* items = items_of(args[i], n)) {
+      leaves.insert(leaves.end(), items, items + n);
+    } else {
+      refused = true;
+    }
+  }
+  if (refused) {
+    Py_RETURN_NONE;
+  }
+  for (PyObject* x : leaves) {
+    Py_INCREF(x);
+  }
+  PyObject* inputs = checked_leaves(leaves.data(), static_cast<Py_ssize_t>(leaves.size()), guard_check, tensor_at,
+                                    repeats, specs, fused, refs);
+  for (PyObject* x : leaves) {
+    Py_DECREF(x);
+  }
+  return inputs;
 }
 
 namespace {
@@ -253,17 +311,17 @@ PyObject* match_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return inputs;
 }
 
-// match_plain(plain, args, fused, lazy_type, resolve, on_device, floats, ints):
-// what a plain Matcher's check returns for ``args`` (a tuple), checked in C++
-// as the kernel entry checks it (tests compare the two).
-PyObject* match_plain(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+// match_call(checks, args, fused, lazy_type, resolve, on_device, floats, ints):
+// what a Matcher's check returns for ``args`` (a tuple), checked in C++ from
+// its ``checks`` as the kernel entry checks it (tests compare the two).
+PyObject* match_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 8 || !PyTuple_Check(args[1])) {
-    PyErr_SetString(PyExc_TypeError, "match_plain(plain, args, fused, lazy_type, resolve, on_device, floats, ints)");
+    PyErr_SetString(PyExc_TypeError, "match_call(checks, args, fused, lazy_type, resolve, on_device, floats, ints)");
     return nullptr;
   }
   LeafRefs refs;
   refs_of(args + 3, 5, &refs);
-  return plain_inputs(args[0], PySequence_Fast_ITEMS(args[1]), PyTuple_GET_SIZE(args[1]),
+  return matcher_inputs(args[0], PySequence_Fast_ITEMS(args[1]), PyTuple_GET_SIZE(args[1]),
                       PyObject_IsTrue(args[2]) == 1, refs);
 }
 

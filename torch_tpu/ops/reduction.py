@@ -687,7 +687,8 @@ def _dim_in_range(bound):
     canonicalize_dim(bound["self"].dim(), bound["dim"])
 
 
-guard("_softmax.default", "_log_softmax.default", "_safe_softmax.default", prepare=_dim_in_range)
+guard("_softmax.default", "_log_softmax.default", "_safe_softmax.default", prepare=_dim_in_range,
+      per_signature=True)
 
 
 @register("_softmax_backward_data.default")

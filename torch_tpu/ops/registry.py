@@ -279,6 +279,7 @@ class _Guarded:
 
     def __init__(self, kernel, prepare):
         self.kernel = kernel
+        self.enter = _entry_of(kernel)  # (its native entry, as the dispatcher would call it)
         self.prepare = prepare
         self.names = kernel.arg_names
 
@@ -287,7 +288,7 @@ class _Guarded:
         bound.update(kwargs)
         self.prepare(bound)
         new_args = [bound[n] for n in self.names[:len(args)]]
-        return self.kernel(*new_args, **{k: bound[k] for k in kwargs})
+        return self.enter(*new_args, **{k: bound[k] for k in kwargs})
 
 
 def _register_masked(op, impl, opts, mask_arg, mask_of):
@@ -295,12 +296,13 @@ def _register_masked(op, impl, opts, mask_arg, mask_of):
     pos = tuple(map(names.index, mask_arg)) if isinstance(mask_arg, tuple) else names.index(mask_arg)
     inner = Kernel(op, impl, "functional", opts)
     graph = MaskedOutputs(inner, pos, mask_arg, mask_of)
+    enter = _entry_of(inner)  # (its native entry, as the dispatcher would call it)
 
     def masked(*args, **kwargs):
         mask = graph.mask(args, kwargs)
         if not any(mask):
             return (None,) * len(mask)
-        outs = inner(*args, **kwargs)
+        outs = enter(*args, **kwargs)
         outs = iter(outs if isinstance(outs, tuple) else (outs,))
         return tuple(next(outs) if m else None for m in mask)
     _install(op, masked, graph)
@@ -330,7 +332,8 @@ def _install(op, kernel, graph=None, dispatch_key="PrivateUse1", native=False) -
 # With the native helper a kernel's cached path runs in C++ (native/entry.cpp:
 # Kernel.__call__'s matched-signature launch without its three Python frames);
 # everything else reaches the Kernel from there.
-_native_entry = native.kernel_entries(modes, fusion, precision, pending.note, buffers._own_new, numbers)
+_native_entry = native.kernel_entries(modes, fusion, precision, pending.note, buffers._own_new, numbers,
+                                      written_lists._IDENTITY)
 
 
 def _entry_of(kernel):

@@ -37,7 +37,7 @@ _TENSOR, _NUMBER, _LIST_NUMBER, _STATIC = range(4)
 
 class Matcher:
     """The arguments of one signature, as ``match`` checks them."""
-    __slots__ = ("guard", "nargs", "list_lens", "tensors", "leaves", "repeats", "check", "plain")
+    __slots__ = ("guard", "nargs", "list_lens", "tensors", "leaves", "repeats", "check", "checks")
 
     def __init__(self, guard, nargs, list_lens, tensor_at, leaves, repeats=()):
         self.guard = guard          # TensorGuards of the distinct tensor leaves
@@ -54,10 +54,10 @@ class Matcher:
         # ops) the same checks as straight-line code made for its leaves
         # (~1 us less per op: no loop, no per-leaf tuples)
         self.check = _unrolled(self) if list_lens is None and 0 < nargs <= _MAX_UNROLLED else self.match
-        # a call without lists, as the native kernel entry checks it in one C++
-        # call (leaves.cpp: the same checks as ``check``; None: it calls ``check``)
-        self.plain = ((guard.check, tuple(tensor_at), repeats, leaves)
-                      if list_lens is None and nargs > 0 else None)
+        # what ``check`` checks, as data: the native kernel entry makes the
+        # same checks from it in one C++ call (leaves.cpp's matcher_inputs;
+        # None: it calls ``check``)
+        self.checks = (guard.check, tuple(tensor_at), repeats, leaves, list_lens)
 
     def match(self, args, fused):
         """The call's array inputs, as ``Kernel._fast_key`` would append them
