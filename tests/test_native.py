@@ -348,3 +348,45 @@ def test_built_helper_enters_a_cached_op_without_the_kernels_python(mode):
         assert z.cpu().tolist() == [6.0] * 4
     assert cached == [], cached
     assert "__call__" in frames[len(cached):]
+
+
+@pytest.mark.skipif(getattr(native._helper(), "match_call", None) is None, reason="native helper not built")
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_entry_takes_views_at_run_time_offsets_and_strict_shapes_past_the_recent_ones(mode):
+    """Rows of one buffer (an executable reading the rows' offsets at run
+    time) and, in strict mode, a kernel's sixth signature back (found by its
+    arguments' shapes, past the four recent ones) run through the native
+    entry without the Kernel's Python, and give the CPU's values."""
+    from torch_tpu.ops import registry
+    frames = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename == registry.__file__:
+            frames.append(frame.f_code.co_name)
+    base = torch.arange(12.0 if mode == "strict" else 15.0).reshape(3, -1)  # (each mode its own kernels' entries)
+    rows = base.to("tpu")
+    mats = [torch.randn(k, 3) for k in range(2, 8)]  # six shapes of mm: past the recent four
+    weight = torch.randn(3, 2)
+    tpu_mats, tpu_weight = [m.to("tpu") for m in mats], weight.to("tpu")
+
+    # (fused mode checks the one op it predicts against the entry its
+    # executable was first cached with, offsets included: a row at another
+    # offset takes the Kernel's path)
+    at = range(3) if mode == "strict" else [1]
+
+    def run():
+        out = [torch.mul(rows[i], 2.0) for i in at] + [torch.add(rows[2], rows[0])]
+        return out + [torch.mm(m, tpu_weight) for m in tpu_mats]
+    with torch.tpu.set_eager_mode(mode):
+        for _ in range(3):
+            [t.cpu() for t in run()]
+        sys.setprofile(profile)
+        try:
+            got = run()
+        finally:
+            sys.setprofile(None)
+        got = [t.cpu() for t in got]
+    assert frames == [], frames
+    want = [base[i] * 2.0 for i in at] + [base[2] + base[0]] + [m @ weight for m in mats]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)

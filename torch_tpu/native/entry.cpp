@@ -1,7 +1,8 @@
 // A registered kernel's entry from PyTorch's dispatcher in C++: the cached
 // path of ops/registry.py's Kernel.__call__.  A call with positional
 // arguments only, in strict or fused mode, is checked against the kernel's
-// recent signatures (strict) or the op the recorder predicts (fused), exactly
+// recent signatures (strict; then its last ones of the call's shapes) or the
+// op the recorder predicts (fused), exactly
 // as Kernel._matched checks it: here, from each matcher's checks (leaves.cpp's
 // matcher_inputs: what the matcher's own check does), and an in-place foreach
 // call's written storages when they are all distinct; a match is launched --
@@ -10,8 +11,8 @@
 // Kernel._finish).
 // No Python frame of ours for a cached op but the executable's call (strict)
 // or none at all (fused, a predicted op recorded in C++).  Anything else --
-// keywords, debug mode, a profiler, a miss, views read at run-time offsets,
-// a launch that raises -- is handed to the Kernel itself, which does all of
+// keywords, debug mode, a profiler, a miss, a write into part of a donated
+// buffer, a launch that raises -- is handed to the Kernel itself, which does all of
 // it as before (a failed launch then runs again there and raises its error).
 #include "helper.h"
 
@@ -41,7 +42,10 @@ struct Context {
   PyObject* s_profiling = nullptr;
   PyObject* s_recent = nullptr;
   PyObject* s_by_fn = nullptr;
+  PyObject* s_by_shape = nullptr;
+  PyObject* s_shape = nullptr;
   PyObject* s_offsets = nullptr;
+  PyObject* s_donor = nullptr;
   PyObject* s_fn = nullptr;
   PyObject* s_out_buffers = nullptr;
   PyObject* s_out_tensors = nullptr;
@@ -180,6 +184,64 @@ PyObject* matched(const Context& c, PyObject* hit, PyObject* args, bool fused, P
   return nullptr;
 }
 
+// getattr(x, "shape", None) as a new reference (nullptr with an error on an error)
+PyObject* shape_of(PyObject* x, PyObject* name) {
+  PyObject* shape = nullptr;
+#if PY_VERSION_HEX >= 0x030D0000
+  if (PyObject_GetOptionalAttr(x, name, &shape) < 0) {
+#else
+  if (_PyObject_LookupAttr(x, name, &shape) < 0) {
+#endif
+    return nullptr;
+  }
+  if (shape == nullptr) {
+    Py_INCREF(Py_None);
+    shape = Py_None;
+  }
+  return shape;
+}
+
+// Kernel._shape_matched: a strict call none of the recent signatures took,
+// checked against the kernel's last signatures with its first two
+// arguments' shapes (_Cache.by_shape; a training step's many matmul shapes).
+// Unlike the Kernel, a hit found so is not moved first among the recent ones.
+PyObject* shape_matched(const Context& c, const Entry& e, PyObject* recent, PyObject* args, PyObject** inputs,
+                        bool* python) {
+  PyObject* by_shape = PyObject_GetAttr(e.cache, c.s_by_shape);
+  if (by_shape == nullptr || !PyDict_CheckExact(by_shape) || PyDict_GET_SIZE(by_shape) == 0) {
+    Py_XDECREF(by_shape);
+    return nullptr;
+  }
+  const Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+  PyObject* first = shape_of(PyTuple_GET_ITEM(args, 0), c.s_shape);
+  PyObject* second = first == nullptr ? nullptr : nargs > 1 ? shape_of(PyTuple_GET_ITEM(args, 1), c.s_shape)
+                                                            : (Py_INCREF(Py_None), Py_None);
+  PyObject* key = second == nullptr ? nullptr : PyTuple_Pack(2, first, second);
+  Py_XDECREF(first);
+  Py_XDECREF(second);
+  PyObject* same = key == nullptr ? nullptr : borrowed(by_shape, key);
+  Py_XDECREF(key);
+  PyObject* entry = nullptr;
+  if (same != nullptr && PyList_CheckExact(same)) {
+    Py_INCREF(same);
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(same) && entry == nullptr && !*python && !PyErr_Occurred(); ++k) {
+      PyObject* hit = PyList_GET_ITEM(same, k);
+      bool seen = false;  // (recent ones were refused already)
+      for (Py_ssize_t r = 0; r < PyList_GET_SIZE(recent) && !seen; ++r) {
+        seen = PyList_GET_ITEM(recent, r) == hit;
+      }
+      if (!seen) {
+        Py_INCREF(hit);
+        entry = matched(c, hit, args, false, inputs, python);
+        Py_DECREF(hit);
+      }
+    }
+    Py_DECREF(same);
+  }
+  Py_DECREF(by_shape);
+  return entry;
+}
+
 // The call's result, or nullptr with no error set when the Kernel must take
 // the call, or nullptr with an error.
 PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, Py_ssize_t nargs) {
@@ -230,6 +292,9 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
         entry = matched(c, hit, args, false, &inputs, &python);
         Py_DECREF(hit);
       }
+      if (entry == nullptr && !python && !PyErr_Occurred() && nargs > 0) {
+        entry = shape_matched(c, e, recent, args, &inputs, &python);
+      }
     }
     Py_XDECREF(recent);
   }
@@ -244,8 +309,14 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
   PyObject* fn = offsets == nullptr ? nullptr : PyObject_GetAttr(entry, c.s_fn);
   PyObject* out_buffers = fn == nullptr ? nullptr : PyObject_GetAttr(entry, c.s_out_buffers);
   PyObject* results = nullptr;
-  const bool plain = out_buffers != nullptr && PyTuple_CheckExact(offsets) && PyTuple_GET_SIZE(offsets) == 0 &&
-                     PyList_CheckExact(inputs);
+  bool plain = out_buffers != nullptr && PyTuple_CheckExact(offsets) && PyList_CheckExact(inputs);
+  if (plain && PyTuple_GET_SIZE(offsets) > 0) {  // views read at run-time offsets: theirs passed last
+    PyObject* donor = PyObject_GetAttr(entry, c.s_donor);
+    plain = donor == Py_None &&  // (a write into part of a large buffer: the Kernel's access.can_donate)
+            PyList_SetSlice(inputs, PyList_GET_SIZE(inputs), PyList_GET_SIZE(inputs), offsets) == 0;
+    Py_XDECREF(donor);
+    PyErr_Clear();  // (an error here: the Kernel's path)
+  }
   if (plain && fused && out_buffers != Py_None) {
     PyObject* record = borrowed(c.fusion, c.s_record);  // (looked up: a test may wrap it)
     PyObject* record_args[3] = {fn, inputs, out_buffers};
@@ -365,7 +436,10 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   c->s_profiling = intern("_is_profiler_enabled");
   c->s_recent = intern("recent");
   c->s_by_fn = intern("by_fn");
+  c->s_by_shape = intern("by_shape");
+  c->s_shape = intern("shape");
   c->s_offsets = intern("offsets");
+  c->s_donor = intern("donor");
   c->s_fn = intern("fn");
   c->s_out_buffers = intern("out_buffers");
   c->s_out_tensors = intern("out_tensors");

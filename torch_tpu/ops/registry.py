@@ -279,7 +279,7 @@ class _Guarded:
 
     def __init__(self, kernel, prepare):
         self.kernel = kernel
-        self.enter = _entry_of(kernel)  # (its native entry, as the dispatcher would call it)
+        self.enter = entry_of(kernel)  # (its native entry, as the dispatcher would call it)
         self.prepare = prepare
         self.names = kernel.arg_names
 
@@ -296,7 +296,7 @@ def _register_masked(op, impl, opts, mask_arg, mask_of):
     pos = tuple(map(names.index, mask_arg)) if isinstance(mask_arg, tuple) else names.index(mask_arg)
     inner = Kernel(op, impl, "functional", opts)
     graph = MaskedOutputs(inner, pos, mask_arg, mask_of)
-    enter = _entry_of(inner)  # (its native entry, as the dispatcher would call it)
+    enter = entry_of(inner)  # (its native entry, as the dispatcher would call it)
 
     def masked(*args, **kwargs):
         mask = graph.mask(args, kwargs)
@@ -326,7 +326,7 @@ def _install(op, kernel, graph=None, dispatch_key="PrivateUse1", native=False) -
         else:
             GRAPH_FORMS.pop(op, None)
     if not native:
-        _library(op).impl(op, _entry_of(kernel), dispatch_key)
+        _library(op).impl(op, entry_of(kernel), dispatch_key)
 
 
 # With the native helper a kernel's cached path runs in C++ (native/entry.cpp:
@@ -336,7 +336,7 @@ _native_entry = native.kernel_entries(modes, fusion, precision, pending.note, bu
                                       written_lists._IDENTITY)
 
 
-def _entry_of(kernel):
+def entry_of(kernel):
     """What the dispatcher calls for ``kernel``: its C++ entry when its cached
     path is the plain one, else itself."""
     if (_native_entry is None or not isinstance(kernel, Kernel) or not kernel.fast or not kernel.records_plainly

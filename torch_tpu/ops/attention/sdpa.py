@@ -19,7 +19,7 @@ import torch
 
 from ... import precision
 from ...storage import buffers, views
-from ..registry import kernel, register, register_raw, resolve
+from ..registry import entry_of, kernel, register, register_raw, resolve
 
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
 _FUSED = resolve("_scaled_dot_product_fused_attention_overrideable.default")
@@ -145,6 +145,7 @@ def _grads_like_cpu(args, out_specs):
 
 # (its meta kernel returns the op's nine results; the kernel computes two)
 _forward = kernel(_FUSED, _fused_forward, meta=False, layout=_out_like_query)
+_enter_forward = entry_of(_forward)  # (its native entry when built: the cached call in C++)
 
 
 class _ForwardInGraph:
@@ -162,7 +163,7 @@ class _ForwardInGraph:
 
 @register_raw("_scaled_dot_product_fused_attention_overrideable.default", graph=_ForwardInGraph())
 def fused_attention(query, key, value, *args, **kwargs):
-    out, lse = _forward(query, key, value, *args, **kwargs)
+    out, lse = _enter_forward(query, key, value, *args, **kwargs)
     # No dropout here, so no RNG state to hand the backward (PyTorch's CUDA
     # kernels return empty seed/offset tensors in that case too; made here
     # without two trips through the dispatcher's empty).
