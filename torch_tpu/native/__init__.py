@@ -115,9 +115,9 @@ def storage_owner(by_address: dict, ref_type):
 
 def kernel_entries(modes, fusion, precision, note, own_new, numbers, identity_groups):
     """The maker of a registered kernel's C++ entry (entry.cpp:
-    ``kernel_entry(kernel, cache, plain_arity, returns_one)``), its shared
-    context set up from the modules the cached path reads; or None (also
-    without the native output maker ``own_new``)."""
+    ``kernel_entry(kernel, cache, plain_arity, returns_one, inplace,
+    writes_list)``), its shared context set up from the modules the cached
+    path reads; or None (also without the native output maker ``own_new``)."""
     helper = _helper()
     # (None: a helper built before the entry made the matchers' checks itself)
     if getattr(helper, "match_call", None) is None or own_new is None:

@@ -19,6 +19,9 @@
 #include <algorithm>
 #include <vector>
 
+#include <torch/csrc/Storage.h>
+#include <torch/csrc/autograd/python_variable.h>
+
 namespace torch_tpu_native {
 namespace {
 
@@ -53,6 +56,7 @@ struct Context {
   PyObject* s_check = nullptr;
   PyObject* s_checks = nullptr;
   PyObject* s_finish = nullptr;
+  PyObject* s_tpu_buf = nullptr;
 };
 
 Context* context = nullptr;
@@ -63,6 +67,8 @@ struct Entry {
   PyObject* cache = nullptr;
   Py_ssize_t plain_arity = 0;
   bool returns_one = false;
+  bool inplace = false;      // its mode is "inplace": the written tensors take the results
+  bool writes_list = false;  // ... a _foreach_*_ op's list of them
 };
 
 constexpr const char* kCapsule = "torch_tpu.native.Entry";
@@ -242,6 +248,72 @@ PyObject* shape_matched(const Context& c, const Entry& e, PyObject* recent, PyOb
   return entry;
 }
 
+// ``t.untyped_storage()._tpu_buf = buf`` if ``t`` is a tensor whose storage
+// has that attribute: whether it did (false, no error: not so).
+bool set_tpu_buf(const Context& c, PyObject* t, PyObject* buf) {
+  if (!THPVariable_Check(t)) {
+    return false;
+  }
+  PyObject* storage = THPStorage_Wrap(THPVariable_Unpack(t).storage());
+  if (storage == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  PyObject* old = nullptr;
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject_GetOptionalAttr(storage, c.s_tpu_buf, &old);
+#else
+  _PyObject_LookupAttr(storage, c.s_tpu_buf, &old);
+#endif
+  const bool set = old != nullptr && PyObject_SetAttr(storage, c.s_tpu_buf, buf) == 0;
+  Py_XDECREF(old);
+  Py_DECREF(storage);
+  return set;
+}
+
+// Kernel._finish for an in-place kernel: each written tensor's storage takes
+// its new buffer (a _foreach_*_ list's, position by position); the result
+// (None for a list, else the written tensor).  A storage PyTorch made without
+// our buffer attribute (an alias made in C++) sends the whole call to
+// _finish, which finds the storage's own (setting a buffer twice is the same).
+PyObject* written_back(const Context& c, const Entry& e, PyObject* entry, PyObject* results, PyObject* args) {
+  PyObject* written = PyTuple_GET_SIZE(args) > 0 ? PyTuple_GET_ITEM(args, 0) : nullptr;
+  bool python = written == nullptr;
+  if (!python && e.writes_list) {
+    python = !(PyList_CheckExact(written) || PyTuple_CheckExact(written)) || !PySequence_Check(results);
+    const Py_ssize_t n = python ? 0 : std::min(PySequence_Fast_GET_SIZE(written), PySequence_Size(results));
+    for (Py_ssize_t i = 0; i < n && !python; ++i) {
+      PyObject* buf = PySequence_GetItem(results, i);
+      python = buf == nullptr || !set_tpu_buf(c, PySequence_Fast_GET_ITEM(written, i), buf);
+      Py_XDECREF(buf);
+    }
+    if (!python && !PyErr_Occurred()) {
+      Py_RETURN_NONE;
+    }
+  } else if (!python) {
+    PyObject* buf = PyList_CheckExact(results) && PyList_GET_SIZE(results) > 0 ? PyList_GET_ITEM(results, 0)
+                                                                               : results;  // (recorded: a list)
+    python = !set_tpu_buf(c, written, buf);
+    if (!python && !PyErr_Occurred()) {
+      Py_INCREF(written);
+      return written;
+    }
+  }
+  if (PyErr_Occurred()) {
+    return nullptr;
+  }
+  PyObject* kwargs = PyDict_New();
+  PyObject* finish = kwargs == nullptr ? nullptr : PyObject_GetAttr(e.kernel, c.s_finish);
+  PyObject* result = nullptr;
+  if (finish != nullptr) {
+    PyObject* finish_args[4] = {entry, results, args, kwargs};
+    result = PyObject_Vectorcall(finish, finish_args, 4, nullptr);
+    Py_DECREF(finish);
+  }
+  Py_XDECREF(kwargs);
+  return result;
+}
+
 // The call's result, or nullptr with no error set when the Kernel must take
 // the call, or nullptr with an error.
 PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, Py_ssize_t nargs) {
@@ -333,7 +405,10 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
       Py_XDECREF(noted);
     }
   }
-  if (results != nullptr) {
+  if (results != nullptr && e.inplace) {
+    result = written_back(c, e, entry, results, args);
+    Py_DECREF(results);
+  } else if (results != nullptr) {
     PyObject* metas = PyObject_GetAttr(entry, c.s_out_tensors);
     PyObject* single = metas == nullptr ? nullptr : PyObject_GetAttr(entry, c.s_single);
     if (single != nullptr && metas != Py_None && single == Py_True && e.returns_one && PyList_CheckExact(metas) &&
@@ -447,15 +522,16 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   c->s_check = intern("check");
   c->s_checks = intern("checks");
   c->s_finish = intern("_finish");
+  c->s_tpu_buf = intern("_tpu_buf");
   context = c;
   Py_RETURN_NONE;
 }
 
-// kernel_entry(kernel, cache, plain_arity, returns_one) -> the callable to
+// kernel_entry(kernel, cache, plain_arity, returns_one, inplace, writes_list) -> the callable to
 // register for the kernel
 PyObject* kernel_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4) {
-    PyErr_SetString(PyExc_TypeError, "kernel_entry(kernel, cache, plain_arity, returns_one)");
+  if (nargs != 6) {
+    PyErr_SetString(PyExc_TypeError, "kernel_entry(kernel, cache, plain_arity, returns_one, inplace, writes_list)");
     return nullptr;
   }
   const Py_ssize_t arity = PyLong_AsSsize_t(args[2]);
@@ -469,6 +545,8 @@ PyObject* kernel_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   e->cache = args[1];
   e->plain_arity = arity;
   e->returns_one = PyObject_IsTrue(args[3]) == 1;
+  e->inplace = PyObject_IsTrue(args[4]) == 1;
+  e->writes_list = PyObject_IsTrue(args[5]) == 1;
   PyObject* capsule = PyCapsule_New(e, kCapsule, drop_entry);
   if (capsule == nullptr) {
     Py_DECREF(e->kernel);

@@ -342,7 +342,8 @@ def entry_of(kernel):
     if (_native_entry is None or not isinstance(kernel, Kernel) or not kernel.fast or not kernel.records_plainly
             or kernel.check_overlap or kernel.indexed_overlap is not None):
         return kernel
-    return _native_entry(kernel, kernel.cache, kernel.plain_arity, kernel.returns_one)
+    return _native_entry(kernel, kernel.cache, kernel.plain_arity, kernel.returns_one, kernel.mode == "inplace",
+                         kernel.writes_list)
 
 
 # ---- the kernel wrapper -----------------------------------------------------
