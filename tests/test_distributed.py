@@ -849,8 +849,15 @@ def _check_reduce_scatter_one_collective(torch, dist, r, w, dev):
     # every rank calls something else: the checked program runs it
     for _ in range(3):
         dist.reduce_scatter_tensor(out, flat)
+    seq = stream._stream(devices).seq
     small = torch.empty(3, device=dev)
     dist.reduce_scatter_tensor(small, torch.ones(3 * w, device=dev), op=dist.ReduceOp.AVG)
+    _eq(small, [1.0] * 3)
+    # each rank's missed mark, read by every rank before the checked call,
+    # leaves the store once that call has run everywhere (the next launch)
+    assert store.check([stream._missed_key(devices, seq + 1, r)])
+    dist.reduce_scatter_tensor(small, torch.ones(3 * w, device=dev), op=dist.ReduceOp.AVG)
+    assert not store.check([stream._missed_key(devices, seq + 1, r)])
     _eq(small, [1.0] * 3)
 
 

@@ -55,6 +55,11 @@ class _Stream:
         self.broken = False
         self.seq = 0  # programs launched on the stream: the same count on every rank
         self.me = None  # this rank's index in the stream's devices (a process drives one device)
+        # store keys of this rank's misses that every rank missed too: no
+        # verdict reads them once the checked call after them has run on all
+        # ranks (deleted when it settles; a miss of some ranks only keeps its
+        # key: a peer's verdict may read it long after)
+        self.said = []
 
     def check_timeouts(self):
         """Broken if a collective still running was given up on.  (Asking
@@ -81,6 +86,7 @@ class _Stream:
             return
         try:
             sigs = launched.result(timeout_s)[-1]  # (a deferred work keeps only its check there)
+            self._forget_said()
             agreed = programs.agrees(sigs)
         except concurrent.futures.TimeoutError:
             launched.timed_out = True
@@ -93,6 +99,18 @@ class _Stream:
             if before is not None:
                 self._learn(before, sig)
             self.last = sig
+
+    def _forget_said(self):
+        """Delete this rank's store keys of misses every rank had: each rank
+        read them before the checked call that just ran on all of them."""
+        if self.said:
+            store = _store()
+            for key in self.said:
+                try:
+                    store.delete_key(key)
+                except (RuntimeError, NotImplementedError):  # (a store that cannot delete keeps them)
+                    pass
+            self.said.clear()
 
     def _learn(self, before, sig):
         """``sig`` (agreed) followed ``before``: predict it next time, unless
@@ -183,7 +201,8 @@ def _missed(s, guess, sig, devices, x, timeout_s):
         s.broken = True
     p = programs.fast(guess, devices)
     s.seq += 1
-    _say_missed(devices, s.seq, devices.index(_device(x)))  # before the launch
+    me = devices.index(_device(x))
+    _say_missed(devices, s.seq, me)  # before the launch
     verdict = _verdict(s, p, guess, sig, devices, x)
     launched = programs.Launched(p.launch(p.missed_payload(_device(x)), missed=True), verdict)
     try:
@@ -196,6 +215,7 @@ def _missed(s, guess, sig, devices, x, timeout_s):
         return launched
     if len(verdict.missed(check)) < len(devices):
         return launched
+    s.said.append(_missed_key(devices, s.seq, me))
     return None
 
 
