@@ -2,18 +2,18 @@
 // path of ops/registry.py's Kernel.__call__.  A call with positional
 // arguments only, in strict or fused mode, is checked against the kernel's
 // recent signatures (strict; then its last ones of the call's shapes) or the
-// op the recorder predicts (fused), exactly
-// as Kernel._matched checks it: here, from each matcher's checks (leaves.cpp's
-// matcher_inputs: what the matcher's own check does), and an in-place foreach
-// call's written storages when they are all distinct; a match is launched --
-// the jitted executable called (strict) or recorded (fused, through
-// fusion.record) -- and its output made by the native ledger's own_new (or
-// Kernel._finish).
-// No Python frame of ours for a cached op but the executable's call (strict)
-// or none at all (fused, a predicted op recorded in C++).  Anything else --
-// keywords, debug mode, a profiler, a miss, a write into part of a donated
-// buffer, a launch that raises -- is handed to the Kernel itself, which does all of
-// it as before (a failed launch then runs again there and raises its error).
+// op the recorder predicts (fused), as Kernel._matched checks it: here, from
+// each matcher's checks (leaves.cpp's matcher_inputs: what the matcher's own
+// check does), and an in-place foreach call's written storages when they are
+// all distinct.  A match is launched -- the jitted executable called (strict)
+// or recorded (fused, through fusion.record), views' run-time offsets passed
+// last -- and its output made by the native ledger's own_new (or
+// Kernel._finish), or an in-place op's new buffers set on its storages.  No
+// Python frame of ours for a cached op but pending.note (strict) or none at
+// all (fused, a predicted op recorded in C++).  Anything else -- keywords,
+// debug mode, a profiler, a miss, a write into part of a donated buffer, a
+// launch that raises -- is handed to the Kernel itself, which does all of it
+// as before (a failed launch then runs again there and raises its error).
 #include "helper.h"
 
 #include <algorithm>

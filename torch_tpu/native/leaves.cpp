@@ -1,11 +1,14 @@
-// The per-leaf loop of a cached signature's check (ops/signature_match.py,
-// Matcher.match) in C++.  After PyTorch's C++ tensor check has passed, each
-// leaf of the call is checked against the signature's: a tensor's buffer (the
-// jax array or pending fused result its storage holds), that buffer's shape
-// and dtype and the tensor's storage offset; a number's type; a static
-// value.  An optimizer's foreach op has ~30-110 leaves and the Python loop
-// costs ~0.5-1 us a leaf; this one a fraction of that.  It answers exactly
-// as the Python loop (tests/test_signature_match.py compares the two).
+// A cached signature's check (ops/signature_match.py, Matcher.match) in C++.
+// After PyTorch's C++ tensor check has passed, each leaf of the call is
+// checked against the signature's: a tensor's buffer (the jax array or
+// pending fused result its storage holds), that buffer's shape and dtype and
+// the tensor's storage offset; a number's type; a static value.  An
+// optimizer's foreach op has ~30-110 leaves and the Python loop costs
+// ~0.5-1 us a leaf; this one a fraction of that.  matcher_inputs makes the
+// whole check -- a list argument's elements laid out as leaves, the tensor
+// check, the repeats, the leaves -- from a Matcher's ``checks``, for the
+// kernel entry (entry.cpp).  Both answer exactly as the Python code
+// (tests/test_signature_match.py compares them).
 #include "helper.h"
 
 #include <algorithm>
