@@ -363,16 +363,13 @@ def test_entry_takes_views_at_run_time_offsets_and_strict_shapes_past_the_recent
     def profile(frame, event, arg):
         if event == "call" and frame.f_code.co_filename == registry.__file__:
             frames.append(frame.f_code.co_name)
-    base = torch.arange(12.0 if mode == "strict" else 15.0).reshape(3, -1)  # (each mode its own kernels' entries)
+    base = torch.arange(12.0).reshape(3, 4)
     rows = base.to("tpu")
     mats = [torch.randn(k, 3) for k in range(2, 8)]  # six shapes of mm: past the recent four
     weight = torch.randn(3, 2)
     tpu_mats, tpu_weight = [m.to("tpu") for m in mats], weight.to("tpu")
 
-    # (fused mode checks the one op it predicts against the entry its
-    # executable was first cached with, offsets included: a row at another
-    # offset takes the Kernel's path)
-    at = range(3) if mode == "strict" else [1]
+    at = range(3)
 
     def run():
         out = [torch.mul(rows[i], 2.0) for i in at] + [torch.add(rows[2], rows[0])]

@@ -147,6 +147,43 @@ def test_a_tensor_passed_twice_is_matched_as_the_same_tensor(mode, monkeypatch):
         torch.testing.assert_close(s.cpu(), 1.5 * g.cpu() * g.cpu(), rtol=1e-6, atol=0)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_loop_over_rows_is_matched_at_every_offset(mode, monkeypatch):
+    """Rows of one buffer are views read at a run-time offset: one executable
+    serves every row, and a matcher made at one row takes the others (its
+    entry chosen by the row's offset), so a loop over more rows than a
+    kernel keeps recent signatures never builds a signature again; reads
+    and in-place writes give the CPU's values."""
+    base = torch.arange(48.0).reshape(12, 4)
+    x = base.to("tpu")
+    slow = []
+    fast_key = registry.Kernel._fast_key
+
+    def run():
+        acc = x[0] * 1.0
+        for t in range(12):
+            acc = acc + x[t] * 2.0
+        return acc
+
+    with torch.tpu.set_eager_mode(mode):
+        for _ in range(3):
+            run().cpu()
+        monkeypatch.setattr(registry.Kernel, "_fast_key", lambda self, *a: slow.append(self.name) or fast_key(self, *a))
+        got = run().cpu()
+        assert slow == [], slow
+        for _ in range(2):
+            for t in range(0, 12, 3):
+                x[t].mul_(0.5)
+        got_rows = x.cpu()
+    want = base[0] * 1.0
+    for t in range(12):
+        want = want + base[t] * 2.0
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    for t in range(0, 12, 3):
+        base[t] *= 0.25
+    torch.testing.assert_close(got_rows, base, rtol=0, atol=0)
+
+
 def test_a_pending_fused_result_passed_in_strict_mode_is_computed_first():
     cpu = [torch.randn(3), torch.randn(3)]
     tpu = [t.to("tpu") for t in cpu]
@@ -263,13 +300,13 @@ def test_straight_line_matchers_answer_as_the_generic_check(monkeypatch):
     with torch.tpu.set_eager_mode("fused"):
         pending = x * 3  # a LazyBuffer in its storage until computed
     other = [x, y, x.t(), x[1:], x.double(), torch.randn(3, 4).to("tpu"), y.clone(), pending,
-             2.0, 2, 3.0, 3, -0.0, float("nan"), 2 ** 70, True, 1j, None]
+             x[1], y[2], x[:, 1], 2.0, 2, 3.0, 3, -0.0, float("nan"), 2 ** 70, True, 1j, None]
     calls = {"mul.Tensor": lambda a, b: a * b, "add.Tensor": lambda a, b: a + b,
              "sum.dim_IntList": lambda a, b: a.sum(1)}
     loops = {None, signature_match._match_leaves}
     call_check = native.call_matcher()
     leaf_refs = (LazyBuffer, fusion.resolve, numbers.on_device, numbers._floats, numbers._ints)
-    for v in other[8:] * 2:  # each number's device copy made now (on_device keeps it at its second sight)
+    for v in other[11:] * 2:  # each number's device copy made now (on_device keeps it at its second sight)
         numbers.on_device(v)
     seen = native_seen = 0
     for name, call in calls.items():
@@ -277,11 +314,13 @@ def test_straight_line_matchers_answer_as_the_generic_check(monkeypatch):
             call(x, 2.0 if name == "mul.Tensor" else y)
             call(x, 2 if name == "mul.Tensor" else y)
             call(x, x)
+            # rows: views read at a run-time offset (any offset passes)
+            call(*((x[1:3], y) if name == "sum.dim_IntList" else (x[2], y[1])))
         kernel = registry.KERNELS[registry.resolve(name)]
         matchers = [m for hit in kernel.cache.by_fn.values() for m in hit[2] if m.check != m.match]
         with torch._C._AutoDispatchBelowADInplaceOrView():  # (as inside the dispatcher)
             for m in matchers:
-                for a in other[:8]:
+                for a in other[:11]:
                     for b in other:
                         args = (a, b, [1], False, None)[:m.nargs]
                         for fused in (False, True):

@@ -57,6 +57,8 @@ struct Context {
   PyObject* s_checks = nullptr;
   PyObject* s_finish = nullptr;
   PyObject* s_tpu_buf = nullptr;
+  PyObject* s_free = nullptr;
+  PyObject* s_by_offsets = nullptr;
 };
 
 Context* context = nullptr;
@@ -126,6 +128,43 @@ int writes_distinct(const Context& c, PyObject* groups, PyObject* args, PyObject
   return 1;
 }
 
+// The entry for a call a matcher took (a new reference): the hit's own, or
+// for views read at run-time offsets (the matcher's ``moving`` leaves) the
+// offset-free entry's entry at the call's offsets (_Entry.at), when made
+// already; nullptr (no error) when only the Kernel can say.
+PyObject* entry_at(const Context& c, PyObject* entry, PyObject* checks, PyObject* args) {
+  PyObject* moving = PyTuple_GET_ITEM(checks, 5);
+  if (PyTuple_GET_SIZE(moving) == 0) {
+    Py_INCREF(entry);
+    return entry;
+  }
+  if (PyTuple_GET_ITEM(checks, 4) != Py_None) {
+    return nullptr;  // (a list's leaves: Matcher.offsets)
+  }
+  PyObject* offsets = PyTuple_New(PyTuple_GET_SIZE(moving));
+  for (Py_ssize_t k = 0; offsets != nullptr && k < PyTuple_GET_SIZE(moving); ++k) {
+    const Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(moving, k));
+    PyObject* x = i >= 0 && i < PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, i) : nullptr;
+    PyObject* offset = x != nullptr && THPVariable_Check(x)
+                           ? PyLong_FromLongLong(THPVariable_Unpack(x).storage_offset()) : nullptr;
+    if (offset == nullptr) {
+      Py_CLEAR(offsets);
+    } else {
+      PyTuple_SET_ITEM(offsets, k, offset);
+    }
+  }
+  PyErr_Clear();  // (an odd leaf: the Kernel's path)
+  PyObject* free = offsets == nullptr ? nullptr : PyObject_GetAttr(entry, c.s_free);
+  PyObject* by = free == nullptr || free == Py_None ? nullptr : PyObject_GetAttr(free, c.s_by_offsets);
+  PyObject* at = by != nullptr && PyDict_CheckExact(by) ? PyDict_GetItemWithError(by, offsets) : nullptr;
+  Py_XINCREF(at);
+  Py_XDECREF(by);
+  Py_XDECREF(free);
+  Py_XDECREF(offsets);
+  PyErr_Clear();
+  return at;
+}
+
 // Kernel._matched: the entry (a new reference) of ``hit`` if a matcher takes
 // ``args`` (a tuple), its inputs in ``*inputs`` (new); nullptr with no error
 // when none does; ``*python`` set when only the Python path can say (a list
@@ -167,24 +206,32 @@ PyObject* matched(const Context& c, PyObject* hit, PyObject* args, bool fused, P
     } else if (checks != nullptr && checks != Py_None) {
       found = matcher_inputs(checks, PySequence_Fast_ITEMS(args), PyTuple_GET_SIZE(args), fused, c.refs);
     }
-    Py_XDECREF(checks);
     if (found == nullptr) {
+      Py_XDECREF(checks);
       return nullptr;
     }
     if (found != Py_None && groups != Py_None) {
       const int distinct = PyList_CheckExact(found) ? writes_distinct(c, groups, args, found) : 0;
       if (distinct <= 0) {
+        Py_XDECREF(checks);
         Py_DECREF(found);
         *python = distinct == 0;  // written_lists.matches: Python's
         return nullptr;
       }
     }
     if (found != Py_None) {
-      *inputs = found;
       PyObject* entry = PyTuple_GET_ITEM(hit, 0);
-      Py_INCREF(entry);  // (held: the matcher's Python may have let the cache drop its hit)
-      return entry;
+      entry = checks == nullptr || checks == Py_None ? (Py_INCREF(entry), entry) : entry_at(c, entry, checks, args);
+      Py_XDECREF(checks);
+      if (entry == nullptr) {  // (at offsets not made yet, or a list's moving views: the Kernel's)
+        Py_DECREF(found);
+        *python = !PyErr_Occurred();
+        return nullptr;
+      }
+      *inputs = found;
+      return entry;  // (held: the matcher's Python may have let the cache drop its hit)
     }
+    Py_XDECREF(checks);
     Py_DECREF(found);
   }
   return nullptr;
@@ -523,6 +570,8 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   c->s_checks = intern("checks");
   c->s_finish = intern("_finish");
   c->s_tpu_buf = intern("_tpu_buf");
+  c->s_free = intern("free");
+  c->s_by_offsets = intern("by_offsets");
   context = c;
   Py_RETURN_NONE;
 }

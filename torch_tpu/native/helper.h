@@ -34,7 +34,7 @@ struct LeafRefs {
 // one does not pass, nullptr with an error on an error.
 PyObject* leaves_of(PyObject* const* items, Py_ssize_t n, PyObject* specs, bool fused, const LeafRefs& refs);
 // The same for a call, checked whole against a Matcher's ``checks``
-// (guard_check, tensor_at, repeats, leaves, list_lens): what its check returns.
+// (guard_check, tensor_at, repeats, leaves, list_lens, moving): what its check returns.
 PyObject* matcher_inputs(PyObject* checks, PyObject* const* args, Py_ssize_t nargs, bool fused,
                          const LeafRefs& refs);
 PyObject* match_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargs);

@@ -53,7 +53,8 @@ PyObject* optional_attr(PyObject* obj, PyObject* name) {
 }
 
 // The buffer that tensor leaf ``x`` passes, if it has the signature's
-// (buffer shape ``shape``, dtype ``dtype``, storage offset ``offset``): a new
+// (buffer shape ``shape``, dtype ``dtype``, storage offset ``offset`` -- None:
+// any, a view read at a run-time offset): a new
 // reference; nullptr with no error set if it does not; nullptr with an error
 // set on an error.
 PyObject* tensor_buffer(PyObject* x, PyObject* shape, PyObject* dtype, PyObject* offset, PyObject* lazy_type) {
@@ -92,7 +93,7 @@ PyObject* tensor_buffer(PyObject* x, PyObject* shape, PyObject* dtype, PyObject*
     Py_XDECREF(got_dtype);
   }
   Py_DECREF(aval);
-  if (bad == 0) {
+  if (bad == 0 && offset != Py_None) {  // (None: a view read at a run-time offset, any offset)
     long long want = PyLong_AsLongLong(offset);
     bad = (want == -1 && PyErr_Occurred()) ? -1 : t.storage_offset() != want;
   }
@@ -229,8 +230,9 @@ PyObject* checked_leaves(PyObject* const* leaves, Py_ssize_t n, PyObject* guard_
 
 PyObject* matcher_inputs(PyObject* checks, PyObject* const* args, Py_ssize_t nargs, bool fused,
                          const LeafRefs& refs) {
-  if (!PyTuple_CheckExact(checks) || PyTuple_GET_SIZE(checks) != 5) {
-    PyErr_SetString(PyExc_TypeError, "a matcher's checks are (guard_check, tensor_at, repeats, leaves, list_lens)");
+  if (!PyTuple_CheckExact(checks) || PyTuple_GET_SIZE(checks) != 6) {
+    PyErr_SetString(PyExc_TypeError,
+                    "a matcher's checks are (guard_check, tensor_at, repeats, leaves, list_lens, moving)");
     return nullptr;
   }
   PyObject* guard_check = PyTuple_GET_ITEM(checks, 0);

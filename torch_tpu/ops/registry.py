@@ -350,12 +350,12 @@ def entry_of(kernel):
 
 class _Entry:
     __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors", "wrap_outputs", "donor",
-                 "offsets", "rng")
+                 "offsets", "rng", "free", "by_offsets")
 
     def __init__(self, fn, out_specs, single, out_buffers, donor=None):
         self.fn = fn
         # the storage offsets of the views fn reads at run time (device
-        # scalars, passed after the other inputs): see at_offsets
+        # scalars, passed after the other inputs): see at
         self.offsets = ()
         self.donor = donor  # (fn donating its destination buffers, their input positions), or None
         self.out_specs = out_specs
@@ -369,14 +369,27 @@ class _Entry:
         self.out_tensors = None
         self.wrap_outputs = None  # several outputs: buffers.OutputTensors of out_tensors
         self.rng = None  # a random kernel's random_bits.Plan
+        self.free = None  # an entry for views at given offsets: the offset-free entry it was made from
+        self.by_offsets = None  # an offset-free entry's entries at given offsets (made by at)
 
-    def at_offsets(self, offsets):
-        """This entry (of a signature whose views' offsets are None) for views at ``offsets``."""
-        entry = _Entry.__new__(_Entry)
-        for name in _Entry.__slots__:
-            setattr(entry, name, getattr(self, name))
-        entry.out_tensors = entry.wrap_outputs = None
-        entry.offsets = tuple(map(_offset_arg, offsets))
+    def at(self, offsets):
+        """This entry (of a signature whose views' offsets are None) for
+        views at ``offsets`` (a tuple): made once per offsets, so a loop over
+        a buffer's rows finds each row's entry (its offsets as device
+        scalars, its outputs' metadata) again."""
+        by = self.by_offsets
+        if by is None:
+            by = self.by_offsets = {}
+        entry = by.get(offsets)
+        if entry is None:
+            if len(by) >= _MAX_OFFSET_ENTRIES:
+                by.clear()
+            entry = by[offsets] = _Entry.__new__(_Entry)
+            for name in _Entry.__slots__:
+                setattr(entry, name, getattr(self, name))
+            entry.out_tensors = entry.wrap_outputs = None
+            entry.offsets = tuple(map(_offset_arg, offsets))
+            entry.free, entry.by_offsets = self, None
         return entry
 
 
@@ -524,6 +537,10 @@ class Kernel:
         for m in matchers:
             found = m.check(args, fused)
             if found is not None and (groups is None or written_lists.matches(groups, args, found)):
+                if m.moving:  # views read at run-time offsets: the entry at this call's
+                    if entry.free is None:  # (not an entry at offsets: never so, but then no match)
+                        continue
+                    entry = entry.free.at(m.offsets(args))
                 inputs += found
                 return entry
         # strict mode builds the key next (its matchers come from there); a
@@ -691,7 +708,7 @@ class Kernel:
             for k in [k for k, e in self.cache.items() if e.offsets]:
                 del self.cache[k]
             self.offset_entries = 1
-        return entry.at_offsets(offsets)
+        return entry.at(tuple(offsets))
 
     def _build_entry(self, key, args, kwargs, inputs, n_offsets):
         if self.signature_guards:

@@ -24,7 +24,7 @@ from torch import Tensor
 from .. import native
 from ..eager import fusion
 from ..eager.fusion import LazyBuffer
-from ..storage import numbers
+from ..storage import numbers, views
 
 try:
     from torch._C._dynamo.guards import TensorGuards
@@ -37,7 +37,7 @@ _TENSOR, _NUMBER, _LIST_NUMBER, _STATIC = range(4)
 
 class Matcher:
     """The arguments of one signature, as ``match`` checks them."""
-    __slots__ = ("guard", "nargs", "list_lens", "tensors", "leaves", "repeats", "check", "checks")
+    __slots__ = ("guard", "nargs", "list_lens", "tensors", "leaves", "repeats", "check", "checks", "moving")
 
     def __init__(self, guard, nargs, list_lens, tensor_at, leaves, repeats=()):
         self.guard = guard          # TensorGuards of the distinct tensor leaves
@@ -46,6 +46,9 @@ class Matcher:
         # the distinct tensor leaves, picked from the leaves (a tuple of them, or one)
         self.tensors = operator.itemgetter(*tensor_at) if tensor_at else (lambda leaves: ())
         self.leaves = leaves        # per leaf: (kind, a, b, c): see make
+        # the leaves that are views read at a run-time offset (any offset
+        # passes; ``offsets`` gives the call's, for its entry: Kernel._matched)
+        self.moving = tuple(i for i, leaf in enumerate(leaves) if leaf[0] is _TENSOR and leaf[3] is None)
         # (leaf, earlier leaf) pairs that are the same tensor (x * x; AdamW's
         # addcmul of the gradients with themselves): PyTorch's check refuses a
         # tensor passed twice, so each repeat is checked as that one object
@@ -57,7 +60,13 @@ class Matcher:
         # what ``check`` checks, as data: the native kernel entry makes the
         # same checks from it in one C++ call (leaves.cpp's matcher_inputs;
         # None: it calls ``check``)
-        self.checks = (guard.check, tuple(tensor_at), repeats, leaves, list_lens)
+        self.checks = (guard.check, tuple(tensor_at), repeats, leaves, list_lens, self.moving)
+
+    def offsets(self, args):
+        """The storage offsets of the call's views read at run-time offsets
+        (``moving``), in leaf order: what the signature's entry is chosen by."""
+        leaves = args if self.list_lens is None else _laid_out(args, self.list_lens)
+        return tuple(leaves[i].storage_offset() for i in self.moving)
 
     def match(self, args, fused):
         """The call's array inputs, as ``Kernel._fast_key`` would append them
@@ -65,17 +74,9 @@ class Matcher:
         have the signature; else None."""
         if len(args) != self.nargs:
             return None
-        if self.list_lens is None:
-            leaves = args
-        else:
-            leaves = []
-            for a, n in zip(args, self.list_lens):
-                if n < 0:
-                    leaves.append(a)
-                elif (type(a) is list or type(a) is tuple) and len(a) == n:
-                    leaves.extend(a)
-                else:
-                    return None
+        leaves = args if self.list_lens is None else _laid_out(args, self.list_lens)
+        if leaves is None:
+            return None
         tensors = self.tensors(leaves)
         if not (self.guard.check(*tensors) if type(tensors) is tuple else self.guard.check(tensors)):
             return None
@@ -87,18 +88,32 @@ class Matcher:
         return match_leaves(leaves, self.leaves, fused)
 
 
+def _laid_out(args, list_lens):
+    """The call's leaves: each list argument of its signature's length laid
+    out element by element; None if one has another length or type."""
+    leaves = []
+    for a, n in zip(args, list_lens):
+        if n < 0:
+            leaves.append(a)
+        elif (type(a) is list or type(a) is tuple) and len(a) == n:
+            leaves.extend(a)
+        else:
+            return None
+    return leaves
+
+
 def match_leaves(leaves, specs, fused):
     """``Matcher.match``'s check of each leaf against its spec, in Python: the
     inputs, or None (native/leaves.cpp is the same loop)."""
     inputs = []
     for x, (kind, a, b, c) in zip(leaves, specs):
-        if kind is _TENSOR:  # a: its buffer's shape, b: the buffer's dtype, c: its storage offset
+        if kind is _TENSOR:  # a: its buffer's shape, b: the buffer's dtype, c: its storage offset (None: any)
             try:
                 buf = x.untyped_storage()._tpu_buf
             except AttributeError:  # a C++-made alias storage: the slow way (storage_of)
                 return None
             aval = getattr(buf, "aval", buf)
-            if aval.shape != a or aval.dtype != b or x.storage_offset() != c:
+            if aval.shape != a or aval.dtype != b or c is not None and x.storage_offset() != c:
                 return None
             inputs.append(buf if fused or type(buf) is not LazyBuffer else fusion.resolve(buf))
         elif kind is _STATIC:
@@ -169,12 +184,12 @@ def _unrolled(m):
     out = []
     for i, (kind, a, b, c) in enumerate(m.leaves):
         ns[f"a{i}"], ns[f"b{i}"], ns[f"c{i}"] = a, b, c
-        if kind is _TENSOR:  # a: its buffer's shape, b: the buffer's dtype, c: its storage offset
+        if kind is _TENSOR:  # a: its buffer's shape, b: the buffer's dtype, c: its storage offset (None: any)
+            offset = "" if c is None else f" or x{i}.storage_offset() != c{i}"
             code += [f"    try: buf{i} = x{i}.untyped_storage()._tpu_buf",
                      "    except AttributeError: return None",
                      f"    aval = getattr(buf{i}, 'aval', buf{i})",
-                     f"    if (aval.shape != a{i} or aval.dtype is not b{i} and aval.dtype != b{i}"
-                     f" or x{i}.storage_offset() != c{i}): return None"]
+                     f"    if (aval.shape != a{i} or aval.dtype is not b{i} and aval.dtype != b{i}{offset}): return None"]
             out.append(f"buf{i} if fused or type(buf{i}) is not LazyBuffer else resolve(buf{i})")
         elif kind is _STATIC:
             code.append(f"    if type(x{i}) is not type(a{i}) or x{i} != a{i}: return None")
@@ -204,7 +219,10 @@ def _guard(tensors):
 def _leaf(x, entry, tensor_tag, number_tag, number_kind):
     if isinstance(x, Tensor):
         spec = entry[1]
-        return (_TENSOR, spec.buf_shape, spec.buf_dtype, spec.offset)
+        # a view that could sit elsewhere in its buffer is read at a run-time
+        # offset (Kernel._build): any offset passes, the entry is chosen by it
+        moving = views.split_offset(spec)[1] is not None
+        return (_TENSOR, spec.buf_shape, spec.buf_dtype, None if moving else spec.offset)
     if type(entry) is tuple and entry and entry[0] is number_tag:
         return (number_kind, entry[1], None, None)
     return (_STATIC, entry, None, None)
