@@ -32,6 +32,10 @@ VIEW_OPS = frozenset(("view.default", "as_strided.default", "_reshape_alias.defa
 
 _why_not = None  # why the helper is not in use (None: in use, or not asked yet)
 
+# The fields of signature_match.Matcher.checks (guard_check, tensor_at,
+# repeats, leaves, list_lens, moving), as the helper's kernel entry reads them.
+MATCHER_CHECKS = 6
+
 
 def _helper():
     """The built helper module, or None (``_why_not`` says why)."""
@@ -119,8 +123,9 @@ def kernel_entries(modes, fusion, precision, note, own_new, numbers, identity_gr
     writes_list)``), its shared context set up from the modules the cached
     path reads; or None (also without the native output maker ``own_new``)."""
     helper = _helper()
-    # (None: a helper built before the entry made the matchers' checks itself)
-    if getattr(helper, "match_call", None) is None or own_new is None:
+    # (a helper built before the entry made the matchers' checks itself, or
+    # for another layout of them, is not used: MATCHER_CHECKS)
+    if getattr(helper, "matcher_checks", None) != MATCHER_CHECKS or own_new is None:
         return None
     leaf_refs = (fusion.LazyBuffer, fusion.resolve, numbers.on_device, numbers._floats, numbers._ints)
     helper.entry_context(vars(modes), modes.EagerMode.FUSED, modes.EagerMode.STRICT, vars(fusion), vars(precision),
@@ -133,7 +138,8 @@ def call_matcher():
     """The C++ check of a call against a Matcher's ``checks``, as kernel
     entries check it (leaves.cpp: ``match_call(checks, args, fused, lazy_type,
     resolve, on_device, floats, ints)``), or None."""
-    return getattr(_helper(), "match_call", None)
+    helper = _helper()
+    return helper.match_call if getattr(helper, "matcher_checks", None) == MATCHER_CHECKS else None
 
 
 def status() -> str:

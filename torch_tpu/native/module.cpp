@@ -57,5 +57,11 @@ PyMODINIT_FUNC PyInit__native(void) {
     Py_DECREF(m);
     return nullptr;
   }
+  // the fields of a Matcher's checks the entry reads (leaves.cpp): a build that
+  // reads another layout is not used (torch_tpu/native/__init__.py)
+  if (m != nullptr && PyModule_AddIntConstant(m, "matcher_checks", 6) < 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
   return m;
 }

@@ -57,9 +57,9 @@ class Matcher:
         # ops) the same checks as straight-line code made for its leaves
         # (~1 us less per op: no loop, no per-leaf tuples)
         self.check = _unrolled(self) if list_lens is None and 0 < nargs <= _MAX_UNROLLED else self.match
-        # what ``check`` checks, as data: the native kernel entry makes the
-        # same checks from it in one C++ call (leaves.cpp's matcher_inputs;
-        # None: it calls ``check``)
+        # what ``check`` checks, as data (native.MATCHER_CHECKS names the
+        # fields): the native kernel entry makes the same checks from it in
+        # one C++ call (leaves.cpp's matcher_inputs; None: it calls ``check``)
         self.checks = (guard.check, tuple(tensor_at), repeats, leaves, list_lens, self.moving)
 
     def offsets(self, args):
