@@ -350,7 +350,7 @@ def test_built_helper_enters_a_cached_op_without_the_kernels_python(mode):
     assert "__call__" in frames[len(cached):]
 
 
-@pytest.mark.skipif(getattr(native._helper(), "match_call", None) is None, reason="native helper not built")
+@pytest.mark.skipif(native.call_matcher() is None, reason="native helper not built")
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 def test_entry_takes_views_at_run_time_offsets_and_strict_shapes_past_the_recent_ones(mode):
     """Rows of one buffer (an executable reading the rows' offsets at run
