@@ -711,3 +711,18 @@ def test_graph_outputs_made_together_are_storages_of_their_own():
     del outs
     gc.collect()
     assert torch.tpu.memory_allocated() == before
+
+
+def test_a_graph_that_keeps_true_divide_lowers_it_as_div():
+    # a dynamic-shape graph may keep the composite alias (GPT-2 with
+    # dynamic=True: tests/test_hf.py's slow dynamic-shapes test); it used to
+    # send the whole graph to the eager kernels
+    from torch_tpu.compile import lowering
+    gm = torch.fx.symbolic_trace(lambda a, b: torch.ops.aten.true_divide.Tensor(a, b) + 1)
+    a, b = torch.randn(3, 4), torch.rand(3, 4) + 0.5
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(gm, backend="tpu")(a.to("tpu"), b.to("tpu"))
+    torch.testing.assert_close(got.cpu(), a / b + 1, rtol=0, atol=0)
+    assert lowering.lowering_of(torch.ops.aten.true_divide.Tensor) is not None
+    assert not [w for w in caught if "torch_tpu: torch.compile" in str(w.message)]

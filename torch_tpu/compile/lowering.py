@@ -325,12 +325,18 @@ def check_lowerable(gm: torch.fx.GraphModule) -> None:
                     check_lowerable(getattr(gm, a.target))
 
 
+# Composite aliases a graph may keep (a dynamic-shape graph's true_divide, seen
+# in GPT-2 with dynamic=True), computed as the op they stand for.
+_SAME_AS = {aten.true_divide.Tensor: aten.div.Tensor, aten.true_divide.Scalar: aten.div.Scalar}
+
+
 def lowering_of(t):
     """The one lookup of how a graph computes a call of ``t``: a function
     ``(node, args, kwargs, keys) -> value`` (``keys``: the graph call's
     ``_Keys``), or None.  Python operators, views, factories, control flow and
     prims have lowerings here; every other op runs its registered graph form
     (``registry.GraphForm``)."""
+    t = _SAME_AS.get(t, t)
     if t in _PY_OPS:
         return lambda node, args, kwargs, keys, f=_PY_OPS[t]: f(*args, **kwargs)
     if t in VIEW_LOWERINGS:
