@@ -167,10 +167,21 @@ def test_histc_refuses_a_non_finite_data_range(values):
             torch.histc(torch.tensor(values, device=device), bins=3)
 
 
-def test_histc_of_integers_is_not_implemented():
-    for device in ("cpu", "tpu"):
-        with pytest.raises(NotImplementedError, match="\"histogram_cpu\" not implemented for 'Long'"):
-            torch.histc(torch.tensor([1, 2], device=device))
+def test_histc_counts_integers_as_an_accelerator_does():
+    # The CPU refuses integer inputs; CUDA counts them, and Hugging Face's MoE
+    # layers (Mixtral) pass ints on every device but the CPU and MPS: tpu
+    # counts them as CUDA does (in the input's dtype), bool is refused.
+    for dtype in (torch.int32, torch.int64, torch.uint8):
+        x = torch.tensor([0, 1, 1, 3, 2, 3, 3, 7, 5], dtype=dtype)
+        for bins, lo, hi in ((4, 0, 3), (3, 0, 0), (5, 1, 6)):
+            got = torch.histc(x.to("tpu"), bins=bins, min=lo, max=hi)
+            assert got.dtype == dtype
+            want = torch.histc(x.double(), bins=bins, min=lo, max=hi)
+            torch.testing.assert_close(got.cpu().double(), want, rtol=0, atol=0)
+    with pytest.raises(NotImplementedError, match="\"histogram_cpu\" not implemented for 'Long'"):
+        torch.histc(torch.tensor([1, 2]))  # (the CPU's refusal, unchanged)
+    with pytest.raises(NotImplementedError, match="not implemented for 'Bool'"):
+        torch.histc(torch.tensor([True, False], device="tpu"))
 
 
 def test_histc_with_a_given_range_ignores_nan_and_inf():

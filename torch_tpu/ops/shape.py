@@ -171,7 +171,11 @@ def histc(self, bins=100, min=0, max=0):
     point = lo == hi
     lo, hi = jnp.where(point, lo - 1, lo), jnp.where(point, hi + 1, hi)
     inside = (x >= lo) & (x <= hi)
-    pos = ((x - lo) * bins / (hi - lo)).astype(np.int64)
+    if jnp.issubdtype(x.dtype, jnp.integer):  # as CUDA's kernel: in int64, the bin by integer division
+        lo64, hi64 = lo.astype(np.int64), hi.astype(np.int64)
+        pos = (x.astype(np.int64) - lo64) * bins // (hi64 - lo64)
+    else:
+        pos = ((x - lo) * bins / (hi - lo)).astype(np.int64)
     pos = jnp.clip(jnp.where(x == hi, bins - 1, pos), 0, bins - 1)
     return jnp.zeros((bins,), x.dtype).at[pos].add(inside.astype(x.dtype))
 
@@ -182,11 +186,13 @@ def _data_range(x):
 
 
 def _histc_checks(bound):
-    # The CPU's: no integer inputs; with the range taken from the data
-    # (min == max), a non-finite one is refused, which reads the data's
-    # extremes to the host (CUDA's kernel reads them too).
+    # Integer inputs are counted, as CUDA's kernel counts them (the CPU's
+    # refuses them; Hugging Face's MoE layers pass ints on every device but
+    # the CPU and MPS); bool and complex ones are refused.  With the range
+    # taken from the data (min == max), a non-finite one is refused, which
+    # reads the data's extremes to the host (CUDA's kernel reads them too).
     self = bound["self"]
-    if not (self.is_floating_point()):
+    if self.dtype == torch.bool or self.is_complex():
         raise NotImplementedError(f'"histogram_cpu" not implemented for \'{dtypes.aten_name(self.dtype)}\'')
     lo, hi = bound.get("min", 0), bound.get("max", 0)
     if lo == hi and self.numel():
