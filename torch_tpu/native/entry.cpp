@@ -239,15 +239,8 @@ PyObject* matched(const Context& c, PyObject* hit, PyObject* args, bool fused, P
 
 // getattr(x, "shape", None) as a new reference (nullptr with an error on an error)
 PyObject* shape_of(PyObject* x, PyObject* name) {
-  PyObject* shape = nullptr;
-#if PY_VERSION_HEX >= 0x030D0000
-  if (PyObject_GetOptionalAttr(x, name, &shape) < 0) {
-#else
-  if (_PyObject_LookupAttr(x, name, &shape) < 0) {
-#endif
-    return nullptr;
-  }
-  if (shape == nullptr) {
+  PyObject* shape = optional_attr(x, name);
+  if (shape == nullptr && !PyErr_Occurred()) {
     Py_INCREF(Py_None);
     shape = Py_None;
   }
@@ -306,12 +299,7 @@ bool set_tpu_buf(const Context& c, PyObject* t, PyObject* buf) {
     PyErr_Clear();
     return false;
   }
-  PyObject* old = nullptr;
-#if PY_VERSION_HEX >= 0x030D0000
-  PyObject_GetOptionalAttr(storage, c.s_tpu_buf, &old);
-#else
-  _PyObject_LookupAttr(storage, c.s_tpu_buf, &old);
-#endif
+  PyObject* old = optional_attr(storage, c.s_tpu_buf);
   const bool set = old != nullptr && PyObject_SetAttr(storage, c.s_tpu_buf, buf) == 0;
   Py_XDECREF(old);
   Py_DECREF(storage);

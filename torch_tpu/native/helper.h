@@ -11,6 +11,19 @@ inline PyObject*& slot_of(PyObject* obj, Py_ssize_t offset) {
   return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset);
 }
 
+// ``obj.name`` as a new reference, or nullptr with no error set when it has
+// none (as getattr with a default: no AttributeError made and dropped);
+// nullptr with an error on an error (leaves.cpp and entry.cpp).
+inline PyObject* optional_attr(PyObject* obj, PyObject* name) {
+  PyObject* value = nullptr;
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject_GetOptionalAttr(obj, name, &value);
+#else
+  _PyObject_LookupAttr(obj, name, &value);
+#endif
+  return value;
+}
+
 // The byte offset of ``type``'s __slots__ member ``name``, or -1 with an error (recorder.cpp).
 Py_ssize_t member_offset(PyTypeObject* type, const char* name);
 

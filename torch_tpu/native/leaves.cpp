@@ -40,18 +40,6 @@ int differs(PyObject* x, PyObject* want) {
   return x == want ? 0 : PyObject_RichCompareBool(x, want, Py_NE);
 }
 
-// ``obj.name`` as a new reference, or nullptr with no error set when it has
-// none (as getattr with a default: no AttributeError made and dropped).
-PyObject* optional_attr(PyObject* obj, PyObject* name) {
-  PyObject* value = nullptr;
-#if PY_VERSION_HEX >= 0x030D0000
-  PyObject_GetOptionalAttr(obj, name, &value);
-#else
-  _PyObject_LookupAttr(obj, name, &value);
-#endif
-  return value;
-}
-
 // The buffer that tensor leaf ``x`` passes, if it has the signature's
 // (buffer shape ``shape``, dtype ``dtype``, storage offset ``offset`` -- None:
 // any, a view read at a run-time offset): a new
