@@ -568,3 +568,26 @@ def test_dynamic_shapes_training_across_sequence_lengths(no_fallback):
     for p, q in zip(eager.parameters(), graph.parameters()):
         torch.testing.assert_close(q.grad.cpu(), p.grad.cpu(), rtol=1e-4, atol=1e-6)
     assert not [w for w in caught if "torch_tpu: torch.compile" in str(w.message)]  # lowered, not eager
+
+
+def test_import_hook_waits_for_a_module_that_is_still_importing(tmp_path, monkeypatch):
+    # torch's autoload imports torch_tpu from inside the first module that
+    # imports torch: a watched module can be in sys.modules, half-built
+    from torch_tpu.hf import import_hook
+    (tmp_path / "tpu_hook_watched.py").write_text(
+        "from torch_tpu.hf import import_hook\n"
+        "import tpu_hook_spy\n"
+        "import_hook.after_import('tpu_hook_watched', tpu_hook_spy.seen.append)\n"
+        "DEFINED_LATER = True\n")
+    (tmp_path / "tpu_hook_spy.py").write_text("seen = []\n")
+    (tmp_path / "tpu_hook_next.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import tpu_hook_spy
+    seen = tpu_hook_spy.seen
+    import tpu_hook_watched
+    assert seen == []  # not called half-built
+    import tpu_hook_next  # noqa: F401  (the next import finds it done)
+    assert seen == [tpu_hook_watched] and seen[0].DEFINED_LATER
+    assert "tpu_hook_watched" not in import_hook._pending
+    for name in ("tpu_hook_watched", "tpu_hook_spy", "tpu_hook_next"):
+        sys.modules.pop(name, None)

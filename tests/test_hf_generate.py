@@ -133,9 +133,12 @@ def test_defaults_can_be_turned_off(llama, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["fused", "debug"])
 def test_other_eager_modes_warm_generate_compiles_nothing(mode):
+    # In fused mode the second call compiles one small chain: the reset of the
+    # static cache the first call built (six fills, read with the prefill's
+    # length), which the first call did not run.  Every later call is warm.
     cpu, tpu = _llama(vocab=80, hidden=32)
     with torch.tpu.set_eager_mode(mode):
-        for length, new in ((8, 16), (11, 32)):
+        for length, new in ((8, 16), (5, 8), (11, 32)):
             ids = _prompt(2, length, seed=length, vocab=80)
             out, compiles = _generate(tpu, ids.to("tpu"), max_new_tokens=new, min_new_tokens=new, do_sample=False)
             assert torch.equal(out.cpu(), cpu.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False))
@@ -163,4 +166,19 @@ def test_defaults_installed_when_transformers_is_imported_first():
             "print(getattr(g.GenerationMixin.generate, '_torch_tpu_shape_stable', False))")
     env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "True"
+
+
+@pytest.mark.slow
+def test_defaults_installed_when_transformers_imports_torch():
+    # the import Transformers recommends for custom models: its module body
+    # imports torch, whose autoload imports torch_tpu while the generation
+    # module is half-built (this used to fail the import)
+    import subprocess
+    import sys
+    code = ("from transformers.generation import GenerationMixin; from transformers import LlamaConfig; "
+            "print(getattr(GenerationMixin.generate, '_torch_tpu_shape_stable', False))")
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "True"

@@ -1,9 +1,9 @@
 """Hugging Face integration that Transformers cannot express through its own
 settings yet: generation defaults for models on tpu (``generation.py``).
 
-torch's autoload imports torch_tpu before Transformers, so the defaults are
-installed when ``transformers.generation.utils`` is first imported
-(``import_hook.py``), or at once if it already is.
+torch's autoload imports torch_tpu before Transformers (or from inside it:
+``transformers.generation.utils`` imports torch at its top), so the defaults
+are installed once that module has been imported (``import_hook.py``).
 """
 from . import import_hook
 

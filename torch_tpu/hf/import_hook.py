@@ -7,11 +7,35 @@ _pending = {}  # module name -> functions to call with the module
 _lock = threading.Lock()
 
 
+def _initializing(module) -> bool:
+    """The module's body is still running (it is importing us, directly or not)."""
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
+def _call(fullname, module) -> None:
+    with _lock:
+        callbacks = _pending.pop(fullname, [])
+        if not _pending and _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)  # nothing left to watch
+    for fn in callbacks:
+        fn(module)
+
+
+def _call_loaded() -> None:
+    """Callbacks of watched modules that were mid-import when registered and
+    have finished since: their loader could no longer be wrapped."""
+    for name in list(_pending):
+        module = sys.modules.get(name)
+        if module is not None and not _initializing(module):
+            _call(name, module)
+
+
 class _Finder(importlib.abc.MetaPathFinder):
     """Wraps the real loader of a watched module so that its callbacks run
     after the module body has executed."""
 
     def find_spec(self, fullname, path, target=None):
+        _call_loaded()
         if fullname not in _pending:
             return None
         for finder in sys.meta_path:
@@ -30,12 +54,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 
         def exec_then_call(module):
             exec_module(module)
-            with _lock:
-                callbacks = _pending.pop(fullname, [])
-                if not _pending and _finder in sys.meta_path:
-                    sys.meta_path.remove(_finder)  # nothing left to watch
-            for fn in callbacks:
-                fn(module)
+            _call(fullname, module)
 
         loader.exec_module = exec_then_call
         return spec
@@ -45,9 +64,13 @@ _finder = _Finder()
 
 
 def after_import(name: str, fn) -> None:
-    """Call ``fn(module)`` once ``name`` is imported: now if it already is."""
+    """Call ``fn(module)`` once ``name`` is imported: now if it already is.
+
+    A module whose body is still running (``import torch`` inside it loaded
+    torch_tpu through torch's autoload) gets ``fn`` at the first import that
+    starts after its body has finished."""
     module = sys.modules.get(name)
-    if module is not None:
+    if module is not None and not _initializing(module):
         fn(module)
         return
     with _lock:
