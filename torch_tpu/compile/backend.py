@@ -88,6 +88,7 @@ class CompiledGraph:
         self.donate_when_safe = donate_when_safe and bool(self.mutated) and not donate_mutated
         self.donating = {}   # signature -> the executable that donates the rewritten inputs' buffers
         self.donatable = {}  # signature -> its _Donation
+        self.last_donation = (None, None)  # (signature, its _Donation): found without hashing a repeated one
         self.lock = threading.Lock()
         self.xla_options = compiler_options.current()
         vals = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n for n in outputs]
@@ -246,6 +247,7 @@ class CompiledGraph:
         self.executables[signature] = _ON_EAGER_KERNELS
         if self.donate_when_safe:
             self.donatable[signature] = _Donation((), ())  # never the donating executable either
+            self.last_donation = (None, None)
         return self._run_eagerly(args)
 
     def _run_eagerly(self, args):
@@ -293,11 +295,15 @@ class CompiledGraph:
 
     def _donation(self, signature, arrays):
         """The donation plan of calls with ``signature``, worked out on its first call."""
+        last, plan = self.last_donation
+        if signature is last:  # (the input matcher hands back the same tuple: an optimizer's is ~100 long)
+            return plan
         plan = self.donatable.get(signature)
         if plan is None:
             positions = self._donated(signature[:-1], arrays)
             inputs = [i for i, e in enumerate(signature[:-1]) if _is_tensor_entry(e)]
             plan = self.donatable[signature] = _Donation(positions, [inputs[k - 1] for k in positions])
+        self.last_donation = (signature, plan)
         return plan
 
     def _compile(self, key, arrays, donate=None):

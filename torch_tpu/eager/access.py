@@ -73,8 +73,14 @@ def can_donate(inputs, positions, owners, held=0) -> bool:
     array, fewest = _array_type(), 1 + 1 + held + 2  # (once per call: a compiled optimizer asks for ~100 buffers)
     for p, owner in zip(positions, owners, strict=True):
         buf = inputs[p]
-        if (type(buf) is not array or buf.is_deleted()
-                or buffers.get_buffer(owner.untyped_storage()) is not buf):  # e.g. a LazyBuffer holds it
+        if type(buf) is not array or buf.is_deleted():
+            return False
+        st = owner.untyped_storage()
+        try:
+            held_by_storage = st._tpu_buf is buf  # (get_buffer's common case, without its frame)
+        except AttributeError:
+            held_by_storage = buffers.get_buffer(st) is buf
+        if not held_by_storage:  # e.g. a LazyBuffer holds it
             return False
         # references: the storage, `inputs` (uses), the caller's, `buf` here, getrefcount's argument
         refs = sys.getrefcount(buf)
