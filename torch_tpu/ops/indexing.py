@@ -57,6 +57,17 @@ def _index_range(index):
     return int(lo), int(hi)
 
 
+_SMALL = 512  # up to this many values, Python's min/max over a list costs less than two NumPy calls
+
+
+def _extremes(host):
+    """(min, max) of a non-empty host array, as Python ints."""
+    if host.size <= _SMALL:
+        values = host.ravel().tolist()
+        return min(values), max(values)
+    return int(host.min()), int(host.max())
+
+
 def _check_range(index, low, high, error):
     """Raise ``error(bad_value)`` unless every index lies in [low, high): at
     once for a CPU index or a tpu one whose host values are known
@@ -71,7 +82,7 @@ def _check_range(index, low, high, error):
 
     host = dtypes.numpy_from_cpu_tensor(index) if index.device.type == "cpu" else host_mirror.recall(index)
     if host is not None:  # values known on the host: check now, as the CPU does
-        failure = verdict((host.min(), host.max()))
+        failure = verdict(_extremes(host))
         if failure is not None:
             raise failure
         return

@@ -717,9 +717,11 @@ def _check_targets(bound):
         return
     host = host_mirror.recall(target)
     if host is not None:  # values known on the host (copied from the CPU): checked now, as the CPU does
-        failure = _target_verdict(classes, _target_range(host, ignore, xp=np))
-        if failure is not None:
-            raise failure
+        lo, hi = indexing._extremes(host)
+        if lo < 0 or hi >= classes:  # (only then can ignore_index matter)
+            failure = _target_verdict(classes, _target_range(host, ignore, xp=np))
+            if failure is not None:
+                raise failure
         return
     checks.defer(target, _target_range, indexing._MIN_MAX, functools.partial(_target_verdict, classes),
                  np.int64(ignore), host=True)  # at the next host wait
