@@ -46,3 +46,23 @@ def test_counts_that_share_memory_are_left_to_the_generic_program():
     assert counts([base[0], base[0]]) is None and base.tolist() == [0.0, 0.0]
     pack = counts([base[0], base[1]])
     assert pack.dtype == "float32" and pack.tolist() == [1.0, 1.0] and base.tolist() == [1.0, 1.0]
+
+
+def test_counts_elsewhere_in_memory_are_written_there():
+    # the views over the counts' memory are made again when the counts move
+    # (a new optimizer state, a reloaded checkpoint): never a stale address
+    counts = step_counts.StepCounts([0, 1], [1, 0], 1, torch.int64)
+    first = [torch.tensor(3), torch.tensor(7)]
+    assert counts(first).tolist() == [8, 4] and [c.item() for c in first] == [4, 8]
+    second = [torch.tensor(10), torch.tensor(20)]
+    assert counts(second).tolist() == [21, 11] and [c.item() for c in second] == [11, 21]
+    assert [c.item() for c in first] == [4, 8]
+    assert counts(first).tolist() == [9, 5]
+
+
+def test_float32_counts_add_in_float32_as_the_cpu_kernel():
+    big = torch.tensor(16777216.0)  # 2**24: float32 cannot hold 2**24 + 1
+    counts = step_counts.StepCounts([0], [0], 1, torch.float32)
+    pack = counts([big])
+    want = torch.tensor(16777216.0).add_(1)
+    assert pack.dtype == "float32" and pack.tolist() == [want.item()] and big.item() == want.item()
