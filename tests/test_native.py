@@ -350,6 +350,36 @@ def test_built_helper_enters_a_cached_op_without_the_kernels_python(mode):
     assert "__call__" in frames[len(cached):]
 
 
+@pytest.mark.skipif(not BUILT, reason="native helper not built (a pure-Python install: see README, Install)")
+def test_entry_notes_strict_launches_in_the_bounded_queue():
+    """A cached strict op's launch is appended to pending's queue in C++
+    (no pending.note frame), and the queue is pruned past its limit as
+    note prunes it: synchronize still waits for every launch."""
+    from torch_tpu.eager import pending
+    frames = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename == pending.__file__:
+            frames.append(frame.f_code.co_name)
+    x = torch.ones(64, 64, device="tpu")
+    with torch.tpu.set_eager_mode("strict"):
+        y = x + 1
+        torch.tpu.synchronize()
+        before = len(pending._pending)
+        sys.setprofile(profile)
+        try:
+            y = y + 1
+        finally:
+            sys.setprofile(None)
+        assert frames == [] and len(pending._pending) == before + 1
+        for _ in range(3 * pending._LIMIT):
+            y = y + 1
+        assert len(pending._pending) <= pending._LIMIT
+        torch.tpu.synchronize()
+        assert not pending._pending
+    assert torch.equal(y.cpu(), torch.full((64, 64), 3.0 + 3 * pending._LIMIT))
+
+
 @pytest.mark.skipif(native.call_matcher() is None, reason="native helper not built")
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 def test_entry_takes_views_at_run_time_offsets_and_strict_shapes_past_the_recent_ones(mode):

@@ -28,8 +28,14 @@ def note(results) -> None:
         results = first
     _pending.append(results)  # deque.append is atomic; pruning takes the lock
     if len(_pending) > _LIMIT:
-        with _lock:
-            _prune()
+        _overflow()
+
+
+def _overflow() -> None:
+    """The queue is past its limit (after ``note``'s append; the native
+    kernel entry appends a cached op's launch itself and calls this then)."""
+    with _lock:
+        _prune()
 
 
 def count(x) -> int:

@@ -9,11 +9,12 @@
 // or recorded (fused, through fusion.record), views' run-time offsets passed
 // last -- and its output made by the native ledger's own_new (or
 // Kernel._finish), or an in-place op's new buffers set on its storages.  No
-// Python frame of ours for a cached op but pending.note (strict) or none at
-// all (fused, a predicted op recorded in C++).  Anything else -- keywords,
-// debug mode, a profiler, a miss, a write into part of a donated buffer, a
-// launch that raises -- is handed to the Kernel itself, which does all of it
-// as before (a failed launch then runs again there and raises its error).
+// Python frame of ours for a cached op (strict: its launch noted in
+// pending's queue here; fused: a predicted op recorded in C++).  Anything
+// else -- keywords, debug mode, a profiler, a miss, a write into part of a
+// donated buffer, a launch that raises -- is handed to the Kernel itself,
+// which does all of it as before (a failed launch then runs again there and
+// raises its error).
 #include "helper.h"
 
 #include <algorithm>
@@ -35,6 +36,7 @@ struct Context {
   PyObject* profiler = nullptr;   // torch.autograd.profiler: _is_profiler_enabled
   PyObject* default_dtype = nullptr;  // torch.get_default_dtype
   PyObject* note = nullptr;       // eager/pending.py's note
+  PyObject* pending = nullptr;    // its globals (_pending, _LIMIT, _overflow), or nullptr: note is called
   PyObject* own_new = nullptr;    // buffers.wrap_as's native maker
   LeafRefs refs;                  // what a matcher's leaves read (owned here; none: the matchers' own check)
   PyObject* identity = nullptr;   // written_lists._IDENTITY: a list length's groups when no storage is shared
@@ -57,6 +59,10 @@ struct Context {
   PyObject* s_checks = nullptr;
   PyObject* s_finish = nullptr;
   PyObject* s_tpu_buf = nullptr;
+  PyObject* s_pending = nullptr;
+  PyObject* s_limit = nullptr;
+  PyObject* s_overflow = nullptr;
+  PyObject* s_append = nullptr;
   PyObject* s_free = nullptr;
   PyObject* s_by_offsets = nullptr;
 };
@@ -349,6 +355,45 @@ PyObject* written_back(const Context& c, const Entry& e, PyObject* entry, PyObje
   return result;
 }
 
+// pending.note(results) without its frame: a launch remembered by its single
+// array (or a flat tuple or list's first), appended to the queue, which
+// Python prunes past its limit; anything else goes to note itself.  False
+// with an error set on an error.
+bool noted(const Context& c, PyObject* results) {
+  PyObject* first = results;
+  if (PyTuple_CheckExact(results) || PyList_CheckExact(results)) {
+    first = PySequence_Fast_GET_SIZE(results) > 0 ? PySequence_Fast_GET_ITEM(results, 0) : nullptr;
+  }
+  PyObject* queue = c.pending == nullptr ? nullptr : PyDict_GetItemWithError(c.pending, c.s_pending);
+  PyObject* limit = queue == nullptr ? nullptr : PyDict_GetItemWithError(c.pending, c.s_limit);
+  if (first == nullptr || first == Py_None || PyTuple_CheckExact(first) || PyList_CheckExact(first) ||
+      limit == nullptr || !PyLong_CheckExact(limit)) {
+    if (PyErr_Occurred()) {
+      return false;
+    }
+    PyObject* done = PyObject_CallOneArg(c.note, results);
+    Py_XDECREF(done);
+    return done != nullptr;
+  }
+  PyObject* appended = PyObject_CallMethodOneArg(queue, c.s_append, first);
+  if (appended == nullptr) {
+    return false;
+  }
+  Py_DECREF(appended);
+  const Py_ssize_t size = PyObject_Size(queue);
+  const long long most = PyLong_AsLongLong(limit);
+  if (size < 0 || (most == -1 && PyErr_Occurred())) {
+    return false;
+  }
+  if (size > most) {
+    PyObject* overflow = PyDict_GetItemWithError(c.pending, c.s_overflow);
+    PyObject* pruned = overflow == nullptr ? nullptr : PyObject_CallNoArgs(overflow);
+    Py_XDECREF(pruned);
+    return pruned != nullptr;
+  }
+  return true;
+}
+
 // The call's result, or nullptr with no error set when the Kernel must take
 // the call, or nullptr with an error.
 PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, Py_ssize_t nargs) {
@@ -433,11 +478,9 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
     if (results == nullptr) {
       PyErr_Clear();  // the Kernel runs it again and names the failure
     } else {
-      PyObject* noted = PyObject_CallOneArg(c.note, results);
-      if (noted == nullptr) {
+      if (!noted(c, results)) {
         Py_CLEAR(results);
       }
-      Py_XDECREF(noted);
     }
   }
   if (results != nullptr && e.inplace) {
@@ -532,6 +575,10 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     Py_INCREF(args[k]);
     *slots[k] = args[k];
   }
+  if (PyFunction_Check(c->note)) {  // (its module's queue, appended to here: noted)
+    c->pending = PyFunction_GetGlobals(c->note);
+    Py_INCREF(c->pending);
+  }
   PyObject** refs[] = {&c->refs.lazy_type, &c->refs.resolve, &c->refs.on_device, &c->refs.floats, &c->refs.ints};
   for (int k = 0; k < 5; ++k) {
     *refs[k] = PyTuple_GET_ITEM(args[9], k);
@@ -558,6 +605,10 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   c->s_checks = intern("checks");
   c->s_finish = intern("_finish");
   c->s_tpu_buf = intern("_tpu_buf");
+  c->s_pending = intern("_pending");
+  c->s_limit = intern("_LIMIT");
+  c->s_overflow = intern("_overflow");
+  c->s_append = intern("append");
   c->s_free = intern("free");
   c->s_by_offsets = intern("by_offsets");
   context = c;
