@@ -576,8 +576,16 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     *slots[k] = args[k];
   }
   if (PyFunction_Check(c->note)) {  // (its module's queue, appended to here: noted)
-    c->pending = PyFunction_GetGlobals(c->note);
-    Py_INCREF(c->pending);
+    PyObject* globals = PyFunction_GetGlobals(c->note);
+    const char* needed[] = {"_pending", "_LIMIT", "_overflow"};
+    bool has_all = true;
+    for (const char* name : needed) {
+      has_all = has_all && PyDict_GetItemString(globals, name) != nullptr;
+    }
+    if (has_all) {  // (else every launch is noted by note itself)
+      Py_INCREF(globals);
+      c->pending = globals;
+    }
   }
   PyObject** refs[] = {&c->refs.lazy_type, &c->refs.resolve, &c->refs.on_device, &c->refs.floats, &c->refs.ints};
   for (int k = 0; k < 5; ++k) {
