@@ -591,3 +591,17 @@ def test_import_hook_waits_for_a_module_that_is_still_importing(tmp_path, monkey
     assert "tpu_hook_watched" not in import_hook._pending
     for name in ("tpu_hook_watched", "tpu_hook_spy", "tpu_hook_next"):
         sys.modules.pop(name, None)
+
+
+def test_import_hook_failure_warns_instead_of_failing_the_import(tmp_path, monkeypatch):
+    from torch_tpu.hf import import_hook
+    (tmp_path / "tpu_hook_broken.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def broken(module):
+        raise AttributeError("no such class")
+    import_hook.after_import("tpu_hook_broken", broken)
+    with pytest.warns(UserWarning, match="after importing tpu_hook_broken failed.*no such class"):
+        import tpu_hook_broken
+    assert tpu_hook_broken.VALUE == 1 and "tpu_hook_broken" not in import_hook._pending
+    sys.modules.pop("tpu_hook_broken", None)

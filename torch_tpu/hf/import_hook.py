@@ -2,6 +2,7 @@
 import importlib.abc
 import sys
 import threading
+import warnings
 
 _pending = {}  # module name -> functions to call with the module
 _lock = threading.Lock()
@@ -18,7 +19,11 @@ def _call(fullname, module) -> None:
         if not _pending and _finder in sys.meta_path:
             sys.meta_path.remove(_finder)  # nothing left to watch
     for fn in callbacks:
-        fn(module)
+        try:
+            fn(module)
+        except Exception as e:  # (it may run inside another module's import: that import must not fail)
+            warnings.warn(f"torch_tpu: {getattr(fn, '__qualname__', fn)} after importing {fullname} "
+                          f"failed ({type(e).__name__}: {e})", stacklevel=2)
 
 
 def _call_loaded() -> None:
