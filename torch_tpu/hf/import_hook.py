@@ -1,10 +1,12 @@
 """Run a function right after a module is first imported (or now, if it is)."""
+import builtins
 import importlib.abc
 import sys
 import threading
 import warnings
 
 _pending = {}  # module name -> functions to call with the module
+_half_built = set()  # of those, the ones whose body was running when watched: import is wrapped meanwhile
 _lock = threading.Lock()
 
 
@@ -18,6 +20,9 @@ def _call(fullname, module) -> None:
         callbacks = _pending.pop(fullname, [])
         if not _pending and _finder in sys.meta_path:
             sys.meta_path.remove(_finder)  # nothing left to watch
+        _half_built.discard(fullname)
+        if not _half_built and builtins.__import__ is _import_then_check:
+            builtins.__import__ = _real_import
     for fn in callbacks:
         try:
             fn(module)
@@ -33,6 +38,20 @@ def _call_loaded() -> None:
         module = sys.modules.get(name)
         if module is not None and not _initializing(module):
             _call(name, module)
+
+
+_real_import = builtins.__import__
+
+
+def _import_then_check(*args, **kwargs):
+    """``import`` while a watched module is half-built: after each import
+    statement, even of a module already loaded (which asks no finder), its
+    callbacks run if its body has finished since."""
+    try:
+        return _real_import(*args, **kwargs)
+    finally:
+        if _half_built:
+            _call_loaded()
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -72,13 +91,18 @@ def after_import(name: str, fn) -> None:
     """Call ``fn(module)`` once ``name`` is imported: now if it already is.
 
     A module whose body is still running (``import torch`` inside it loaded
-    torch_tpu through torch's autoload) gets ``fn`` at the first import that
-    starts after its body has finished."""
+    torch_tpu through torch's autoload) gets ``fn`` at the first import
+    statement or module search after its body has finished (``import`` is
+    wrapped meanwhile)."""
     module = sys.modules.get(name)
     if module is not None and not _initializing(module):
         fn(module)
         return
     with _lock:
         _pending.setdefault(name, []).append(fn)
+        if module is not None:
+            _half_built.add(name)
+            if builtins.__import__ is _real_import:
+                builtins.__import__ = _import_then_check
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
