@@ -24,7 +24,7 @@ aten = torch.ops.aten
 
 _data_ptr = torch.Tensor.data_ptr
 
-# the dtypes whose values a Python list holds exactly (tolist, fill_, np.array)
+# the dtypes whose values NumPy's scalars and a Python list hold exactly (the views, np.array)
 _EXACT = (torch.float32, torch.float64, torch.int32, torch.int64)
 
 

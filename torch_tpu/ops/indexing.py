@@ -46,17 +46,6 @@ def _value(t):
     return access.read(t) if t.device.type == "tpu" else core.to_device_array(t)
 
 
-def _index_range(index):
-    """(min, max) of an index tensor on the host, or None when it is empty."""
-    if index.numel() == 0:
-        return None
-    if index.device.type == "cpu":
-        host = dtypes.numpy_from_cpu_tensor(index)
-        return int(host.min()), int(host.max())
-    lo, hi = np.asarray(_min_max(access.read(index)))
-    return int(lo), int(hi)
-
-
 _SMALL = 512  # up to this many values, Python's min/max over a list costs less than two NumPy calls
 
 
@@ -64,8 +53,18 @@ def _extremes(host):
     """(min, max) of a non-empty host array, as Python ints."""
     if host.size <= _SMALL:
         values = host.ravel().tolist()
-        return min(values), max(values)
+        return int(min(values)), int(max(values))  # (int: a bool array's are bools)
     return int(host.min()), int(host.max())
+
+
+def _index_range(index):
+    """(min, max) of an index tensor on the host, or None when it is empty."""
+    if index.numel() == 0:
+        return None
+    if index.device.type == "cpu":
+        return _extremes(dtypes.numpy_from_cpu_tensor(index))
+    lo, hi = np.asarray(_min_max(access.read(index)))
+    return int(lo), int(hi)
 
 
 def _check_range(index, low, high, error):
