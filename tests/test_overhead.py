@@ -325,3 +325,24 @@ def test_overhead_benchmark_counts_host_threads_apart():
     ratios = results["ratios"]["chain"]
     assert ratios["cpu-eager"] == (1.0, 1.0) and all(r > 0 for r in ratios["tpu-fused"])
     assert [r[4] for r in overhead.rows(results)][0] == "1.0x"
+
+
+def test_platform_query_scans_the_path_once_per_module(monkeypatch):
+    # torch.accelerator.is_available() reaches runtime.platform_installed()
+    # until the device starts, and PyTorch's optimizers ask it every step, in
+    # any process that imports torch (the backend autoloads): no sys.path scan each time
+    import importlib.util
+
+    from torch_tpu import runtime
+    scans = []
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: scans.append(name) or real(name, *a))
+    for platform in ("", "gpu", "tpu", "cpu"):
+        monkeypatch.setenv("TORCH_TPU_PLATFORM", platform)
+        runtime.platform_installed()
+    before = len(scans)
+    for platform in ("", "gpu", "tpu", "cpu") * 10:
+        monkeypatch.setenv("TORCH_TPU_PLATFORM", platform)
+        runtime.platform_name(), runtime.platform_installed()
+    assert len(scans) == before, scans[before:]
+    assert len(scans) == len(set(scans))  # each module looked up at most once in the process

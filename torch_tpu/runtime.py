@@ -4,6 +4,7 @@ A real TPU (libtpu installed) wins; otherwise ``TORCH_TPU_PLATFORM`` names one
 (``cpu`` or ``gpu``/``cuda``); otherwise the CPU.  Each process drives one
 chip, exposed as ``tpu:0``, as Google's torch_tpu does.
 """
+import functools
 import importlib.util
 import os
 import threading
@@ -59,7 +60,7 @@ def platform_name() -> str:
             raise RuntimeError(
                 f"TORCH_TPU_PLATFORM={requested!r} is not one of 'tpu', 'gpu', 'cpu'")
         return requested
-    if importlib.util.find_spec("libtpu") is not None:
+    if _importable("libtpu"):
         return "tpu"
     return "cpu"
 
@@ -70,9 +71,18 @@ def platform_installed() -> bool:
     if name == "cpu":
         return True
     if name == "tpu":
-        return importlib.util.find_spec("libtpu") is not None
-    return any(importlib.util.find_spec(m) is not None
-               for m in ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm60_plugin", "jax_rocm7_plugin"))
+        return _importable("libtpu")
+    return any(map(_importable, ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm60_plugin", "jax_rocm7_plugin")))
+
+
+# Asked once per module: torch.accelerator.is_available() reaches
+# platform_installed() (through device.module.is_available) until the device
+# starts, and PyTorch's optimizers ask it every step, in every process that
+# imports torch (the backend autoloads): a find_spec scans sys.path each time,
+# ~30 us a step of a CPU training loop.
+@functools.lru_cache(maxsize=None)
+def _importable(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
 
 
 def jax_device():
