@@ -9,7 +9,10 @@ in the same two processes:
 - ``jax``: the floor.  A ``shard_map``'ed ``psum`` / ``all_gather`` /
   ``psum_scatter`` jitted once over the two ranks' devices and called on a
   global array placed before timing: what XLA's collective costs with no
-  torch around it.
+  torch around it.  Also timed "dispatched": the same program made too
+  costly for XLA:CPU to run it on the calling thread, as every tpu_dist
+  program is (a program run there blocks its caller until every peer joins,
+  forever if one never does: tpu_dist keeps its group timeout instead).
 - ``tpu_dist``: ``torch.distributed`` on tpu tensors through our backend.
 - ``gloo``: ``torch.distributed`` on CPU tensors through a Gloo subgroup.
 
@@ -74,11 +77,24 @@ class _Jax:
                   "reduce_scatter": lambda x: lax.psum_scatter(x, "r", tiled=True)}
         self.fns = {op: jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("r"), out_specs=P("r")))
                     for op, f in bodies.items()}
+        # The same, dispatched to XLA's threads as tpu_dist's programs are: a
+        # program XLA:CPU estimates at under INLINE_FLOPS runs on the calling
+        # thread and blocks it until every peer joins (forever if one never
+        # does), so tpu_dist adds a few thousand flops to keep its group timeout.
+        from torch_tpu.distributed.programs import INLINE_FLOPS
 
-    def prepare(self, op, n):
+        def dispatched(f):
+            def body(x):
+                y = f(x)
+                pad = jax.numpy.arange(2 * INLINE_FLOPS, dtype=np.int32) * (y[0] > 0).astype(np.int32)
+                return y, pad.sum(keepdims=True)
+            return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("r"), out_specs=(P("r"), P("r"))))
+        self.dispatched_fns = {op: dispatched(f) for op, f in bodies.items()}
+
+    def prepare(self, op, n, dispatched=False):
         local = self.jax.device_put(self.np.ones(n, self.np.float32), self.device)
         x = self.jax.make_array_from_single_device_arrays((self.world * n,), self.spec, [local])
-        fn, out = self.fns[op], []
+        fn, out = (self.dispatched_fns if dispatched else self.fns)[op], []
         self.jax.block_until_ready(fn(x))  # compile
         return (lambda: out.append(fn(x))), (lambda: (self.jax.block_until_ready(out), out.clear()))
 
@@ -127,6 +143,7 @@ def _bench_collectives(engines, ops, sizes_kb, iters, rounds, barrier):
         for kb in sizes_kb:
             n = int(kb * 1024) // 4
             calls = {e.name: e.prepare(op, n) for e in engines}
+            calls["jax dispatched"] = engines[0].prepare(op, n, dispatched=True)
             # the floor once more, each call waited for, as a c10d call is
             calls["jax waited"] = (_waited(*calls["jax"]), lambda: None)
             # and tpu_dist the same way: each engine compared with the other called alike
@@ -287,18 +304,19 @@ def _report(args, sizes, coll, lat, ddp):
           "ms per call (CPU ms of rank 0's process per call)\n")
     for op in args.ops:
         print(f"### {op}\n")
-        print("| size | bare JAX | bare JAX, each waited | tpu_dist | tpu_dist, each waited | Gloo "
-              "| tpu_dist / floor | alike: back to back, each waited | tpu_dist - floor ms "
-              "| floor GB/s | tpu_dist GB/s | Gloo GB/s |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("| size | bare JAX | bare JAX, each waited | bare JAX, dispatched | tpu_dist "
+              "| tpu_dist, each waited | Gloo | tpu_dist / floor | alike: back to back, each waited "
+              "| tpu_dist / dispatched floor | tpu_dist - floor ms | floor GB/s | tpu_dist GB/s | Gloo GB/s |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for kb in sizes:
-            (jw, jc), (ww, wc), (tw, tc), (vw, vc), (gw, gc) = (
-                coll[(op, kb, n)] for n in ("jax", "jax waited", "tpu_dist", "tpu_dist waited", "gloo"))
+            (jw, jc), (ww, wc), (dw, dc), (tw, tc), (vw, vc), (gw, gc) = (
+                coll[(op, kb, n)] for n in ("jax", "jax waited", "jax dispatched", "tpu_dist",
+                                            "tpu_dist waited", "gloo"))
             floor = min(jw, ww)  # the better of the two ways to call the engine
             gbs = [kb * 1024 / 1e6 / w for w in (floor, tw, gw)]
-            print(f"| {_size(kb)} | {jw:.2f} ({jc:.2f}) | {ww:.2f} ({wc:.2f}) | {tw:.2f} ({tc:.2f}) "
-                  f"| {vw:.2f} ({vc:.2f}) | {gw:.2f} ({gc:.2f}) | {tw / floor:.2f} "
-                  f"| {tw / jw:.2f}, {vw / ww:.2f} | {tw - floor:+.2f} | {gbs[0]:.3f} "
+            print(f"| {_size(kb)} | {jw:.2f} ({jc:.2f}) | {ww:.2f} ({wc:.2f}) | {dw:.2f} ({dc:.2f}) "
+                  f"| {tw:.2f} ({tc:.2f}) | {vw:.2f} ({vc:.2f}) | {gw:.2f} ({gc:.2f}) | {tw / floor:.2f} "
+                  f"| {tw / jw:.2f}, {vw / ww:.2f} | {tw / dw:.2f} | {tw - floor:+.2f} | {gbs[0]:.3f} "
                   f"| {gbs[1]:.3f} | {gbs[2]:.3f} |")
         print()
     print("### all_reduce latency, each call waited for\n")

@@ -263,7 +263,7 @@ def test_collectives_benchmark_small_configuration():
     proc = subprocess.run(cmd, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=600,
                           check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for heading in ("### all_reduce", "### all_gather", "### reduce_scatter",
+    for heading in ("### all_reduce", "### all_gather", "### reduce_scatter", "bare JAX, dispatched",
                     "### all_reduce latency", "tpu_dist DDP", "gloo DDP", "DDP goal, wall: ",
                     "DDP goal, CPU: ", "with gradient_as_bucket_view=True: "):
         assert heading in proc.stdout, proc.stdout[-3000:]
