@@ -575,9 +575,9 @@ def test_import_hook_waits_for_a_module_that_is_still_importing(tmp_path, monkey
     # torch's autoload imports torch_tpu from inside the first module that
     # imports torch: a watched module can be in sys.modules, half-built
     import builtins
-    from torch_tpu.hf import import_hook
+    from torch_tpu import import_hook
     (tmp_path / "tpu_hook_watched.py").write_text(
-        "from torch_tpu.hf import import_hook\n"
+        "from torch_tpu import import_hook\n"
         "import tpu_hook_spy\n"
         "import_hook.after_import('tpu_hook_watched', tpu_hook_spy.seen.append)\n"
         "DEFINED_LATER = True\n"
@@ -601,7 +601,7 @@ def test_import_hook_waits_for_a_module_that_is_still_importing(tmp_path, monkey
 
 
 def test_import_hook_failure_warns_instead_of_failing_the_import(tmp_path, monkeypatch):
-    from torch_tpu.hf import import_hook
+    from torch_tpu import import_hook
     (tmp_path / "tpu_hook_broken.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
 

@@ -346,3 +346,24 @@ def test_platform_query_scans_the_path_once_per_module(monkeypatch):
         runtime.platform_name(), runtime.platform_installed()
     assert len(scans) == before, scans[before:]
     assert len(scans) == len(set(scans))  # each module looked up at most once in the process
+
+
+def test_import_torch_leaves_dynamo_unimported():
+    # every ``import torch`` imports torch_tpu (the backend autoloads): Dynamo,
+    # AOTAutograd and sympy (~1.4 s, ~90 MB here) wait until torch.compile, or
+    # torch.tpu.ops / torch.tpu.optimizers / torch.tpu.lowering_check, first need them
+    import subprocess
+    code = ("import sys, torch\n"
+            "heavy = [m for m in ('torch._dynamo', 'torch._functorch.aot_autograd', 'sympy') if m in sys.modules]\n"
+            "print('before', heavy)\n"
+            "import torch.tpu.ops, torch.tpu.optimizers\n"
+            "from torch.tpu.ops import ragged_dot\n"
+            "assert torch.tpu.ops.ragged_dot is ragged_dot and torch.tpu.optimizers.AdamW\n"
+            "assert callable(torch.tpu.lowering_check)\n"
+            "from torch._dynamo.backends.registry import _COMPILER_FNS\n"
+            "print('registered', 'tpu' in _COMPILER_FNS)\n"
+            "print(torch.compile(lambda x: x * 2, backend='tpu')(torch.ones(2, device='tpu')).tolist())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="1"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[:3] == ["before []", "registered True", "[2.0, 2.0]"], out.stdout

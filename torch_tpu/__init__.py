@@ -19,7 +19,6 @@ from . import distributed as _distributed  # noqa: E402
 from . import lowering_check as _lowering_check  # noqa: E402
 from . import hf as _hf  # noqa: E402
 from . import pallas as _pallas  # noqa: E402
-from . import tpu_ops as _tpu_ops  # noqa: E402
 from . import profiler as _profiler  # noqa: E402
 from .amp import autocast as _autocast  # noqa: E402
 from .compile import options as _compiler_options  # noqa: E402
@@ -30,7 +29,7 @@ from .device import pinned as _pinned  # noqa: E402
 from .ops.attention import flex as _flex_attention  # noqa: E402
 from .storage import patches as _storage_patches  # noqa: E402
 from . import precision as _precision  # noqa: E402
-from . import optimizers as _optimizers  # noqa: E402
+from . import import_hook as _import_hook  # noqa: E402
 
 _storage_patches.install()   # UntypedStorage(n, device="tpu"), storage.resize_
 _precision.install()         # torch.set_float32_matmul_precision sets torch.tpu.precision
@@ -43,12 +42,15 @@ _compile.install()           # the "tpu" dynamo backend
 _tpu_module.compiler = _compiler_options  # torch.tpu.compiler.custom_compiler_options
 sys.modules["torch.tpu.compiler"] = _compiler_options
 _distributed.install()       # the tpu_dist backend, torch.tpu.distributed
-_tpu_module.optimizers = _optimizers  # torch.tpu.optimizers
 _tpu_module.default_generators = _generator.default_generators
 _tpu_module.topology_aware_mesh = _distributed.topology_aware_mesh
-sys.modules["torch.tpu.optimizers"] = _optimizers
 _pallas.install()            # torch.tpu.pallas
-_tpu_ops.install()           # torch.tpu.ops
+# torch.tpu.ops and torch.tpu.optimizers mark functions for Dynamo, which
+# imports it (~1.4 s): they are imported when first used, not by every
+# ``import torch`` (see compile/__init__.py)
+for _name, _module in (("ops", "tpu_ops"), ("optimizers", "optimizers")):
+    _tpu_module.lazy_attribute(_name, f"{__name__}.{_module}")
+    _import_hook.alias(f"torch.tpu.{_name}", f"{__name__}.{_module}")
 _profiler.install()          # torch.tpu.profiler, TORCH_TPU_LOGS
 _lowering_check.install()    # torch.tpu.lowering_check
 _hf.install()                # generate() defaults for tpu, once Transformers loads

@@ -1,11 +1,31 @@
-"""torch.compile(backend="tpu"), and picking it for tpu inputs by default."""
+"""torch.compile(backend="tpu"), and picking it for tpu inputs by default.
+
+Nothing of Dynamo is imported until Dynamo itself is: every ``import torch``
+imports torch_tpu (the backend autoloads), and Dynamo with the backend's
+AOTAutograd would add ~1.4 s to it in every process, compiling or not.  The
+backend is registered, and JAX kept out of Dynamo's tracing, right after
+``torch._dynamo`` is first imported (``torch.compile`` does that).
+"""
 import logging
 
 import torch
 
-from .backend import stats, tpu_backend  # noqa: F401
+from .. import import_hook
 
 log = logging.getLogger("torch_tpu.compile")
+
+
+def __getattr__(name):
+    if name == "stats":  # (the backend module imports AOTAutograd)
+        from . import backend
+        return backend.stats
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def tpu_backend(gm, example_inputs, mode=None, options=None):
+    """The ``"tpu"`` backend of ``torch.compile`` (compile/backend.py's, imported on first use)."""
+    from . import backend
+    return backend.tpu_backend(gm, example_inputs, mode, options)
 
 
 def _skip_jax_in_dynamo() -> None:
@@ -37,10 +57,13 @@ def _route_inductor_to_tpu() -> None:
     wrapper.__call__ = __call__
 
 
-def install() -> None:
-    from torch._dynamo import register_backend
+def _register_with_dynamo(dynamo) -> None:
     from torch._dynamo.backends.registry import _COMPILER_FNS
     if "tpu" not in _COMPILER_FNS:
-        register_backend(name="tpu")(tpu_backend)
+        dynamo.register_backend(name="tpu")(tpu_backend)
     _skip_jax_in_dynamo()
+
+
+def install() -> None:
+    import_hook.after_import("torch._dynamo", _register_with_dynamo)
     _route_inductor_to_tpu()

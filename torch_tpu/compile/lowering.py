@@ -246,12 +246,13 @@ FACTORY_LOWERINGS = {
     aten.new_full.default: _filled(lambda a: a[2], _new),
 }
 
-# prims that Dynamo or decompositions put in graphs; the result takes the node's dtype
-_prims = torch.ops.prims
+# prims that Dynamo or decompositions put in graphs; the result takes the node's dtype.
+# (By name: prims.fma is defined by Inductor's prims, imported with Dynamo, not
+# before: torch_tpu must not import Dynamo itself, see compile/__init__.py.)
 PRIM_LOWERINGS = {
     # Dynamo writes addcmul_/addcdiv_(value=) and add_(alpha=tensor) as fma(a, b, c) = a*b + c
-    _prims.fma.default: lambda a, b, c: a * b + c,
-    _prims.convert_element_type.default: lambda x, dtype: x,
+    "prims.fma.default": lambda a, b, c: a * b + c,
+    "prims.convert_element_type.default": lambda x, dtype: x,
 }
 
 _PY_OPS = {operator.getitem: operator.getitem, operator.mul: operator.mul, operator.add: operator.add,
@@ -345,8 +346,8 @@ def lowering_of(t):
         return lambda node, args, kwargs, keys, f=FACTORY_LOWERINGS[t]: f(node.meta["val"], *args, **kwargs)
     if t in CONTROL_FLOW_LOWERINGS:
         return lambda node, args, kwargs, keys, f=CONTROL_FLOW_LOWERINGS[t]: f(keys.material, *args, **kwargs)
-    if t in PRIM_LOWERINGS:
-        return lambda node, args, kwargs, keys, f=PRIM_LOWERINGS[t]: convert(
+    if isinstance(t, torch._ops.OpOverload) and str(t) in PRIM_LOWERINGS:
+        return lambda node, args, kwargs, keys, f=PRIM_LOWERINGS[str(t)]: convert(
             jnp.asarray(f(*args, **kwargs)), _node_dtype(node.meta["val"]))
     form = registry.graph_form(t)
     if form is None:

@@ -1,6 +1,7 @@
 """``torch.tpu``: the device module, with the names CUDA users and Hugging
 Face call (``torch.tpu.manual_seed``, ``empty_cache``, ``memory_allocated``...)."""
 import contextlib
+import importlib
 import sys
 import time
 import types
@@ -339,7 +340,25 @@ def eager_cache_stats() -> dict:
     return fusion.stats.as_dict()
 
 
+_lazy = {}  # attribute -> (module, its attribute or None: the module), imported when first used
+
+
+def lazy_attribute(name: str, module: str, attr: str = None) -> None:
+    """``torch.tpu.<name>``: module ``module`` (or its ``attr``), imported on
+    first use (for modules that import Dynamo: see torch_tpu/compile/__init__.py)."""
+    _lazy[name] = (module, attr)
+
+
 class _TpuModule(types.ModuleType):
+    def __getattr__(self, name):  # (only names not found otherwise)
+        if name not in _lazy:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        module, attr = _lazy[name]
+        value = importlib.import_module(module)
+        value = value if attr is None else getattr(value, attr)
+        setattr(self, name, value)
+        return value
+
     @property
     def _initialized(self):
         # torch.utils.checkpoint saves and restores a device's RNG state only

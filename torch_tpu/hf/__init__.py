@@ -3,9 +3,9 @@ settings yet: generation defaults for models on tpu (``generation.py``).
 
 torch's autoload imports torch_tpu before Transformers (or from inside it:
 ``transformers.generation.utils`` imports torch at its top), so the defaults
-are installed once that module has been imported (``import_hook.py``).
+are installed once that module has been imported (``torch_tpu/import_hook.py``).
 """
-from . import import_hook
+from .. import import_hook
 
 
 def install() -> None:

@@ -8,6 +8,7 @@ import math
 import jax
 import torch
 
+from .. import import_hook
 from .api import jax_op
 from .kernels import flash_attention as _fa, rms_norm as _rms
 
@@ -31,9 +32,16 @@ def _rms_norm(x: jax.Array, weight: jax.Array, normalized_dims: int, eps: float)
     return _rms.rms_norm(x, weight, eps, normalized_dims=normalized_dims)
 
 
+def _allow_in_graph(fn):
+    """``torch._dynamo.allow_in_graph(fn)`` once Dynamo is imported (now if it
+    is): torch_tpu does not import it itself (compile/__init__.py)."""
+    import_hook.after_import("torch._dynamo", lambda dynamo: dynamo.allow_in_graph(fn))
+    return fn
+
+
 # Dynamo skips torch_tpu's Python (compile/__init__.py): without allow_in_graph
 # a call from compiled code would break the graph and run eagerly.
-@torch._dynamo.allow_in_graph
+@_allow_in_graph
 def flash_attention(query, key, value, attn_mask=None, is_causal=False, scale=None, *,
                     block_q=128, block_k=128):
     """Flash attention (Pallas) on (B, H, L, D) tpu tensors, with
@@ -51,7 +59,7 @@ def flash_attention(query, key, value, attn_mask=None, is_causal=False, scale=No
                          int(block_q), int(block_k))
 
 
-@torch._dynamo.allow_in_graph
+@_allow_in_graph
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """``F.rms_norm`` as one fused Pallas kernel (forward and backward)."""
     normalized_shape = ((normalized_shape,) if isinstance(normalized_shape, int)

@@ -1,6 +1,9 @@
-"""Run a function right after a module is first imported (or now, if it is)."""
+"""Run a function right after a module is first imported (or now, if it is);
+another name for a module, imported when first imported by that name."""
 import builtins
+import importlib
 import importlib.abc
+import importlib.util
 import sys
 import threading
 import warnings
@@ -106,3 +109,35 @@ def after_import(name: str, fn) -> None:
                 builtins.__import__ = _import_then_check
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
+
+
+
+class _Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import alias`` gives the module ``target``, imported then (not before)."""
+
+    def __init__(self):
+        self.targets = {}
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in self.targets:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        return importlib.import_module(self.targets[spec.name])  # (its attributes are kept)
+
+    def exec_module(self, module):
+        pass
+
+
+_aliases = _Aliases()
+
+
+def alias(name: str, target: str) -> None:
+    """Make ``import name`` import module ``target`` and give it, when first run."""
+    _aliases.targets[name] = target
+    parent = sys.modules.get(name.rpartition(".")[0])
+    if parent is not None and not hasattr(parent, "__path__"):
+        parent.__path__ = []  # (a submodule is imported only from a package; none is found on this path)
+    if _aliases not in sys.meta_path:
+        sys.meta_path.append(_aliases)
