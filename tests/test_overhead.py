@@ -360,6 +360,8 @@ def test_import_torch_leaves_dynamo_unimported():
             "from torch.tpu.ops import ragged_dot\n"
             "assert torch.tpu.ops.ragged_dot is ragged_dot and torch.tpu.optimizers.AdamW\n"
             "assert callable(torch.tpu.lowering_check)\n"
+            "import torch_tpu\n"
+            "assert torch_tpu.optimizers.AdamW is torch.tpu.optimizers.AdamW and torch_tpu.tpu_ops.ragged_dot\n"
             "from torch._dynamo.backends.registry import _COMPILER_FNS\n"
             "print('registered', 'tpu' in _COMPILER_FNS)\n"
             "print(torch.compile(lambda x: x * 2, backend='tpu')(torch.ones(2, device='tpu')).tolist())\n")

@@ -48,7 +48,8 @@ _pallas.install()            # torch.tpu.pallas
 # torch.tpu.ops and torch.tpu.optimizers mark functions for Dynamo, which
 # imports it (~1.4 s): they are imported when first used, not by every
 # ``import torch`` (see compile/__init__.py)
-for _name, _module in (("ops", "tpu_ops"), ("optimizers", "optimizers")):
+_LAZY_SUBMODULES = {"ops": "tpu_ops", "optimizers": "optimizers"}  # torch.tpu.<key>: torch_tpu.<value>
+for _name, _module in _LAZY_SUBMODULES.items():
     _tpu_module.lazy_attribute(_name, f"{__name__}.{_module}")
     _import_hook.alias(f"torch.tpu.{_name}", f"{__name__}.{_module}")
 _profiler.install()          # torch.tpu.profiler, TORCH_TPU_LOGS
@@ -59,3 +60,10 @@ from .ops.fallback import fallback_ops  # noqa: E402,F401
 from .pallas import from_jax, to_jax  # noqa: E402,F401
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):  # torch_tpu.tpu_ops / .optimizers, imported on first use as above
+    if name in _LAZY_SUBMODULES.values():
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
