@@ -111,7 +111,6 @@ def after_import(name: str, fn) -> None:
         sys.meta_path.insert(0, _finder)
 
 
-
 class _Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """``import alias`` gives the module ``target``, imported then (not before)."""
 
