@@ -194,29 +194,6 @@ def test_group_timeout_deadlines_fire_in_order_unless_cancelled():
     assert fired == ["early", "late"]
 
 
-
-def test_a_wait_polls_until_ready_and_times_out_without_a_thread(monkeypatch):
-    # XLA's block_until_ready cannot time out: a collective's wait looks at it
-    # between growing pauses, on the waiting thread, and gives up at the timeout
-    import concurrent.futures
-    import threading
-
-    from torch_tpu.distributed import programs
-    pauses = []
-    monkeypatch.setattr(programs.time, "sleep", pauses.append)
-    looks = iter([False] * 12 + [True])
-    threads = threading.active_count()
-    programs._poll(lambda: next(looks), timeout=60)
-    assert len(pauses) == 12 and threading.active_count() == threads
-    assert pauses[0] == programs._FIRST_PAUSE_S and max(pauses) == programs._LONGEST_PAUSE_S
-    assert all(b >= a for a, b in zip(pauses, pauses[1:]))
-    monkeypatch.undo()
-    start = time.monotonic()
-    with pytest.raises(concurrent.futures.TimeoutError):
-        programs._poll(lambda: False, timeout=0.05)
-    assert 0.05 <= time.monotonic() - start < 5
-
-
 # ---- slow: 4 processes, FSDP2, tensor parallel, SyncBatchNorm ----------------
 
 @pytest.mark.slow
@@ -769,14 +746,14 @@ def _check_deferred_gathers(torch, dist, r, w, dev):
     gathered = torch.cat([torch.arange(float(k)) + 100 * q for q in range(w)])
     _eq(big, gathered)
     _eq(out, w * gathered[k * r:k * r + k])
-    # the host read waits for the last first: one wait that polls at most,
-    # not one per collective issued back to back
-    polled = programs.counts["polled"]
+    # the host read waits for the last first: one handoff to the waiter thread
+    # at most, not one per collective issued back to back
+    handoffs = programs.counts["handoffs"]
     for _ in range(5):
         dist.all_gather_into_tensor(big, x)
         dist.reduce_scatter_tensor(out, big)
     _eq(big, gathered)
-    assert programs.counts["polled"] <= polled + 1, programs.counts
+    assert programs.counts["handoffs"] <= handoffs + 1, programs.counts
     try:
         dist.all_gather_into_tensor(torch.empty((k + r) * w, device=dev), torch.ones(k + r, device=dev))
         out.cpu()  # the next host read raises

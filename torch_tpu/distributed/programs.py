@@ -10,7 +10,6 @@ with its payload, in one collective.
 """
 import concurrent.futures
 import functools
-import time
 import zlib
 
 import jax
@@ -469,9 +468,9 @@ def describe(sig_row):
     return f"shape {tuple(dims)}{'...' if ndim > SIG_DIMS else ''} {dtype}"
 
 
-# deterministic: tests count them, not time them ("waits": Launched.result calls;
-# "polled": those that found the program unfinished and polled it)
-counts = {"plans": 0, "launches": 0, "fast": 0, "waits": 0, "polled": 0}
+# deterministic: tests count them, not time them ("waits": Launched.result calls)
+# "handoffs": waits that found the program unfinished and handed it to the waiter thread
+counts = {"plans": 0, "launches": 0, "fast": 0, "waits": 0, "handoffs": 0}
 
 
 def rows(sigs):
@@ -491,18 +490,23 @@ def mismatch_of_signatures(sigs):
     return "; ".join(f"rank {i}: {describe(r)}" for i, r in enumerate(rows(sigs)))
 
 
+_waiter = None
+
+
 class Launched:
     """A launched collective: ``result(timeout)`` gives (local result, every
     rank's signature) once the program is done, like a concurrent Future.
 
     The program runs on XLA's threads (see _not_cheap), so the caller never
-    blocks in the launch.  A wait that finds it unfinished polls it (see
-    _poll): a missing peer then costs the group timeout, not a hang.
+    blocks in the launch.  A wait that finds it unfinished hands the blocking
+    wait to one waiter thread and waits on that with the timeout: a missing
+    peer then costs the group timeout, not a hang.
     """
-    __slots__ = ("value", "mismatch", "timed_out", "predicted", "checked")
+    __slots__ = ("value", "_waited", "mismatch", "timed_out", "predicted", "checked")
 
     def __init__(self, value, mismatch=None, predicted=False, checked=False):
         self.value = value
+        self._waited = None
         # mismatch(check output) -> None, or what the ranks disagreed on
         self.mismatch = mismatch or mismatch_of_signatures
         self.timed_out = False  # set by the work that gave up on it (stream.py reads it)
@@ -518,40 +522,18 @@ class Launched:
         return all(a.is_ready() for a in self.value)
 
     def result(self, timeout=None):
+        # done() first, even with a wait handed off already: the waiter thread
+        # itself asks (a work completing there) while that wait is queued
+        # behind it, and must not wait for its own queue (stream.py's settle
+        # hands off a wait for a collective whose future completes there)
         counts["waits"] += 1
-        if not self.done():
-            counts["polled"] += 1
-            _poll(self.done, timeout)
+        if self.done():
+            return self.value
+        if self._waited is None:
+            counts["handoffs"] += 1
+            self._waited = _pool().submit(jax.block_until_ready, self.value)
+        self._waited.result(timeout)
         return self.value
-
-
-# XLA's own wait (block_until_ready) cannot time out, so a wait looks at the
-# program every so often instead, sleeping between looks (the GIL released,
-# no core taken from a peer rank sharing the machine): from 50 us, growing
-# 1.5x up to 1 ms, so a result is seen within ~1.5x the time it took, or 1 ms
-# late at worst.  (It used to hand the blocking wait to a thread and wait for
-# that with the timeout: thread switches that cost a small collective's
-# waited call ~0.3-0.5 ms more here, benchmarks/allreduce_bandwidth.py.)
-_FIRST_PAUSE_S = 5e-5
-_PAUSE_GROWTH = 1.5
-_LONGEST_PAUSE_S = 1e-3
-
-
-def _poll(ready, timeout):
-    """Return once ``ready()``; raise concurrent.futures.TimeoutError after ``timeout`` seconds (None: never)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    pause = _FIRST_PAUSE_S
-    while not ready():
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise concurrent.futures.TimeoutError
-            pause = min(pause, left)
-        time.sleep(pause)
-        pause = min(_PAUSE_GROWTH * pause, _LONGEST_PAUSE_S)
-
-
-_waiter = None
 
 
 def _pool():

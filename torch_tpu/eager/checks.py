@@ -141,9 +141,9 @@ def raise_failed() -> None:
 def _raise_first(items):
     """Read the numbers of ``items`` [(value, verdict[, wait])] in one transfer; raise the first failure."""
     # the last first: collectives complete in the order they were issued, so
-    # once the last is done the others are (a wait that finds its program
-    # unfinished polls it: one such wait, not one per collective issued since
-    # the last host wait)
+    # once the last is done the others are (each wait that finds its program
+    # unfinished hands a blocking wait to another thread: one handoff, not one
+    # per collective issued since the last host wait)
     for item in reversed(items):
         if len(item) == 3:
             item[2]()
