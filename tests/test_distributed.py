@@ -194,6 +194,36 @@ def test_group_timeout_deadlines_fire_in_order_unless_cancelled():
     assert fired == ["early", "late"]
 
 
+
+def test_a_small_collectives_wait_polls_then_hands_off(monkeypatch):
+    # a small collective's wait looks at it between short sleeps for a while
+    # (no thread switch), then hands the blocking wait to the waiter thread;
+    # a large one hands it off at once
+    import jax.numpy as jnp
+
+    from torch_tpu.distributed import programs
+    pauses = []
+    monkeypatch.setattr(programs.time, "sleep", pauses.append)
+    looks = iter([False] * 5 + [True])
+    assert programs._poll(lambda: next(looks), 60) and len(pauses) == 5
+    assert max(pauses) <= programs._PAUSE_S
+    monkeypatch.undo()
+    start = time.monotonic()
+    assert not programs._poll(lambda: False, 0.01) and time.monotonic() - start >= 0.01
+
+    small = jnp.zeros(programs.POLL_MAX_BYTES // 4, jnp.float32)
+    large = jnp.zeros(programs.POLL_MAX_BYTES // 4 + 1, jnp.float32)
+    for payload, polls in ((small, 1), (large, 0)):
+        launched = programs.Launched((jnp.zeros(1),), payload=payload)
+        ready = iter([False] * 3 + [True] * 10)  # done() asks once before any wait
+        monkeypatch.setattr(programs.Launched, "done", lambda self: next(ready))
+        before = dict(programs.counts)
+        launched.result(timeout=5)
+        monkeypatch.undo()
+        assert programs.counts["polled"] - before["polled"] == polls
+        assert programs.counts["handoffs"] - before["handoffs"] == 1 - polls
+
+
 # ---- slow: 4 processes, FSDP2, tensor parallel, SyncBatchNorm ----------------
 
 @pytest.mark.slow
@@ -746,14 +776,16 @@ def _check_deferred_gathers(torch, dist, r, w, dev):
     gathered = torch.cat([torch.arange(float(k)) + 100 * q for q in range(w)])
     _eq(big, gathered)
     _eq(out, w * gathered[k * r:k * r + k])
-    # the host read waits for the last first: one handoff to the waiter thread
-    # at most, not one per collective issued back to back
-    handoffs = programs.counts["handoffs"]
+    # the host read waits for the last first: one wait at most finds it
+    # unfinished, not one per collective issued back to back; being small, it
+    # polls before any handoff to the waiter thread
+    handoffs, polled = programs.counts["handoffs"], programs.counts["polled"]
     for _ in range(5):
         dist.all_gather_into_tensor(big, x)
         dist.reduce_scatter_tensor(out, big)
     _eq(big, gathered)
-    assert programs.counts["handoffs"] <= handoffs + 1, programs.counts
+    assert programs.counts["polled"] <= polled + 1, programs.counts
+    assert programs.counts["handoffs"] <= handoffs + programs.counts["polled"] - polled, programs.counts
     try:
         dist.all_gather_into_tensor(torch.empty((k + r) * w, device=dev), torch.ones(k + r, device=dev))
         out.cpu()  # the next host read raises

@@ -169,7 +169,7 @@ def _launch(s, sig, kind, static, devices, x, block, out_shape, timeout_s):
             p = programs.fast(sig, devices)
             s.seq += 1
             return programs.Launched(p.launch(x), _verdict(s, p, guess, None, devices, x),
-                                     predicted=True)
+                                     predicted=True, payload=x)
         launched = _missed(s, guess, sig, devices, x, timeout_s)
         if launched is not None:
             return launched
