@@ -111,7 +111,7 @@ def main():
     if args.worker:
         worker(args)
         return
-    launch_local_workers(__file__, 2, sys.argv[1:], env={"OMP_NUM_THREADS": "1"})
+    launch_local_workers(__file__, 2, sys.argv[1:])
 
 
 if __name__ == "__main__":

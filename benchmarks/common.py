@@ -39,9 +39,12 @@ def launch_local_workers(script, nproc, argv, env=None):
     root = os.path.dirname(os.path.dirname(os.path.abspath(script)))
     procs = []
     for rank in range(nproc):
+        # OMP_NUM_THREADS=1 unless set, as torchrun does for several processes
+        # a machine: each rank's PyTorch CPU threads would otherwise share the cores
         full = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
                     LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                    PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {}))
+                    PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                    **{"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(env or {})})
         cmd = [sys.executable, os.path.abspath(script), "--worker", *argv]
         procs.append(subprocess.Popen(cmd, env=full, stderr=subprocess.DEVNULL if rank else None))
     sys.exit(max(p.wait() for p in procs))
