@@ -41,7 +41,7 @@ def test_pyproject_declares_the_checked_range():
 # ---- install hints -------------------------------------------------------------------
 
 def test_install_hints_name_the_extra(monkeypatch):
-    monkeypatch.setattr(install_hints, "_installed", lambda m: False)
+    monkeypatch.setattr(install_hints, "installed", lambda m: False)
     monkeypatch.setattr(install_hints, "tpu_attached", lambda: False)
     monkeypatch.setattr(install_hints, "nvidia_driver", lambda: (580, 65))
     assert "torch_tpu[cuda13]" in install_hints.hint("gpu")
@@ -60,7 +60,7 @@ def test_env_report_names_the_extra_when_the_device_cannot_start(monkeypatch, ca
         raise RuntimeError("torch_tpu could not start the JAX platform 'gpu': no gpu")
     monkeypatch.setattr(env_report, "report", fail)
     monkeypatch.setenv("TORCH_TPU_PLATFORM", "gpu")
-    monkeypatch.setattr(install_hints, "_installed", lambda m: False)
+    monkeypatch.setattr(install_hints, "installed", lambda m: False)
     monkeypatch.setattr(install_hints, "nvidia_driver", lambda: (570, 1))
     assert env_report.main(["--no-self-test"]) == 1
     err = capsys.readouterr().err

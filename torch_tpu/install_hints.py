@@ -1,6 +1,7 @@
 """Which install extra brings the accelerator's JAX plugin, for the env
 report and start-up errors: ``torch_tpu[tpu]`` (libtpu), ``torch_tpu[cuda12]``
 or ``torch_tpu[cuda13]`` (JAX's CUDA plugin, chosen by the NVIDIA driver)."""
+import functools
 import glob
 import importlib.util
 import os
@@ -30,14 +31,21 @@ def cuda_extra(driver=None) -> str:
     return "cuda13" if driver is not None and driver >= (580, 0) else "cuda12"
 
 
-def _installed(module: str) -> bool:
+# Asked once per module: torch.accelerator.is_available() reaches
+# runtime.platforminstalled() (through device.module.is_available) until the
+# device starts, and PyTorch's optimizers ask it every step, in every process
+# that imports torch (the backend autoloads): a find_spec scans sys.path each
+# time, ~30 us a step of a CPU training loop.
+@functools.lru_cache(maxsize=None)
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported (looked up once per process)."""
     return importlib.util.find_spec(module) is not None
 
 
 def hint(platform: str):
     """A sentence on what to install or set when ``platform`` (the one in
     use) is likely not the one this machine's hardware wants; None if fine."""
-    gpu_plugin = any(_installed(m) for m in ("jax_cuda13_plugin", "jax_cuda12_plugin"))
+    gpu_plugin = any(installed(m) for m in ("jax_cuda13_plugin", "jax_cuda12_plugin"))
     if platform == "cpu":
         if tpu_attached():
             return ('a TPU seems attached but the CPU platform runs the tpu device: '
@@ -51,6 +59,6 @@ def hint(platform: str):
     if platform == "gpu" and not gpu_plugin:
         return (f'no JAX CUDA plugin is installed: pip install "torch_tpu[{cuda_extra()}]" '
                 "(cuda13 for NVIDIA driver 580 or newer, else cuda12)")
-    if platform == "tpu" and not _installed("libtpu"):
+    if platform == "tpu" and not installed("libtpu"):
         return 'libtpu is not installed: pip install "torch_tpu[tpu]"'
     return None

@@ -4,8 +4,6 @@ A real TPU (libtpu installed) wins; otherwise ``TORCH_TPU_PLATFORM`` names one
 (``cpu`` or ``gpu``/``cuda``); otherwise the CPU.  Each process drives one
 chip, exposed as ``tpu:0``, as Google's torch_tpu does.
 """
-import functools
-import importlib.util
 import os
 import threading
 
@@ -13,6 +11,8 @@ import jax
 from jax.extend.core import Literal, Var, jaxprs_in_params
 import numpy as np
 import torch
+
+from .install_hints import installed
 
 # int64 indices and float64 must be exact, as on PyTorch's CPU (on a TPU XLA
 # emulates them: see tpu_dtypes.py).
@@ -60,7 +60,7 @@ def platform_name() -> str:
             raise RuntimeError(
                 f"TORCH_TPU_PLATFORM={requested!r} is not one of 'tpu', 'gpu', 'cpu'")
         return requested
-    if _importable("libtpu"):
+    if installed("libtpu"):
         return "tpu"
     return "cpu"
 
@@ -71,18 +71,8 @@ def platform_installed() -> bool:
     if name == "cpu":
         return True
     if name == "tpu":
-        return _importable("libtpu")
-    return any(map(_importable, ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm60_plugin", "jax_rocm7_plugin")))
-
-
-# Asked once per module: torch.accelerator.is_available() reaches
-# platform_installed() (through device.module.is_available) until the device
-# starts, and PyTorch's optimizers ask it every step, in every process that
-# imports torch (the backend autoloads): a find_spec scans sys.path each time,
-# ~30 us a step of a CPU training loop.
-@functools.lru_cache(maxsize=None)
-def _importable(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+        return installed("libtpu")
+    return any(map(installed, ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm60_plugin", "jax_rocm7_plugin")))
 
 
 def jax_device():
