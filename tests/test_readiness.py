@@ -38,6 +38,18 @@ def test_pyproject_declares_the_checked_range():
         assert "[tpu]" not in f.read()  # CI installs no accelerator plugin
 
 
+def test_pyproject_skips_the_slow_importing_ml_dtypes():
+    # ml_dtypes 0.7.0 spends ~0.6 s of every `import torch` (the autoload
+    # imports jax, which imports it) registering NumPy loops; 0.6.0 ~4 ms
+    import importlib.metadata
+    import os
+    import tomllib
+    with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as f:
+        dependencies = tomllib.load(f)["project"]["dependencies"]
+    assert "ml_dtypes>=0.5,!=0.7.0" in dependencies
+    assert importlib.metadata.version("ml_dtypes") != "0.7.0"  # what the install resolved
+
+
 # ---- install hints -------------------------------------------------------------------
 
 def test_install_hints_name_the_extra(monkeypatch):
