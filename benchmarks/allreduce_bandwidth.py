@@ -32,7 +32,8 @@ cost for the step's gradient buckets (and DDP with a comm hook that skips
 the all_reduce: what DDP's bucket copies cost alone; and with the bare-JAX psum as
 the hook, waited there or queued as tpu_dist's), and whether the tpu_dist step meets
 its goal (the step without DDP plus the floor for its buckets), with where the
-difference goes.  Each figure is the median of
+difference goes; then both steps with the model compiled (``torch.compile``
+with backend "tpu": Dynamo splits the DDP model's graph at its buckets).  Each figure is the median of
 ``--rounds`` rounds; the engines are interleaved within a round.
 """
 import argparse
@@ -202,13 +203,15 @@ def _bench_ddp(jax_engine, gloo, steps, rounds, barrier):
     def floor_psum_queued(state, bucket):  # the same, not waited: queued as tpu_dist's is
         return floor_psum(state, bucket, wait=False)
 
-    def build(device, ddp_group, hook=None, bucket_views=False):
+    def build(device, ddp_group, hook=None, bucket_views=False, compiled=False):
         torch.manual_seed(0)
         model = GPT(cfg).to(device)
         if ddp_group is not False:
             model = DDP(model, process_group=ddp_group, gradient_as_bucket_view=bucket_views)
             if hook is not None:
                 model.register_comm_hook(None, hook)
+        if compiled:  # (Dynamo splits a DDP model's graph at its buckets: DDPOptimizer)
+            model = torch.compile(model, backend="tpu")
         batch = [b.to(device) for b in gpt_batch(cfg, torch.Generator().manual_seed(dist.get_rank()))]
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
@@ -229,6 +232,9 @@ def _bench_ddp(jax_engine, gloo, steps, rounds, barrier):
                 # the floor inside a step: ranks drift apart, so the engine waits more than back to back
                 "tpu DDP, bare-JAX psum hook": ("tpu", None, floor_psum),
                 "tpu DDP, bare-JAX psum hook, not waited": ("tpu", None, floor_psum_queued),
+                # the model compiled (torch.compile(backend="tpu")), with and without DDP
+                "tpu, compiled": ("tpu", False, None, False, True),
+                "tpu_dist DDP, compiled": ("tpu", None, None, False, True),
                 "cpu": ("cpu", False), "gloo DDP": ("cpu", gloo)}
     built = {name: build(*spec) for name, spec in variants.items()}
     samples = {name: [] for name in built}
@@ -358,9 +364,14 @@ def _ddp_verdict(steps, floor):
                      f"step {ddp[i] - bare[i]:+.1f} {unit} (the floor's alone {floor[i]:.1f}, "
                      f"the bare-JAX psum as the hook, not waited {hooked[i] - bare[i]:+.1f})")
     viewed = steps["tpu_dist DDP, gradient_as_bucket_view"]
+    single_c, ddp_c = steps["tpu, compiled"], steps["tpu_dist DDP, compiled"]
+    goal_c = (single_c[0] + floor[0], single_c[1] + floor[1])
     return ("DDP goal, wall: " + lines[0] + "\nDDP goal, CPU: " + lines[1]
             + f"\nwith gradient_as_bucket_view=True: {viewed[0]:.1f} ms ({viewed[0] / goal[0]:.2f}x the goal), "
-            f"{viewed[1]:.1f} CPU ms ({viewed[1] / goal[1]:.2f}x)")
+            f"{viewed[1]:.1f} CPU ms ({viewed[1] / goal[1]:.2f}x)"
+            + f"\ncompiled (torch.compile(backend=\"tpu\")): DDP {ddp_c[0]:.1f} ms against compiled tpu + floor "
+            f"{goal_c[0]:.1f} ms ({ddp_c[0] / goal_c[0]:.2f}x), {ddp_c[1]:.1f} against {goal_c[1]:.1f} CPU ms "
+            f"({ddp_c[1] / goal_c[1]:.2f}x)")
 
 
 def main():

@@ -272,7 +272,8 @@ def test_collectives_benchmark_small_configuration():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for heading in ("### all_reduce", "### all_gather", "### reduce_scatter", "bare JAX, dispatched",
                     "### all_reduce latency", "tpu_dist DDP", "gloo DDP", "DDP goal, wall: ",
-                    "DDP goal, CPU: ", "with gradient_as_bucket_view=True: "):
+                    "DDP goal, CPU: ", "with gradient_as_bucket_view=True: ", "tpu_dist DDP, compiled",
+                    "compiled (torch.compile(backend=\"tpu\")): DDP "):
         assert heading in proc.stdout, proc.stdout[-3000:]
 
 
@@ -966,6 +967,20 @@ def _check_ddp(torch, dist, r, w, dev):
     # the optimizer reads and zero_grad drops views of the all_reduced buffer
     viewed = DDP(_mlp(torch).to(dev), gradient_as_bucket_view=True)
     _close(_sharded_losses(torch, dist, r, w, dev, viewed), ref, "ddp, gradients as bucket views")
+    # the DDP model compiled: Dynamo's graphs compute, DDP's reducer all-reduces
+    # the buckets between the backward's pieces (benchmarks/allreduce_bandwidth.py times it)
+    from torch_tpu.compile import stats
+    graphs, fallbacks = stats.graphs, stats.eager_fallbacks
+    class Net(torch.nn.Module):  # (Dynamo compiles a user's module; behind DDP it leaves torch.nn's containers eager)
+        def __init__(self):
+            super().__init__()
+            self.body = _mlp(torch)
+
+        def forward(self, x):
+            return self.body(x)
+    compiled = torch.compile(DDP(Net().to(dev)), backend="tpu")
+    _close(_sharded_losses(torch, dist, r, w, dev, compiled), ref, "ddp, compiled")
+    assert stats.graphs > graphs and stats.eager_fallbacks == fallbacks, (stats.graphs, stats.eager_fallbacks)
 
 
 def scenario_ddp():
