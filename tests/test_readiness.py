@@ -50,6 +50,15 @@ def test_pyproject_skips_the_slow_importing_ml_dtypes():
     assert importlib.metadata.version("ml_dtypes") != "0.7.0"  # what the install resolved
 
 
+
+def test_env_report_flags_the_slow_importing_ml_dtypes(monkeypatch):
+    real = env_report._version
+    monkeypatch.setattr(env_report, "_version", lambda d: "0.7.0" if d == "ml_dtypes" else real(d))
+    assert "pip install 'ml_dtypes!=0.7.0'" in env_report.versions()["ml_dtypes"]
+    monkeypatch.setattr(env_report, "_version", lambda d: "0.6.0" if d == "ml_dtypes" else real(d))
+    assert env_report.versions()["ml_dtypes"] == "0.6.0"
+
+
 # ---- install hints -------------------------------------------------------------------
 
 def test_install_hints_name_the_extra(monkeypatch):

@@ -39,6 +39,17 @@ def _mb(n) -> str:
     return f"{n / 2**20:,.1f} MiB" if n < 2**30 else f"{n / 2**30:,.2f} GiB"
 
 
+# the release pyproject skips: every ``import torch`` pays its import through the autoload
+_SLOW_ML_DTYPES = "0.7.0"
+
+
+def _ml_dtypes_version() -> str:
+    v = _version("ml_dtypes")
+    if v == _SLOW_ML_DTYPES:
+        return f"{v} (takes ~0.6 s to import, in every `import torch`: pip install 'ml_dtypes!=0.7.0')"
+    return v
+
+
 def versions() -> dict:
     import torch
     import torch_tpu
@@ -48,6 +59,7 @@ def versions() -> dict:
         "jax": _version("jax"),
         "jaxlib": _version("jaxlib"),
         "libtpu": _version("libtpu"),
+        "ml_dtypes": _ml_dtypes_version(),
         "python": sys.version.split()[0],
         "os": platform.platform(),
     }
