@@ -68,6 +68,20 @@ def _train(kind, compiled, steps=3):
     return losses, [p.detach().cpu() for p in model.parameters()]
 
 
+def test_dynamo_does_not_trace_our_kernels_or_jax():
+    # Eager kernels can run under Dynamo's frame hook (DDP's forward wrapper,
+    # which Dynamo skips, runs the model that way): Dynamo then traced
+    # ml_dtypes' iinfo/finfo under JAX's tracing and graph-broke there
+    import jax.numpy as jnp
+    import ml_dtypes
+    import torch._dynamo.trace_rules as trace_rules
+
+    from torch_tpu.ops import registry
+    torch.compile(lambda x: x + 1, backend="tpu")(torch.ones(2, device="tpu"))  # (imports Dynamo)
+    for module in (jnp, ml_dtypes._iinfo, ml_dtypes._finfo, registry):
+        assert trace_rules.check_file(module.__file__).skipped, module.__file__
+
+
 @pytest.mark.parametrize("kind", ["mlp", "cnn", "gpt"])
 def test_compiled_train_step_matches_eager(kind):
     want_losses, want_params = _train(kind, compiled=False)
