@@ -21,7 +21,8 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)  # the same initial weights on every rank
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4)).to("tpu")
-    ddp = nn.parallel.DistributedDataParallel(model)
+    # the gradients as views of DDP's buckets: no copy into them and back each step (docs/guide.md)
+    ddp = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
 
     gen = torch.Generator().manual_seed(1)
