@@ -30,9 +30,9 @@ def tpu_backend(gm, example_inputs, mode=None, options=None):
 
 def _skip_jax_in_dynamo() -> None:
     # Our kernels call into JAX while compiled code runs; Dynamo must not trace
-    # it, nor ml_dtypes under it (JAX builds its dtypes' iinfo/finfo there: eager
-    # kernels run under Dynamo's frame hook, as DDP's forward wrapper runs the
-    # model, had Dynamo trace and graph-break in ml_dtypes' _iinfo/_finfo)
+    # it, nor ml_dtypes, where JAX builds its dtypes' iinfo/finfo (an eager
+    # region under Dynamo's frame hook, such as DDP's forward wrapper running
+    # the model, had Dynamo trace and graph-break in ml_dtypes' _iinfo/_finfo)
     import torch._dynamo.trace_rules as trace_rules
     for name in ("jax", "jaxlib", "ml_dtypes", "torch_tpu"):
         trace_rules.add(name)
