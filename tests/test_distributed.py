@@ -194,7 +194,6 @@ def test_group_timeout_deadlines_fire_in_order_unless_cancelled():
     assert fired == ["early", "late"]
 
 
-
 def test_a_small_collectives_wait_polls_then_hands_off(monkeypatch):
     # a small collective's wait looks at it between short sleeps for a while
     # (no thread switch), then hands the blocking wait to the waiter thread;

@@ -1,6 +1,7 @@
 """Readiness for real accelerators without one: the supported JAX range, the
 install extras the env report names, and what a TPU does with 64-bit types
 (simulated here: the checks a TPU platform turns on)."""
+import os
 import warnings
 
 import jax
@@ -23,18 +24,24 @@ def test_older_jax_fails_at_import_naming_the_range(monkeypatch):
         versions.check("0.12.1")
 
 
-def test_pyproject_declares_the_checked_range():
-    import os
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+
+
+def _project():
+    """pyproject.toml's [project] table."""
     import tomllib
-    root = os.path.join(os.path.dirname(__file__), "..")
-    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
-        project = tomllib.load(f)["project"]
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)["project"]
+
+
+def test_pyproject_declares_the_checked_range():
+    project = _project()
     assert "jax>=0.10,<0.12" in project["dependencies"] and versions.SUPPORTED_TEXT == "jax>=0.10,<0.12"
     extras = project["optional-dependencies"]
     assert extras["tpu"] == ["jax[tpu]>=0.10,<0.12"]
     assert extras["cuda12"] == ["jax[cuda12]>=0.10,<0.12"] and extras["cuda13"] == ["jax[cuda13]>=0.10,<0.12"]
     assert any(r.startswith("torch>=2.11") for r in project["dependencies"])
-    with open(os.path.join(root, ".ci", "run")) as f:
+    with open(os.path.join(ROOT, ".ci", "run")) as f:
         assert "[tpu]" not in f.read()  # CI installs no accelerator plugin
 
 
@@ -42,13 +49,8 @@ def test_pyproject_skips_the_slow_importing_ml_dtypes():
     # ml_dtypes 0.7.0 spends ~0.6 s of every `import torch` (the autoload
     # imports jax, which imports it) registering NumPy loops; 0.6.0 ~4 ms
     import importlib.metadata
-    import os
-    import tomllib
-    with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as f:
-        dependencies = tomllib.load(f)["project"]["dependencies"]
-    assert "ml_dtypes>=0.5,!=0.7.0" in dependencies
+    assert "ml_dtypes>=0.5,!=0.7.0" in _project()["dependencies"]
     assert importlib.metadata.version("ml_dtypes") != "0.7.0"  # what the install resolved
-
 
 
 def test_env_report_flags_the_slow_importing_ml_dtypes(monkeypatch):

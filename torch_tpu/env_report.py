@@ -46,7 +46,7 @@ _SLOW_ML_DTYPES = "0.7.0"
 def _ml_dtypes_version() -> str:
     v = _version("ml_dtypes")
     if v == _SLOW_ML_DTYPES:
-        return f"{v} (takes ~0.6 s to import, in every `import torch`: pip install 'ml_dtypes!=0.7.0')"
+        return f"{v} (takes ~0.6 s to import, in every `import torch`: pip install 'ml_dtypes!={v}')"
     return v
 
 

@@ -32,7 +32,7 @@ def cuda_extra(driver=None) -> str:
 
 
 # Asked once per module: torch.accelerator.is_available() reaches
-# runtime.platforminstalled() (through device.module.is_available) until the
+# runtime.platform_installed() (through device.module.is_available) until the
 # device starts, and PyTorch's optimizers ask it every step, in every process
 # that imports torch (the backend autoloads): a find_spec scans sys.path each
 # time, ~30 us a step of a CPU training loop.
