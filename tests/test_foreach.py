@@ -1,6 +1,7 @@
 """_foreach_* ops on the cache-hit path: a list argument is encoded inline
 (Kernel._fast_key) with exactly the general path's signature, so both share
 one cache entry, and results match the CPU's."""
+import numpy as np
 import pytest
 import torch
 
@@ -228,3 +229,71 @@ def test_foreach_clamp_by_a_complex_number_refused_as_cpu(call):
         for _ in range(2):  # a refused signature is refused again
             with pytest.raises(NotImplementedError, match="clamp is not supported for complex types"):
                 call(f, c)
+
+
+def _adam_like_lists(device, n=6):
+    gen = torch.Generator().manual_seed(1)
+    shapes = [(4, 3), (3,), (2, 2), (5,), (3, 3), (1,)][:n]
+    params = [torch.randn(s, generator=gen) for s in shapes]
+    denoms = [torch.rand(s, generator=gen) + 0.5 for s in shapes]
+    return [t.to(device) for t in params], [t.to(device) for t in denoms]
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_list_numbers_that_change_every_call_match_cpu_with_one_executable(mode):
+    """AdamW's step sizes and bias corrections: a list of numbers, new each
+    step.  Strict mode packs them into one array per kind
+    (ops/list_numbers.py); results stay the CPU's bit for bit, ints and
+    floats, and the numbers' values never recompile."""
+    cpu_p, cpu_d = _adam_like_lists("cpu")
+    tpu_p, tpu_d = _adam_like_lists("tpu")
+    with torch.tpu.set_eager_mode(mode):
+        for step in range(1, 5):
+            sizes = [-1e-3 / (1 - 0.9 ** (step + i)) for i in range(len(cpu_p))]
+            counts = [step + i for i in range(len(cpu_p))]  # ints: int64 numbers, weakly typed as before
+            for device_p, device_d in ((cpu_p, cpu_d), (tpu_p, tpu_d)):
+                torch._foreach_addcdiv_(device_p, device_d, device_d, sizes)
+                torch._foreach_div_(device_d, counts)
+                torch._foreach_mul_(device_d, [float(c) for c in counts])
+        for a, b in zip(cpu_p + cpu_d, tpu_p + tpu_d):
+            torch.testing.assert_close(b.cpu(), a, rtol=0, atol=0)
+    kernel = registry.KERNELS[registry.resolve("_foreach_addcdiv_.ScalarList")]
+    entries = [e for e in kernel.cache.values() if isinstance(e.fn, registry.list_numbers._Packed)]
+    if mode == "strict":
+        assert len(entries) == 1 and entries[0].fn.run._cache_size() == 1
+
+
+def test_list_numbers_reach_the_executable_as_one_array():
+    """A strict foreach call with a list of numbers passes the executable its
+    tensors and one float64 array (one transfer, not one per number), on the
+    native entry's path as on the Kernel's."""
+    params, denoms = _adam_like_lists("tpu")
+    sizes = [0.5 + i for i in range(len(params))]
+    with torch.tpu.set_eager_mode("strict"):
+        torch._foreach_addcdiv_(params, denoms, denoms, sizes)
+        kernel = registry.KERNELS[registry.resolve("_foreach_addcdiv_.ScalarList")]
+        packed = [e.fn for e in kernel.cache.values() if isinstance(e.fn, registry.list_numbers._Packed)]
+        assert len(packed) == 1
+        seen, real = [], packed[0].run
+        packed[0].run = lambda *a: (seen.append(a), real(*a))[1]
+        try:
+            torch._foreach_addcdiv_(params, denoms, denoms, [s * 2 for s in sizes])
+        finally:
+            packed[0].run = real
+    assert len(seen) == 1
+    *arrays, numbers = seen[0]
+    assert len(arrays) == 3 * len(params)  # (the written and read lists' buffers)
+    assert numbers.dtype == np.float64 and numbers.tolist() == [s * 2 for s in sizes]
+
+
+def test_few_or_unpackable_list_numbers_stay_arguments():
+    # (below list_numbers.MIN_NUMBERS a stand-in costs more than the transfers;
+    # bools and complex numbers are passed as they always were)
+    for numbers in ([2.0, 3.0], [True, False, True, False], [1j, 2j, 1j, 2j]):
+        xs = [torch.ones(2, dtype=torch.complex64) for _ in numbers]
+        got = torch._foreach_mul([x.to("tpu") for x in xs], numbers)
+        kernel = registry.KERNELS[registry.resolve("_foreach_mul.ScalarList")]
+        assert not any(isinstance(e.fn, registry.list_numbers._Packed) for e in kernel.cache.values())
+        for a, b in zip(torch._foreach_mul(xs, numbers), got):
+            torch.testing.assert_close(b.cpu(), a, rtol=0, atol=0)
+

@@ -168,7 +168,9 @@ FUSED_OP_CALLS = 1
 #   strict 97, fused 184.  The optimizer's step counts through NumPy views,
 #   the donation plan of a repeated signature found by identity: compiled
 #   226 -> 203.  A strict launch noted in pending's queue in C++: strict
-#   97 -> 52.
+#   97 -> 52.  A foreach list of numbers packed into one array (AdamW's
+#   two such calls: ops/list_numbers.py; 2 x 6 host-to-device transfers of
+#   the numbers fewer, uncounted C++ work): strict 52 -> 58.
 # About 2% headroom: the counts moved ~1.5% with test order, strict more (648
 # run alone, 720-780 after the whole suite, when earlier tests' signatures
 # crowded the matmul kernel's recent ones), until the test came to drop the
@@ -176,7 +178,7 @@ FUSED_OP_CALLS = 1
 # (as CI builds it): without it views, guard calls, leaf checks and fused
 # recording run in Python.
 COMPILED_STEP_CALLS = 210
-STRICT_STEP_CALLS = 55
+STRICT_STEP_CALLS = 60
 FUSED_STEP_CALLS = 190
 # Address allocations (each a lock) per compiled step of the model above: one
 # range per graph call for all its outputs, and the eager backward seed's: 4

@@ -343,3 +343,9 @@ def small_program_jit(fn, fun, args):
 def nestable(fn):
     """``fn`` as it may be called inside another jax trace."""
     return _plain_jit.get(fn, fn)
+
+
+def nests_as(launcher, fn):
+    """Let ``launcher`` (a callable standing in for the jit ``fn`` at launch)
+    be nested as ``fn`` is."""
+    _plain_jit[launcher] = nestable(fn)

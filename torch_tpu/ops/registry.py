@@ -41,7 +41,8 @@ from ..eager.fusion import LazyBuffer
 from ..eager.launch import failure, launch
 from ..storage import buffers, numbers, views
 from ..storage.views import OutSpec, ViewSpec
-from . import dtype_support, errors, out_checks, random_bits, scalar_checks, signature_match, written_lists
+from . import (dtype_support, errors, list_numbers, out_checks, random_bits, scalar_checks, signature_match,
+               written_lists)
 from .. import logs as _logs
 
 log = logging.getLogger("torch_tpu.ops")
@@ -816,7 +817,10 @@ class Kernel:
         if modes._mode is _FUSED:  # a kernel that cannot take these inputs fails here, at the op, as in strict
             self._check_traces(fn, list(inputs) + [_offset_arg(0)] * n_offsets + rng_words, args, kwargs)
         # (the offsets too: without them the trace fails and views never get the cheaper compile)
-        fn = runtime.small_program_jit(fn, traced, list(inputs) + [_offset_arg(0)] * n_offsets + rng_words)
+        sample = list(inputs) + [_offset_arg(0)] * n_offsets + rng_words
+        fn = runtime.small_program_jit(fn, traced, sample)
+        if donor is None:
+            fn = list_numbers.launcher(fn, traced, _list_numbers(pos_t, kw_t), len(sample), sample)
         entry = _Entry(fn, out_specs, single, out_buffers, donor)
         entry.rng = rng_plan
         return entry
@@ -1168,6 +1172,29 @@ def _decode(t, it, offsets):
             return next(it)
         return tuple(_decode(e, it, offsets) for e in t)
     return t
+
+
+def _list_numbers(pos_t, kw_t):
+    """(position among the inputs ``_decode`` reads, Python type) of each
+    traced number inside a list argument of the signature (pos_t, kw_t)."""
+    found, count = [], 0
+
+    def walk(t, in_list):
+        nonlocal count
+        if type(t) is tuple and t:
+            tag = t[0]
+            if tag is TENSOR or tag is CPU_SCALAR or tag is NUMBER:
+                if tag is NUMBER and in_list:
+                    found.append((count, t[1]))
+                count += 1
+            else:
+                for e in t:
+                    walk(e, True)
+    for t in pos_t:
+        walk(t, False)
+    for _, t in kw_t:
+        walk(t, False)
+    return found
 
 
 def _offset_free(t, offsets):
