@@ -297,3 +297,22 @@ def test_few_or_unpackable_list_numbers_stay_arguments():
         for a, b in zip(torch._foreach_mul(xs, numbers), got):
             torch.testing.assert_close(b.cpu(), a, rtol=0, atol=0)
 
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("op,single", [(torch._foreach_add, torch.add), (torch._foreach_sub, torch.sub)],
+                         ids=["add", "sub"])
+def test_foreach_alpha_read_as_the_single_tensor_kernel_reads_it(op, single, dtype):
+    """_foreach_add/_sub(xs, ys, alpha=...) give what add/sub give on each
+    pair, bit for bit: alpha rounded to a half result's dtype first, as the
+    CPU's add kernel reads it (PyTorch's test_foreach parity found the
+    float16/bfloat16 lists computing with alpha unrounded)."""
+    gen = torch.Generator().manual_seed(0)
+    xs = [torch.randn(20, 20, generator=gen).to(dtype) for _ in range(3)]
+    ys = [torch.randn(20, 20, generator=gen).to(dtype) for _ in range(3)]
+    tx, ty = [x.to("tpu") for x in xs], [y.to("tpu") for y in ys]
+    for alpha in (3.14, 0.1, 1):
+        for got, x, y in zip(op(tx, ty, alpha=alpha), tx, ty):
+            torch.testing.assert_close(got.cpu(), single(x, y, alpha=alpha).cpu(), rtol=0, atol=0)
+        eps = torch.finfo(dtype).eps
+        for got, x, y in zip(op(tx, ty, alpha=alpha), xs, ys):  # (the CPU's scalar tail rounds differently: an ulp)
+            torch.testing.assert_close(got.cpu(), single(x, y, alpha=alpha), rtol=2 * eps, atol=eps)

@@ -169,7 +169,11 @@ def _alpha(alpha):
     scalar tail, the last numel % vector-width elements of each thread's
     chunk, rounds the product to half too: not emulated, it depends on the
     CPU's vector width and thread count.)"""
-    dt = np.dtype(out_dtype())
+    return alpha_in(alpha, np.dtype(out_dtype()))
+
+
+def alpha_in(alpha, dt):
+    """``_alpha`` for a result of dtype ``dt`` (a _foreach_* op's position)."""
     if dt not in _HALF or (type(alpha) in (int, float) and alpha == 1):
         return alpha
     return _round_to(jnp.asarray(alpha, dtypes.opmath(dt)), dt)

@@ -22,6 +22,12 @@ def _in_result(x, i):
     return to_opmath(x.astype(out[i]) if i < len(out) and out[i] is not None else x)
 
 
+def _result_dtype(x, i):
+    """Position ``i``'s result dtype (``x``: its tensor)."""
+    out = _trace.out_dtypes
+    return np.dtype(out[i] if i < len(out) and out[i] is not None else x.dtype)
+
+
 def _like(v, x):
     """A Scalar (traced number) or tensor operand in x's computation dtype."""
     return jnp.asarray(v).astype(x.dtype)
@@ -38,8 +44,10 @@ def _binary(name, fn, scalar_check=None):
         return [fn(x, _like(s, x)) for x, s in zip(_results(self), _scalars(scalar, len(self)))]
 
     def tensor_list(self, other, alpha=1):
-        # alpha is 1 (exact) unless the caller passed one
-        return [fn(x, _like(y, x) * _like(alpha, x)) for x, y in zip(_results(self), other)]
+        # alpha is 1 (exact) unless the caller passed one; read as add's own
+        # kernel reads it for each position's result dtype (rounded to a half one)
+        return [fn(x, _like(y, x) * _like(elementwise.alpha_in(alpha, _result_dtype(s, i)), x))
+                for i, (s, x, y) in enumerate(zip(self, _results(self), other))]
 
     def tensor(self, other, alpha=1):
         return tensor_list(self, [other] * len(self), alpha)
