@@ -316,3 +316,40 @@ def test_foreach_alpha_read_as_the_single_tensor_kernel_reads_it(op, single, dty
         eps = torch.finfo(dtype).eps
         for got, x, y in zip(op(tx, ty, alpha=alpha), xs, ys):  # (the CPU's scalar tail rounds differently: an ulp)
             torch.testing.assert_close(got.cpu(), single(x, y, alpha=alpha), rtol=2 * eps, atol=eps)
+
+
+_NUMBER = 0.4473744101645425  # (not a float16/bfloat16 value: rounding it first shows)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "div", "pow", "clamp_min", "clamp_max"])
+@pytest.mark.parametrize("variant", ["Scalar", "ScalarList", "Tensor"])
+def test_foreach_number_read_as_the_single_tensor_kernel_reads_it(variant, name, dtype):
+    """A half list and a number (or a 0-d tensor): each position as the
+    single-tensor op computes it, bit for bit -- the number rounded to the
+    list's dtype first where the CPU's kernel casts it (add, sub, pow, clamp;
+    not mul's or div's) -- and add/sub as the CPU's lists (PyTorch's
+    test_foreach parity found the lists adding the number unrounded)."""
+    gen = torch.Generator().manual_seed(0)
+    cpu = [(torch.randn(7, 9, generator=gen).abs() * 8 + 0.1).to(dtype) for _ in range(3)]
+    tpu = [x.to("tpu") for x in cpu]
+    numbers = [_NUMBER + i for i in range(len(cpu))]
+    other = {"Scalar": _NUMBER, "ScalarList": numbers, "Tensor": torch.tensor(_NUMBER)}[variant]
+    got = getattr(torch, f"_foreach_{name}")(tpu, other)
+    single = getattr(torch, name)
+    for i, (g, x) in enumerate(zip(got, tpu)):
+        each = numbers[i] if variant == "ScalarList" else other
+        torch.testing.assert_close(g.cpu(), single(x, each).cpu(), rtol=0, atol=0)
+    if name in ("add", "sub"):
+        for g, want in zip(got, getattr(torch, f"_foreach_{name}")(cpu, other)):
+            torch.testing.assert_close(g.cpu(), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("call", [lambda xs: torch._foreach_sub(xs, True), lambda xs: torch._foreach_sub_(xs, True),
+                                  lambda xs: torch._foreach_sub([x > 0 for x in xs], [x > 1 for x in xs])],
+                         ids=["bool-number", "bool-number-in-place", "bool-lists"])
+def test_foreach_sub_of_bools_refused_as_cpu(call):
+    for device in ("cpu", "tpu"):
+        xs = [torch.ones(3, device=device, dtype=torch.float64) for _ in range(2)]
+        with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with (a bool tensor|two bool tensors) is not"):
+            call(xs)

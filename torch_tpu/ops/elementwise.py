@@ -137,6 +137,8 @@ def _dtype_rules_on_cpu(op):
     def stand_in(x):
         if isinstance(x, torch.Tensor):
             return torch.empty(() if x.dim() == 0 else (0,), dtype=x.dtype)
+        if isinstance(x, (list, tuple)) and any(isinstance(e, torch.Tensor) for e in x):  # a _foreach_* list
+            return type(x)(stand_in(e) for e in x)
         return x
 
     def check(args, kwargs):
@@ -169,14 +171,18 @@ def _alpha(alpha):
     scalar tail, the last numel % vector-width elements of each thread's
     chunk, rounds the product to half too: not emulated, it depends on the
     CPU's vector width and thread count.)"""
-    return alpha_in(alpha, np.dtype(out_dtype()))
+    return half_rounded(alpha, np.dtype(out_dtype()))
 
 
-def alpha_in(alpha, dt):
-    """``_alpha`` for a result of dtype ``dt`` (a _foreach_* op's position)."""
-    if dt not in _HALF or (type(alpha) in (int, float) and alpha == 1):
-        return alpha
-    return _round_to(jnp.asarray(alpha, dtypes.opmath(dt)), dt)
+def half_rounded(value, dt):
+    """A number or operand as the CPU's float16/bfloat16 kernels read it for
+    a result of dtype ``dt``: rounded to ``dt`` first, kept in float32 (``_alpha``;
+    a _foreach_* op's number or operand at one position: TensorIterator casts it
+    to the common dtype, but for mul's and div's)."""
+    if (dt not in _HALF or (type(value) in (int, float) and value == 1)
+            or getattr(value, "dtype", None) == dt):  # (1 and dt's own values are exact)
+        return value
+    return _round_to(jnp.asarray(value, dtypes.opmath(dt)), dt)
 
 
 def _times_alpha(other, alpha):

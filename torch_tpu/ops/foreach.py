@@ -7,6 +7,7 @@ in-place variants through each destination view.
 """
 import jax.numpy as jnp
 import numpy as np
+import torch
 
 from ..dtypes import to_opmath
 from . import elementwise
@@ -37,17 +38,30 @@ def _scalars(scalars, n):
     return scalars if isinstance(scalars, (list, tuple)) else [scalars] * n
 
 
-def _binary(name, fn, scalar_check=None):
+# The ops whose CPU kernels read a number operand of a float16/bfloat16 op
+# unrounded (registry._UNROUNDED_SCALAR_OPS); pow rounds its exponent (pow_scalar)
+_UNROUNDED = ("mul", "div")
+
+
+def _binary(name, fn, scalar_check=None, check=None):
     """Scalar, ScalarList, List and Tensor variants of a binary pointwise op
-    (``scalar_check``: the number variants' first-call check)."""
+    (``scalar_check``: the number variants' first-call check; ``check``:
+    every variant's).  Each position computes as the single-tensor op: its
+    other operand rounded to a half result's dtype first (but for mul's and
+    div's numbers), alpha too."""
+    rounds = name not in _UNROUNDED
+
+    def operand(v, t, i, x):
+        return _like(elementwise.half_rounded(v, _result_dtype(t, i)) if rounds else v, x)
+
     def scalar(self, scalar):
-        return [fn(x, _like(s, x)) for x, s in zip(_results(self), _scalars(scalar, len(self)))]
+        return [fn(x, operand(s, t, i, x))
+                for i, (t, x, s) in enumerate(zip(self, _results(self), _scalars(scalar, len(self))))]
 
     def tensor_list(self, other, alpha=1):
-        # alpha is 1 (exact) unless the caller passed one; read as add's own
-        # kernel reads it for each position's result dtype (rounded to a half one)
-        return [fn(x, _like(y, x) * _like(elementwise.alpha_in(alpha, _result_dtype(s, i)), x))
-                for i, (s, x, y) in enumerate(zip(self, _results(self), other))]
+        # alpha is 1 (exact) unless the caller passed one
+        return [fn(x, operand(y, t, i, x) * _like(elementwise.half_rounded(alpha, _result_dtype(t, i)), x))
+                for i, (t, x, y) in enumerate(zip(self, _results(self), other))]
 
     def tensor(self, other, alpha=1):
         return tensor_list(self, [other] * len(self), alpha)
@@ -55,8 +69,9 @@ def _binary(name, fn, scalar_check=None):
     variants = {"Scalar": scalar, "ScalarList": scalar, "List": tensor_list, "Tensor": tensor}
     for overload, impl in variants.items():
         if _exists(f"_foreach_{name}", overload):
-            check = scalar_check if overload in ("Scalar", "ScalarList") else None
-            register(f"_foreach_{name}.{overload}", allow_cpu=("other",), first_call_check=check)(impl)
+            first = scalar_check if overload in ("Scalar", "ScalarList") else None
+            first = check if first is None else elementwise._both(first, check) if check else first
+            register(f"_foreach_{name}.{overload}", allow_cpu=("other",), first_call_check=first)(impl)
 
 
 def _results(xs):
@@ -81,10 +96,11 @@ def _refuse_complex_clamp(args, kwargs):
         raise NotImplementedError("clamp is not supported for complex types")
 
 
-for _name, _fn in {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": elementwise._true_div,
+for _name, _fn in {"add": jnp.add, "mul": jnp.multiply, "div": elementwise._true_div,
                    "maximum": jnp.maximum, "minimum": jnp.minimum,
                    "pow": elementwise._pow}.items():
     _binary(_name, _fn)
+_binary("sub", jnp.subtract, check=elementwise._dtype_rules_on_cpu(torch._foreach_sub))  # (no bool operand, as the CPU)
 _binary("clamp_min", jnp.maximum, _refuse_complex_clamp)
 _binary("clamp_max", jnp.minimum, _refuse_complex_clamp)
 
