@@ -176,9 +176,9 @@ def _alpha(alpha):
 
 def half_rounded(value, dt):
     """A number or operand as the CPU's float16/bfloat16 kernels read it for
-    a result of dtype ``dt``: rounded to ``dt`` first, kept in float32 (``_alpha``;
-    a _foreach_* op's number or operand at one position: TensorIterator casts it
-    to the common dtype, but for mul's and div's)."""
+    a result of dtype ``dt``: rounded to ``dt`` first (TensorIterator casts
+    operands to the common dtype; alpha is converted too), kept in float32 to
+    compute.  ``_alpha``, and a _foreach_* op's operand at one position."""
     if (dt not in _HALF or (type(value) in (int, float) and value == 1)
             or getattr(value, "dtype", None) == dt):  # (1 and dt's own values are exact)
         return value

@@ -70,7 +70,8 @@ def _binary(name, fn, scalar_check=None, check=None):
     for overload, impl in variants.items():
         if _exists(f"_foreach_{name}", overload):
             first = scalar_check if overload in ("Scalar", "ScalarList") else None
-            first = check if first is None else elementwise._both(first, check) if check else first
+            if check is not None:
+                first = check if first is None else elementwise._both(first, check)
             register(f"_foreach_{name}.{overload}", allow_cpu=("other",), first_call_check=first)(impl)
 
 
