@@ -331,7 +331,8 @@ def test_foreach_number_read_as_the_single_tensor_kernel_reads_it(variant, name,
     not mul's or div's) -- and add/sub as the CPU's lists (PyTorch's
     test_foreach parity found the lists adding the number unrounded)."""
     gen = torch.Generator().manual_seed(0)
-    cpu = [(torch.randn(7, 9, generator=gen).abs() * 8 + 0.1).to(dtype) for _ in range(3)]
+    # (5 tensors: a list of numbers that long is packed, ops/list_numbers.py)
+    cpu = [(torch.randn(7, 9, generator=gen).abs() * 8 + 0.1).to(dtype) for _ in range(5)]
     tpu = [x.to("tpu") for x in cpu]
     numbers = [_NUMBER + i for i in range(len(cpu))]
     other = {"Scalar": _NUMBER, "ScalarList": numbers, "Tensor": torch.tensor(_NUMBER)}[variant]
