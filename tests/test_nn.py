@@ -906,6 +906,15 @@ def test_rrelu_eval_matches_cpu():
     check(lambda a: F.rrelu(a, 0.1, 0.4, training=False), x)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_rrelu_eval_of_half_tensors_computes_in_float32_as_cpu(dtype):
+    # leaky_relu by the mean slope: the product in float32, rounded once (it
+    # was a half product: ~17% of the negative elements an ulp off)
+    x = (torch.randn(64, 64, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
+    got = F.rrelu(x.to("tpu"), 0.2236, 0.4474, training=False)
+    torch.testing.assert_close(got.cpu(), F.rrelu(x, 0.2236, 0.4474, training=False), rtol=0, atol=0)
+
+
 def test_rrelu_training_writes_noise_and_backward_uses_it():
     x = torch.randn(200, generator=torch.Generator().manual_seed(0)).to("tpu").requires_grad_()
     noise = torch.empty(200, device="tpu")

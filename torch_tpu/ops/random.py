@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from .. import dtypes
 from . import indexing, random_bits
 from .registry import guard, out_dtype, register, register_raw, rng_key, wrap_entry
 
@@ -240,8 +241,9 @@ def binomial(count, prob, generator=None):
 
 @register("rrelu_with_noise_functional.default", rng=True)
 def rrelu_with_noise_functional(self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
-    if not training:
-        return jnp.where(self > 0, self, self * ((lower + upper) / 2)), noise
+    if not training:  # the CPU's leaky_relu by the mean slope: a half tensor's product in float32
+        slope = (lower + upper) / 2
+        return jnp.where(self > 0, self, (self.astype(dtypes.opmath(self.dtype)) * slope).astype(self.dtype)), noise
     slope = lower + (upper - lower) * _uniform01(self.shape, fine=True)
     negative = self <= 0
     out = jnp.where(negative, self.astype(slope.dtype) * slope, self)
