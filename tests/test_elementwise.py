@@ -776,3 +776,21 @@ def test_complex_pow_at_zeros_infinities_and_nans_as_the_cpu(dtype):
         _same_bits_where(torch.pow(v, scalar), torch.pow(v.to("tpu"), scalar).cpu(), special_v)
     # 1 / x by c10's formula: XLA must not fold its constant numerator (the sign of -0)
     _same_bits_where(torch.reciprocal(v), torch.reciprocal(v.to("tpu")).cpu(), torch.ones_like(special_v))
+
+
+@pytest.mark.parametrize("fn", [torch.sigmoid, torch.tanh, lambda t: torch._foreach_sigmoid([t])[0],
+                                lambda t: torch._foreach_tanh([t])[0]],
+                         ids=["sigmoid", "tanh", "foreach_sigmoid", "foreach_tanh"])
+def test_complex_sigmoid_and_tanh_backward_conjugate_the_derivative(fn):
+    # ATen's sigmoid_backward/tanh_backward multiply by the derivative's
+    # conjugate for complex tensors (PyTorch's test_foreach autodiff found
+    # the real part's sign wrong on tpu)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(5, dtype=torch.complex128, generator=gen)
+    g = torch.randn(5, dtype=torch.complex128, generator=gen)
+    grads = []
+    for device in ("cpu", "tpu"):
+        leaf = x.clone().requires_grad_()
+        fn(leaf.to(device)).backward(g.to(device))
+        grads.append(leaf.grad)
+    torch.testing.assert_close(grads[1], grads[0])

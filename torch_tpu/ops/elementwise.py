@@ -943,13 +943,18 @@ def threshold_backward(g, x, t):
     return jnp.where(x <= t, jnp.zeros_like(g), g)
 
 
+# (complex: the gradient times the derivative's conjugate, as ATen's kernels)
 @register("sigmoid_backward.default", opmath=True)
 def sigmoid_backward(g, y):
+    if jnp.iscomplexobj(y):
+        return g * jnp.conj((1 - y) * y)
     return g * (1 - y) * y
 
 
 @register("tanh_backward.default", opmath=True)
 def tanh_backward(g, y):
+    if jnp.iscomplexobj(y):
+        return g * jnp.conj(1 - y * y)
     return g * (1 - y * y)
 
 
