@@ -9,7 +9,8 @@ the CPU and on a tpu copy of the sample, and requires, for the first 8 samples:
   * tpu outputs on tpu.
 test_gradient compares vector-Jacobian products for the first 3 samples; test_bfloat16,
 test_float16, test_complex64 and test_float64 repeat the forward check in that dtype
-for every entry that supports it on the CPU (a spread of common ones by default).
+for every entry that supports it on the CPU (a spread of common ones by default), and
+test_complex_gradient the gradient check in complex64.
 
 Known failures are listed in tests/opinfo_expected_failures.py and run as
 xfail(strict=True): an entry that starts passing fails the run until it is removed
@@ -94,10 +95,15 @@ def test_float64(name):
     _check("float64", name)
 
 
+@pytest.mark.parametrize("name", _dtype_params(H.COMPLEX_GRADIENT, H.COMPLEX_DEFAULT_ENTRIES + ["sigmoid"]))
+def test_complex_gradient(name):
+    _check(H.COMPLEX_GRADIENT, name)
+
+
 def test_expectations_name_real_entries():
     """Every name in the expectations file and the subsets is an op_db entry."""
     ops = H.ops()
-    for var in ("FORWARD", "GRADIENT", "BFLOAT16", "FLOAT16", "COMPLEX64", "FLOAT64"):
+    for var in ("FORWARD", "GRADIENT", "BFLOAT16", "FLOAT16", "COMPLEX64", "FLOAT64", "COMPLEX_GRADIENT"):
         stale = sorted(set(getattr(expected, var)) - set(ops))
         assert not stale, f"{var} in tests/opinfo_expected_failures.py names unknown entries: {stale}"
     assert not set(H.DEFAULT_ENTRIES) - set(ops)

@@ -116,13 +116,19 @@ FLOAT64_DEFAULT_ENTRIES = [
 
 # Checks that repeat the forward check in another dtype (named by it).
 DTYPE_CHECKS = ("bfloat16", "float16", "complex64", "float64")
+# ... and the gradient check in complex64 (a backward kernel that forgets a
+# conjugate is right for real inputs only).
+COMPLEX_GRADIENT = "complex_gradient"
 
 
 def applies(check, name) -> bool:
     """Whether ``check`` runs for entry ``name``: the dtype checks where the OpInfo
-    supports the dtype on the CPU."""
+    supports the dtype on the CPU (its backward, for the complex gradient check)."""
     if check in DTYPE_CHECKS:
         return getattr(torch, check) in ops()[name].supported_dtypes("cpu")
+    if check == COMPLEX_GRADIENT:
+        op = ops()[name]
+        return op.supports_autograd and torch.complex64 in op.supported_backward_dtypes("cpu")
     return True
 
 
@@ -888,6 +894,10 @@ def run_check(check, name, dtype=None):
             return r
         if check == "gradient":
             return check_gradient(op)
+        if check == COMPLEX_GRADIENT:
+            r = check_gradient(op, torch.complex64)
+            r.check = check
+            return r
         raise ValueError(check)
     except Exception as e:  # pragma: no cover - a bug in the harness
         return Result(name, str(dtype), check, "fail", "error",
