@@ -125,9 +125,9 @@ EXPECTED_FAILURES = {
     },
     "test_indexing.py": {},
     # test_foreach.py measured in parts (its 2304 test_parity cases are slow on this machine): every test
-    # but test_parity, and 79 test_parity fastpath cases (float32/int64/bool/complex64).  Left tpu-only,
-    # a defect, not listed: test_parity__foreach_clamp_{min,max}_fastpath_{in,out}place_tpu_complex64
-    # (clamp of complex tensors by numbers computes on tpu where the CPU refuses).  Then (issue 21's
+    # but test_parity, and 79 test_parity fastpath cases (float32/int64/bool/complex64).  (The clamp of
+    # complex tensors by numbers that computed on tpu where the CPU refuses is refused now, single-tensor
+    # clamp by a complex number and a list's maximum/minimum by numbers too.)  Then (issue 21's
     # list-number packing) every test_pointwise_op_with_tensor_of_scalarlist_overload case (48) and
     # the out-of-place fastpath test_parity of add/mul/div/addcdiv/addcmul in float64, float16,
     # bfloat16, int32, uint8 and complex128 (30): all pass, once _foreach_add/_sub read alpha as add does;
@@ -138,7 +138,9 @@ EXPECTED_FAILURES = {
     # float16/bfloat16 (62) and the binary ops' scalar, error, inf/nan and lifetime tests (297 run,
     # as on the CPU): all pass.  test_autodiff is @onlyCUDA; run from a copy without that decorator
     # (float64 and complex128 gradchecks, 96 each): tpu fails only what the CPU fails, once
-    # sigmoid_backward/tanh_backward conjugate the derivative for complex tensors.
+    # sigmoid_backward/tanh_backward conjugate the derivative for complex tensors.  The fastpath parity
+    # of the binary and pointwise ops in int8, int16 and complex128 (72): all pass once clamp by a
+    # complex number is refused as on the CPU.
     "test_foreach.py": {},
     # suitesa's files
     "test_tensor_creation_ops.py": {

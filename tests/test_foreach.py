@@ -221,9 +221,15 @@ def test_foreach_packed_scalars_refusals_as_cpu(dtype, call, error):
     lambda f, c: torch._foreach_clamp_max(f, [1j, 1.0]),
     lambda f, c: torch._foreach_clamp_max_(c, 1j),
     lambda f, c: torch._foreach_clamp_min(c, [1j, 2j]),
-], ids=["float-by-complex", "float-by-complex-list", "complex-in-place", "complex-by-complex-list"])
+    lambda f, c: torch._foreach_maximum(c, [1, 2.0 + 1j]),
+    lambda f, c: torch._foreach_minimum_(f, 1j),
+    lambda f, c: torch.clamp_min(f[0], 1j),
+    lambda f, c: torch.clamp(c[0], max=0.5 + 1j),
+], ids=["float-by-complex", "float-by-complex-list", "complex-in-place", "complex-by-complex-list",
+        "maximum-by-complex-list", "minimum-by-complex", "single-float-by-complex", "single-complex-by-complex"])
 def test_foreach_clamp_by_a_complex_number_refused_as_cpu(call):
-    # (the dtype check's float stand-ins fail too with a complex number: it cannot tell)
+    # (the dtype check's float stand-ins fail too with a complex number: it cannot tell;
+    # a list's maximum/minimum by numbers is clamp on the CPU, and so is refused as it)
     for device in ("cpu", "tpu"):
         f, c = [torch.ones(2, device=device)] * 2, [torch.ones(2, dtype=torch.complex64, device=device)] * 2
         for _ in range(2):  # a refused signature is refused again

@@ -85,8 +85,6 @@ def _exists(packet, overload):
     return p is not None and overload in p.overloads()
 
 
-# div: correctly rounded, as the single-tensor kernel (XLA turns a division by
-# one number into a multiplication by its reciprocal: 1 ulp off the CPU's)
 def _refuse_complex_clamp(args, kwargs):
     """As the CPU: no clamp by a complex number, nor of a complex tensor (its
     meta kernel computes; with a complex number the dtype check's float
@@ -97,10 +95,14 @@ def _refuse_complex_clamp(args, kwargs):
         raise NotImplementedError("clamp is not supported for complex types")
 
 
+# div: correctly rounded, as the single-tensor kernel (XLA turns a division by
+# one number into a multiplication by its reciprocal: 1 ulp off the CPU's)
 for _name, _fn in {"add": jnp.add, "mul": jnp.multiply, "div": elementwise._true_div,
-                   "maximum": jnp.maximum, "minimum": jnp.minimum,
                    "pow": elementwise._pow}.items():
     _binary(_name, _fn)
+# (the CPU computes a list's maximum/minimum with numbers as clamp_min/clamp_max: its refusals too)
+_binary("maximum", jnp.maximum, _refuse_complex_clamp)
+_binary("minimum", jnp.minimum, _refuse_complex_clamp)
 _binary("sub", jnp.subtract, check=elementwise._dtype_rules_on_cpu(torch._foreach_sub))  # (no bool operand, as the CPU)
 _binary("clamp_min", jnp.maximum, _refuse_complex_clamp)
 _binary("clamp_max", jnp.minimum, _refuse_complex_clamp)
