@@ -637,7 +637,7 @@ def _clamp(x, lo, hi):
     return x
 
 
-def refuse_complex_bound(args, kwargs):
+def _refuse_complex_bound(args, kwargs):
     """As the CPU: no clamp by a complex number, even of a real tensor (a
     complex tensor is refused by the dtype check)."""
     if any(isinstance(b, complex) for b in (*args[1:], kwargs.get("min"), kwargs.get("max"))):
@@ -645,19 +645,19 @@ def refuse_complex_bound(args, kwargs):
 
 
 @register("clamp.default", "clamp.Tensor", promote=DEFAULT, checked_scalars=("min", "max"),
-          first_call_check=refuse_complex_bound)
+          first_call_check=_refuse_complex_bound)
 def clamp(self, min=None, max=None):
     return _clamp(self, min, max)
 
 
 @register("clamp_min.default", "clamp_min.Tensor", promote=DEFAULT, checked_scalars=("min",),
-          first_call_check=refuse_complex_bound)
+          first_call_check=_refuse_complex_bound)
 def clamp_min(self, min):
     return _clamp(self, min, None)
 
 
 @register("clamp_max.default", "clamp_max.Tensor", promote=DEFAULT, checked_scalars=("max",),
-          first_call_check=refuse_complex_bound)
+          first_call_check=_refuse_complex_bound)
 def clamp_max(self, max):
     return _clamp(self, None, max)
 

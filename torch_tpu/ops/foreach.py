@@ -19,8 +19,7 @@ def _in_result(x, i):
     the single-tensor op per position, whose operands promote together
     (bool + 1 is int64, int + 1.5 float32, float + 1j complex64); computing in
     the list's own dtype would round the other operand to it first."""
-    out = _trace.out_dtypes
-    return to_opmath(x.astype(out[i]) if i < len(out) and out[i] is not None else x)
+    return to_opmath(x.astype(_result_dtype(x, i)))
 
 
 def _result_dtype(x, i):

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from .. import dtypes
-from . import indexing, random_bits
+from . import elementwise, indexing, random_bits
 from .registry import guard, out_dtype, register, register_raw, rng_key, wrap_entry
 
 aten = torch.ops.aten
@@ -241,9 +241,9 @@ def binomial(count, prob, generator=None):
 
 @register("rrelu_with_noise_functional.default", rng=True)
 def rrelu_with_noise_functional(self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
-    if not training:  # the CPU's leaky_relu by the mean slope: a half tensor's product in float32
-        slope = (lower + upper) / 2
-        return jnp.where(self > 0, self, (self.astype(dtypes.opmath(self.dtype)) * slope).astype(self.dtype)), noise
+    if not training:  # leaky_relu by the mean slope, as its kernel computes it (a half tensor in float32)
+        x = self.astype(dtypes.opmath(self.dtype))
+        return elementwise.leaky_relu(x, (lower + upper) / 2).astype(self.dtype), noise
     slope = lower + (upper - lower) * _uniform01(self.shape, fine=True)
     negative = self <= 0
     out = jnp.where(negative, self.astype(slope.dtype) * slope, self)
