@@ -1,6 +1,9 @@
 import pytest
 
-import torch_tpu  # noqa: F401  (registers the device even with autoload off)
+import torch_tpu
+
+torch_tpu.loading.load()  # (the tests use torch_tpu's modules directly: all of it, as the first tpu op loads it)
+from torch_tpu.eager import checks  # noqa: E402
 
 
 def pytest_addoption(parser):
@@ -30,4 +33,4 @@ def _device_checks_belong_to_their_test():
     # device-side asserts do): wait at the end of each test, so a failure
     # left pending is reported by the test that caused it, not the next one.
     yield
-    torch_tpu.eager.checks.raise_failed()
+    checks.raise_failed()

@@ -20,7 +20,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "torch_tpu"
 
 # the base modules, bottom to top: each imports only modules before it
-BASE = ["import_hook", "unsupported", "versions", "tpu_dtypes", "install_hints", "logs", "dtypes", "casting", "runtime", "precision", "target", "native"]
+BASE = ["import_hook", "loading", "unsupported", "versions", "tpu_dtypes", "install_hints", "platforms", "logs", "dtypes", "casting", "runtime", "precision", "target", "native"]
 ENTRY = {"__init__", "__main__", "_autoload", "env_report", "lower"}  # the package and its commands: anything
 LAYERS = [*({m} for m in BASE), {"storage"}, {"eager"}, {"device"}, {"ops"},
           {"compile", "distributed", "pallas", "amp", "profiler"},

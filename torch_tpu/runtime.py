@@ -12,7 +12,8 @@ from jax.extend.core import Literal, Var, jaxprs_in_params
 import numpy as np
 import torch
 
-from .install_hints import installed
+from . import loading
+from .platforms import platform_installed, platform_name  # noqa: F401  (runtime's names for them)
 
 # int64 indices and float64 must be exact, as on PyTorch's CPU (on a TPU XLA
 # emulates them: see tpu_dtypes.py).
@@ -50,31 +51,6 @@ _lock = threading.Lock()
 _device = None
 
 
-def platform_name() -> str:
-    """The JAX platform we will use (without starting it)."""
-    requested = os.environ.get("TORCH_TPU_PLATFORM", "").strip().lower()
-    if requested in ("cuda", "rocm"):
-        requested = "gpu"
-    if requested:
-        if requested not in ("tpu", "gpu", "cpu"):
-            raise RuntimeError(
-                f"TORCH_TPU_PLATFORM={requested!r} is not one of 'tpu', 'gpu', 'cpu'")
-        return requested
-    if installed("libtpu"):
-        return "tpu"
-    return "cpu"
-
-
-def platform_installed() -> bool:
-    """Whether the chosen platform's PJRT plugin is installed (nothing is started)."""
-    name = platform_name()
-    if name == "cpu":
-        return True
-    if name == "tpu":
-        return installed("libtpu")
-    return any(map(installed, ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_rocm60_plugin", "jax_rocm7_plugin")))
-
-
 def jax_device():
     """The jax.Device behind tpu:0, started on first use."""
     global _device
@@ -108,6 +84,9 @@ def _local_index(n: int) -> int:
 
 def is_initialized() -> bool:
     return _device is not None
+
+
+loading.device_started = is_initialized  # (the device's hooks ask it, loaded or not)
 
 
 def device_count() -> int:

@@ -24,6 +24,8 @@ def __getattr__(name):
 
 def tpu_backend(gm, example_inputs, mode=None, options=None):
     """The ``"tpu"`` backend of ``torch.compile`` (compile/backend.py's, imported on first use)."""
+    from .. import loading
+    loading.load()
     from . import backend
     return backend.tpu_backend(gm, example_inputs, mode, options)
 

@@ -5,19 +5,19 @@ import functools
 
 import torch
 
-from . import module as tpu
-
+# torch.accelerator's name: torch.tpu's (looked up at the call: this is
+# installed at ``import torch``, and torch.tpu loads torch_tpu on first use)
 _ROUTES = {
-    "synchronize": tpu.synchronize,
-    "empty_cache": tpu.empty_cache,
-    "memory_allocated": tpu.memory_allocated,
-    "max_memory_allocated": tpu.max_memory_allocated,
-    "memory_reserved": tpu.memory_reserved,
-    "max_memory_reserved": tpu.max_memory_reserved,
-    "memory_stats": tpu.memory_stats,
-    "reset_peak_memory_stats": tpu.reset_peak_memory_stats,
-    "reset_accumulated_memory_stats": lambda device=None: None,
-    "get_memory_info": tpu.mem_get_info,
+    "synchronize": "synchronize",
+    "empty_cache": "empty_cache",
+    "memory_allocated": "memory_allocated",
+    "max_memory_allocated": "max_memory_allocated",
+    "memory_reserved": "memory_reserved",
+    "max_memory_reserved": "max_memory_reserved",
+    "memory_stats": "memory_stats",
+    "reset_peak_memory_stats": "reset_peak_memory_stats",
+    "reset_accumulated_memory_stats": None,  # (no accumulated statistics: nothing to reset)
+    "get_memory_info": "mem_get_info",
 }
 
 
@@ -26,7 +26,7 @@ def _route(name, original, ours):
     def call(*args, **kwargs):
         acc = torch.accelerator.current_accelerator()
         if acc is not None and acc.type == "tpu":
-            return ours(*args, **kwargs)
+            return None if ours is None else getattr(torch.tpu, ours)(*args, **kwargs)
         return original(*args, **kwargs)
     call._tpu_routed = True
     return call

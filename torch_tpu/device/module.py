@@ -15,6 +15,7 @@ from ..eager.modes import EagerMode  # noqa: F401  (public name)
 from ..precision import Precision, set_precision  # noqa: F401  (public names)
 from ..storage import memory
 from . import rng
+from .registration import get_amp_supported_dtype, is_available  # noqa: F401  (torch.tpu's, answered before the load)
 
 
 def _index(device) -> int:
@@ -35,17 +36,6 @@ def _index(device) -> int:
 
 
 # ---- devices -----------------------------------------------------------------
-
-def is_available() -> bool:
-    """Whether the backing platform can be used, without starting it (as CUDA's
-    is_available): starting JAX early would forbid a later multi-process init."""
-    if runtime.is_initialized():
-        return True
-    try:
-        return runtime.platform_installed()
-    except RuntimeError:
-        return False
-
 
 def is_initialized() -> bool:
     return runtime.is_initialized()
@@ -302,10 +292,6 @@ class Event:
 
 
 # ---- AMP and dtype support -------------------------------------------------------
-
-def get_amp_supported_dtype():
-    return [torch.bfloat16, torch.float16, torch.float32]
-
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     return True

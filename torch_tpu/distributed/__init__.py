@@ -20,10 +20,8 @@ def _public_module():
 
 
 def install() -> None:
-    from . import backend
     from ..device import module as tpu_module
 
-    backend.register()
     mod = _public_module()
     tpu_module.distributed = mod
     sys.modules["torch.tpu.distributed"] = mod

@@ -1,16 +1,19 @@
-"""Registering ``tpu_dist`` (alias ``tpu``) as a c10d backend."""
+"""Registering ``tpu_dist`` (alias ``tpu``) as a c10d backend (at ``import torch``:
+the first group loads torch_tpu)."""
 from datetime import timedelta
 
 import torch.distributed as dist
 
-from . import bootstrap
-from .process_group import ProcessGroupTpu
+from .. import loading
 
 NAME = "tpu_dist"
 ALIASES = ("tpu",)
 
 
 def _create(opts, backend_options=None):
+    loading.load()
+    from . import bootstrap
+    from .process_group import ProcessGroupTpu
     timeout = opts.timeout if isinstance(opts.timeout, timedelta) else timedelta(seconds=opts.timeout)
     ranks = list(opts.global_ranks_in_group)
     if not ranks:  # the default group: bring up the device runtime first

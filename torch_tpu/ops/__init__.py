@@ -32,5 +32,3 @@ buckets.mark("uniform_.default", "normal_.default", kind="fill")
 buckets.mark("index_put.default", "index_put_.default", kind="put")
 buckets.mark(core.same_device_cast)  # t.long(), t.float(): a cast
 host_mirror.follow_fills()  # fill_ is registered by shape above
-
-fallback.install()

@@ -8,6 +8,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from .. import logs, runtime
+from ..device import first_op
 from . import core
 
 _fallen_back: dict = {}
@@ -81,10 +82,4 @@ def cpu_fallback(op, *args, **kwargs):
     return tree_map(back, out)
 
 
-_LIB = None
-
-
-def install() -> None:
-    global _LIB
-    _LIB = torch.library.Library("_", "IMPL")
-    _LIB.fallback(cpu_fallback, "PrivateUse1")
+first_op.set_without_kernel(cpu_fallback)  # (the PrivateUse1 fallback kernel, registered at import torch)

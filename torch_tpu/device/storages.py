@@ -1,17 +1,20 @@
 """PyTorch paths that allocate device storage through the C++ allocator, which a
 Python backend cannot provide (they would crash): ``torch.UntypedStorage(n,
 device="tpu")``, used by ``storage.clone()``, ``copy.deepcopy``, ``pickle`` and
-``torch.load(map_location="tpu")``.  We route them to our own storages."""
+``torch.load(map_location="tpu")``.  We route them to our own storages
+(installed at ``import torch``: the first such storage loads torch_tpu)."""
 import torch
 
-from .. import dtypes, runtime
-from . import buffers
+from .. import loading
 
 _original_new = torch.UntypedStorage.__new__
 
 
 def _untyped_storage_new(cls, *args, device=None, **kwargs):
     if device is not None and torch.device(device).type == "tpu":
+        loading.load()
+        from .. import dtypes, runtime
+        from ..storage import buffers
         runtime.check_device(device)
         if len(args) == 1 and isinstance(args[0], int) and not kwargs:
             return buffers.empty_storage(args[0], dtypes.to_np(torch.uint8))
