@@ -200,6 +200,45 @@ def test_scatter_reduce(reduce, include_self, dtype):
              x, index, src, exact=dtype == torch.int64)
 
 
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_scatter_reduce_mean_of_complex_divides_as_the_cpu(dtype):
+    # the mean divides the sums by the counts by c10's complex division; XLA's differed by an ulp
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, dtype=dtype, generator=g)
+    src = torch.randn(1000, dtype=dtype, generator=g)
+    index = torch.randint(0, 40, (1000,), generator=g)
+    for include_self in (True, False):
+        run_both(lambda a, i, s: a.scatter_reduce(0, i, s, "mean", include_self=include_self),
+                 x, index, src, exact=True)
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+def test_scatter_reduce_amax_amin_of_bools_without_self(reduce):
+    # the untouched-by-self start of a bool max is False, of a min True (iinfo has no bool)
+    x = torch.tensor([True, False, True, False, True])
+    src = torch.tensor([False, True, False, True, False, False])
+    index = torch.tensor([0, 1, 1, 2, 2, 0])
+    run_both(lambda a, i, s: a.scatter_reduce(0, i, s, reduce, include_self=False), x, index, src, exact=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_scatter_sums_and_products_round_once_as_the_cpu(dtype):
+    # the CPU's scatter kernel accumulates half tensors in float32 and rounds at the end;
+    # rounding after each update (XLA's half scatter) was off by several ulps
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(30, 3, generator=g) * 10).to(dtype)
+    src = (torch.randn(400, 3, generator=g) * 10).to(dtype)
+    factors = (torch.rand(400, 3, generator=g) + 0.5).to(dtype)
+    index = torch.randint(0, 30, (400, 3), generator=g)
+    run_both(lambda a, i, s: a.scatter_add(0, i, s), x, index, src, exact=True)
+    run_both(lambda a, i, s: a.scatter(0, i, s, reduce="add"), x, index, src, exact=True)
+    run_both(lambda a, i, s: a.scatter(0, i, s, reduce="multiply"), x, index, factors, exact=True)
+    for reduce in ("sum", "mean", "prod"):
+        for include_self in (True, False):
+            run_both(lambda a, i, s: a.scatter_reduce(0, i, s, reduce, include_self=include_self),
+                     x, index, factors if reduce == "prod" else src, exact=True)
+
+
 def test_scatter_in_place_non_contiguous_and_errors():
     x = _x(5, 4)
     index = torch.tensor([[0, 1], [2, 3]])

@@ -328,12 +328,17 @@ def _scatter(self, dim, index, src, how):
     if out.dtype == jnp.bool_ and how in _BOOL_REDUCE:  # XLA has no bool add/multiply scatter
         return _scatter(out.astype(jnp.uint8), dim, index, src.astype(jnp.uint8),
                         _BOOL_REDUCE[how]).astype(jnp.bool_).reshape(shape)
+    if out.dtype in _HALF and how in _BOOL_REDUCE:
+        # the CPU's kernel sums and multiplies half tensors in float32 and rounds once at the end
+        # (XLA would round after each update, as index_add's CPU kernel does)
+        return _scatter(out.astype(jnp.float32), dim, index, src.astype(jnp.float32), how).astype(out.dtype).reshape(shape)
     at = out.at[_scatter_coords(index, dim)]
     return getattr(at, how)(src).reshape(shape)
 
 
 # bool sums and products, as the CPU computes them: or and and
 _BOOL_REDUCE = {"add": "max", "multiply": "min"}
+_HALF = (jnp.float16, jnp.bfloat16)
 
 
 _REDUCE = {"add": "add", "sum": "add", "multiply": "multiply", "prod": "multiply",
@@ -363,6 +368,8 @@ def _identity(reduce, dtype):
         return 1
     if jnp.issubdtype(dtype, jnp.inexact):
         return -jnp.inf if reduce == "amax" else jnp.inf
+    if dtype == jnp.bool_:
+        return reduce == "amin"
     info = jnp.iinfo(dtype)
     return info.min if reduce == "amax" else info.max
 
@@ -378,7 +385,11 @@ def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
     total = _scatter(base, dim, index, src, "add")
     count = _scatter(jnp.full(self.shape, 1 if include_self else 0, np.int64), dim, index, 1, "add")
     count = jnp.maximum(count, 1).astype(self.dtype)
-    mean = total // count if jnp.issubdtype(self.dtype, jnp.integer) else total / count
+    if jnp.issubdtype(self.dtype, jnp.integer):
+        mean = total // count
+    else:  # the CPU's division (complex: c10's scaled formula, not XLA's); imported late: elementwise
+        from .elementwise import _true_div  # registers after this module, to override some kernels
+        mean = _true_div(total, count)
     return jnp.where(hit, mean, self)
 
 
