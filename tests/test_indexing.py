@@ -189,6 +189,18 @@ def test_scatter_variants():
     run_both(lambda a, i, s: a.clone().scatter_add_(1, i, s), x, dup, src)
 
 
+@pytest.mark.parametrize("index_shape", [(0,), (0, 3, 1)])
+def test_scatter_with_an_empty_index_of_any_rank_is_a_no_op(index_shape):
+    # the CPU checks no rank or shape when the index is empty: self comes back as it was
+    x, src = _x(3, 4), _x(2, 5)
+    index = torch.empty(index_shape, dtype=torch.long)
+    run_both(lambda a, i, s: a.scatter(0, i, s), x, index, src, exact=True)
+    run_both(lambda a, i, s: a.scatter(1, i, s, reduce="multiply"), x, index, src, exact=True)
+    run_both(lambda a, i, s: a.clone().scatter_add_(0, i, s), x, index, src, exact=True)
+    for reduce in ("sum", "mean", "amin"):
+        run_both(lambda a, i, s: a.scatter_reduce(1, i, s, reduce, include_self=False), x, index, src, exact=True)
+
+
 @pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
 @pytest.mark.parametrize("include_self", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])

@@ -319,6 +319,8 @@ def _scatter_coords(index, dim):
 
 def _scatter(self, dim, index, src, how):
     """self with src[i] combined into self[coords(i)] for every i of index."""
+    if index.size == 0:  # as gather: the CPU checks nothing else then (any rank, any src shape)
+        return self
     shape = self.shape
     out, index = _as_1d(self), _as_1d(index)
     dim = dim % out.ndim
