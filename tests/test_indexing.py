@@ -356,6 +356,33 @@ def test_index_reduce(reduce, include_self):
              _x(4, 3, dtype=torch.int64), exact=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64])
+def test_index_reduce_mean_divides_as_the_cpu(dtype):
+    # the sums divided by the broadcast counts: XLA multiplied by their reciprocal (an ulp off)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(20, 3, dtype=dtype, generator=g)
+    src = torch.randn(200, 3, dtype=dtype, generator=g)
+    index = torch.randint(0, 20, (200,), generator=g)
+    run_both(lambda a, i, s: a.index_reduce(0, i, s, "mean"), x, index, src, exact=True)
+    if not dtype.is_complex:  # (the CPU has no complex index_reduce without self)
+        run_both(lambda a, i, s: a.index_reduce(0, i, s, "mean", include_self=False), x, index, src, exact=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_index_add_of_slices_rounds_once_as_the_cpu(dtype):
+    # slices (alpha 1) are summed in float32 and rounded at the end on the CPU; single
+    # elements (1-d) and alpha != 1 round after each add
+    g = torch.Generator().manual_seed(0)
+    index = torch.randint(0, 20, (200,), generator=g)
+    for shape, dim in (((20, 3), 0), ((3, 20), 1), ((20, 2, 2), 0), ((20,), 0)):
+        x = (torch.randn(shape, generator=g) * 4).to(dtype)
+        src_shape = list(shape)
+        src_shape[dim] = 200
+        src = (torch.randn(src_shape, generator=g) * 4).to(dtype)
+        run_both(lambda a, i, s: a.index_add(dim, i, s), x, index, src, exact=True)
+        run_both(lambda a, i, s: a.index_add(dim, i, s, alpha=2), x, index, src, exact=True)
+
+
 def test_index_reduce_errors():
     x = torch.zeros(3, 2, device="tpu")
     with raises_at_sync(IndexError, match="index out of range in self"):

@@ -419,6 +419,11 @@ def index_add(self, dim, index, source, *, alpha=1):
     if out.dtype == jnp.bool_:  # (XLA has no bool add scatter) or, as the CPU's bool sum
         added = out.astype(jnp.uint8).at[_along(dim, out.ndim, index)].max(update.astype(jnp.uint8))
         return added.astype(jnp.bool_).reshape(self.shape)
+    if out.dtype in _HALF and out.ndim > 1 and (isinstance(alpha, (int, float)) and alpha == 1):
+        # the CPU adds slices of a half tensor (alpha 1) in float32 and rounds once; one element
+        # per index (1-d) it rounds after each add, as XLA's half scatter does
+        added = out.astype(jnp.float32).at[_along(dim, out.ndim, index)].add(update.astype(jnp.float32))
+        return added.astype(out.dtype).reshape(self.shape)
     return out.at[_along(dim, out.ndim, index)].add(update).reshape(self.shape)
 
 
@@ -458,8 +463,9 @@ def index_reduce(self, dim, index, source, reduce, *, include_self=True):
         counts = jnp.zeros((out.shape[dim],), np.int64).at[index.reshape(-1)].add(1)
         counts = counts + int(include_self)
         counts = jnp.where(counts == 0, 1, counts).reshape((-1,) + (1,) * (out.ndim - dim - 1))
-        if jnp.issubdtype(out.dtype, jnp.inexact):
-            out = out / counts.astype(out.dtype)
+        if jnp.issubdtype(out.dtype, jnp.inexact):  # the CPU's division (XLA's of a broadcast count: an ulp off)
+            from .elementwise import _true_div  # (late: elementwise registers after this module)
+            out = _true_div(out, counts.astype(out.dtype))
         else:
             out = jnp.floor_divide(out, counts.astype(out.dtype))
     return out.reshape(self.shape)
