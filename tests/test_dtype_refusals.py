@@ -116,7 +116,7 @@ def test_bool_scatter_reductions_are_or_and_and(name, fn):
     assert torch.equal(fn(x.to("tpu"), src.to("tpu"), idx.to("tpu")).cpu(), fn(x, src, idx))
 
 
-def test_a_string_argument_picks_the_kernel_as_a_dtype_does():
+def test_a_string_or_flag_argument_picks_the_kernel_as_a_dtype_does():
     # the CPU sums bools in scatter_reduce but has no bool mean; the answer for "sum" was kept
     # for the op and its dtypes, so a later "mean" of bools computed on tpu
     idx = torch.tensor([[0, 1], [1, 1]])
@@ -128,6 +128,13 @@ def test_a_string_argument_picks_the_kernel_as_a_dtype_does():
         else:
             assert tpu is not None and tpu[0] is cpu[0] and tpu[1] == _on_tpu(cpu[1]), (tpu, cpu)
     assert reduce == "mean" and "scatter_gather_tensor_tpu_reduce_mean" in tpu[1]
+    # a flag likewise: complex products with include_self=True only
+    for include_self in (True, False):
+        fn = lambda x: x.index_reduce(0, idx[0].to(x.device), x, "prod", include_self=include_self)  # noqa: E731
+        cpu, tpu = _outcome(fn, COMPLEX), _outcome(fn, COMPLEX.to("tpu"))
+        assert (cpu is None) == include_self
+        if cpu is not None:
+            assert tpu is not None and tpu[0] is cpu[0] and tpu[1] == _on_tpu(cpu[1]), (tpu, cpu)
 
 
 def test_asked_once_per_op_and_dtypes(monkeypatch):

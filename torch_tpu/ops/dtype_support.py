@@ -24,7 +24,7 @@ import torch
 
 _FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 _EXACT_NUMEL = 4096  # stand-ins of the real shapes up to this many elements in all
-_supported: set = set()  # (op, input dtypes, string arguments) the CPU accepts
+_supported: set = set()  # (op, input dtypes, string and bool arguments) the CPU accepts
 _CPU_NAMES = [(re.compile(r"_cpu((?:_\w*)?['\"])"), r"_tpu\1"), (re.compile(r"\bon CPU\b"), "on TPU")]
 _DTYPE_REFUSAL = re.compile(r"not implemented for '|does not support (complex|bool)|only supports? floating")
 
@@ -115,9 +115,10 @@ def check(op, args, kwargs):
     suspects = set(dtypes) - _FLOATS
     if not suspects:
         return
-    # a string picks the kernel as a dtype does (scatter_reduce's "sum" takes bools, its "mean" not)
-    key = (op, dtypes, tuple(a for a in args if isinstance(a, str)),
-           tuple((n, v) for n, v in kwargs.items() if isinstance(v, str)))
+    # a string or a flag picks the kernel as a dtype does (scatter_reduce's "sum" takes bools, its
+    # "mean" not; index_reduce's prod of complex numbers include_self=True only)
+    key = (op, dtypes, tuple(a for a in args if isinstance(a, (str, bool))),
+           tuple((n, v) for n, v in kwargs.items() if isinstance(v, (str, bool))))
     if key in _supported or _skipped(op):
         return
     exact = _exact(args, kwargs)
