@@ -32,6 +32,11 @@ PyTorch's (never copied into this repository); the versions measured:
         defined in the file as all_types_and_complex_and(bool, half, bfloat16, uint16, uint32, uint64) (+ the
         extra dtypes), and ``gfx_arch_supports_opportunistic_fastatomics``, gone from common_cuda, as False; the
         CPU's gather refuses uint16/32/64, so those fail on both), run with ``-k "not _large"`` (see LARGE)
+    test/test_segment_reductions.py  pytorch/pytorch@00755801f10f8b2394ee200b283402f6d7fd1ca0 (18562 characters);
+        its @onlyCPU test_pytorch_scatter_test_cases run on tpu too from a copy without the decorator: 40 pass
+    test/test_spectral_ops.py  pytorch/pytorch@001e2dbee6e55bf6a0850b53e0a17d8e6e645f89 (69173 characters): the
+        whole file in two runs (the _refs twins, the istft trial loops, the stft round trips and fft2_numpy apart):
+        248 CPU passes, all pass on tpu (librosa is not installed: its two tests skip on both)
 
 An index out of range is an IndexError at the op when the index's values are
 known on the host (built from a list or a CPU tensor, or filled/written with
@@ -127,6 +132,8 @@ LARGE = (
     "built an int64 index of every element is fixed (views.writer)")
 
 EXPECTED_FAILURES = {
+    "test_segment_reductions.py": {},
+    "test_spectral_ops.py": {},
     "test_scatter_gather_ops.py": {
         "TestScatterGatherTPU::test_scatter__reductions_tpu_complex64": COMPLEX_PRODUCT_ROUNDING,
         "TestScatterGatherTPU::test_scatter_reduce_prod_tpu_complex64": COMPLEX_PRODUCT_ROUNDING,
