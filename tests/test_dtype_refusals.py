@@ -46,6 +46,12 @@ CASES = {
 }
 
 
+def _on_tpu(cpu_message):
+    """The CPU's message as tpu gives it: a kernel's name ends _tpu, not _cpu ("index_add_tpu_",
+    "scatter_gather_tensor_tpu_reduce_mean")."""
+    return re.sub(r"_cpu((?:_\w*)?['\"])", r"_tpu\1", cpu_message).replace("on CPU", "on TPU")
+
+
 def _outcome(fn, x):
     try:
         fn(x)
@@ -62,8 +68,7 @@ def test_refused_as_on_cpu(name):
     tpu = _outcome(fn, x.to("tpu"))
     assert tpu is not None, f"{name}: computed on tpu, refused on the CPU: {cpu}"
     assert tpu[0] is cpu[0], (tpu, cpu)
-    expected = re.sub(r"_cpu(_?)(['\"])", r"_tpu\1\2", cpu[1]).replace("on CPU", "on TPU")
-    assert tpu[1] == expected
+    assert tpu[1] == _on_tpu(cpu[1])
 
 
 # (det of float16: JAX refuses LAPACK's half precision when it lowers the op, so a
@@ -84,7 +89,7 @@ def test_refused_at_the_op_in_fused_mode(name):
         tpu = _outcome(fn, t)
         kept = pending.cpu()
     assert tpu is not None and tpu[0] is cpu[0], (tpu, cpu)
-    assert tpu[1] == re.sub(r"_cpu(_?)(['\"])", r"_tpu\1\2", cpu[1]).replace("on CPU", "on TPU")
+    assert tpu[1] == _on_tpu(cpu[1])
     assert torch.equal(kept, x.abs() if not x.dtype.is_complex and x.dtype != torch.bool else x + 0)
 
 
@@ -109,6 +114,27 @@ def test_bool_scatter_reductions_are_or_and_and(name, fn):
     src = torch.rand(6, 4, generator=g) > 0.5
     idx = torch.tensor([0, 2, 2, 4, 0, 2])
     assert torch.equal(fn(x.to("tpu"), src.to("tpu"), idx.to("tpu")).cpu(), fn(x, src, idx))
+
+
+def test_a_string_or_flag_argument_picks_the_kernel_as_a_dtype_does():
+    # the CPU sums bools in scatter_reduce but has no bool mean; the answer for "sum" was kept
+    # for the op and its dtypes, so a later "mean" of bools computed on tpu
+    idx = torch.tensor([[0, 1], [1, 1]])
+    for reduce in ("sum", "amax", "mean"):
+        fn = lambda x: x.scatter_reduce(0, idx.to(x.device), x, reduce)  # noqa: E731
+        cpu, tpu = _outcome(fn, BOOL), _outcome(fn, BOOL.to("tpu"))
+        if cpu is None:
+            assert torch.equal(fn(BOOL.to("tpu")).cpu(), fn(BOOL))
+        else:
+            assert tpu is not None and tpu[0] is cpu[0] and tpu[1] == _on_tpu(cpu[1]), (tpu, cpu)
+    assert reduce == "mean" and "scatter_gather_tensor_tpu_reduce_mean" in tpu[1]
+    # a flag likewise: complex products with include_self=True only
+    for include_self in (True, False):
+        fn = lambda x: x.index_reduce(0, idx[0].to(x.device), x, "prod", include_self=include_self)  # noqa: E731
+        cpu, tpu = _outcome(fn, COMPLEX), _outcome(fn, COMPLEX.to("tpu"))
+        assert (cpu is None) == include_self
+        if cpu is not None:
+            assert tpu is not None and tpu[0] is cpu[0] and tpu[1] == _on_tpu(cpu[1]), (tpu, cpu)
 
 
 def test_asked_once_per_op_and_dtypes(monkeypatch):

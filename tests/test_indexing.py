@@ -189,6 +189,18 @@ def test_scatter_variants():
     run_both(lambda a, i, s: a.clone().scatter_add_(1, i, s), x, dup, src)
 
 
+@pytest.mark.parametrize("index_shape", [(0,), (0, 3, 1)])
+def test_scatter_with_an_empty_index_of_any_rank_is_a_no_op(index_shape):
+    # the CPU checks no rank or shape when the index is empty: self comes back as it was
+    x, src = _x(3, 4), _x(2, 5)
+    index = torch.empty(index_shape, dtype=torch.long)
+    run_both(lambda a, i, s: a.scatter(0, i, s), x, index, src, exact=True)
+    run_both(lambda a, i, s: a.scatter(1, i, s, reduce="multiply"), x, index, src, exact=True)
+    run_both(lambda a, i, s: a.clone().scatter_add_(0, i, s), x, index, src, exact=True)
+    for reduce in ("sum", "mean", "amin"):
+        run_both(lambda a, i, s: a.scatter_reduce(1, i, s, reduce, include_self=False), x, index, src, exact=True)
+
+
 @pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
 @pytest.mark.parametrize("include_self", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
@@ -198,6 +210,45 @@ def test_scatter_reduce(reduce, include_self, dtype):
     src = _x(3, 4, dtype=dtype)
     run_both(lambda a, i, s: a.scatter_reduce(1, i, s, reduce, include_self=include_self),
              x, index, src, exact=dtype == torch.int64)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_scatter_reduce_mean_of_complex_divides_as_the_cpu(dtype):
+    # the mean divides the sums by the counts by c10's complex division; XLA's differed by an ulp
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, dtype=dtype, generator=g)
+    src = torch.randn(1000, dtype=dtype, generator=g)
+    index = torch.randint(0, 40, (1000,), generator=g)
+    for include_self in (True, False):
+        run_both(lambda a, i, s: a.scatter_reduce(0, i, s, "mean", include_self=include_self),
+                 x, index, src, exact=True)
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+def test_scatter_reduce_amax_amin_of_bools_without_self(reduce):
+    # the untouched-by-self start of a bool max is False, of a min True (iinfo has no bool)
+    x = torch.tensor([True, False, True, False, True])
+    src = torch.tensor([False, True, False, True, False, False])
+    index = torch.tensor([0, 1, 1, 2, 2, 0])
+    run_both(lambda a, i, s: a.scatter_reduce(0, i, s, reduce, include_self=False), x, index, src, exact=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_scatter_sums_and_products_round_once_as_the_cpu(dtype):
+    # the CPU's scatter kernel accumulates half tensors in float32 and rounds at the end;
+    # rounding after each update (XLA's half scatter) was off by several ulps
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(30, 3, generator=g) * 10).to(dtype)
+    src = (torch.randn(400, 3, generator=g) * 10).to(dtype)
+    factors = (torch.rand(400, 3, generator=g) + 0.5).to(dtype)
+    index = torch.randint(0, 30, (400, 3), generator=g)
+    run_both(lambda a, i, s: a.scatter_add(0, i, s), x, index, src, exact=True)
+    run_both(lambda a, i, s: a.scatter(0, i, s, reduce="add"), x, index, src, exact=True)
+    run_both(lambda a, i, s: a.scatter(0, i, s, reduce="multiply"), x, index, factors, exact=True)
+    for reduce in ("sum", "mean", "prod"):
+        for include_self in (True, False):
+            run_both(lambda a, i, s: a.scatter_reduce(0, i, s, reduce, include_self=include_self),
+                     x, index, factors if reduce == "prod" else src, exact=True)
 
 
 def test_scatter_in_place_non_contiguous_and_errors():
@@ -303,6 +354,33 @@ def test_index_reduce(reduce, include_self):
     xi = _x(5, 3, dtype=torch.int64)  # integer mean floors
     run_both(lambda a, i, s: a.index_reduce(0, i, s, reduce, include_self=include_self), xi, index,
              _x(4, 3, dtype=torch.int64), exact=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64])
+def test_index_reduce_mean_divides_as_the_cpu(dtype):
+    # the sums divided by the broadcast counts: XLA multiplied by their reciprocal (an ulp off)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(20, 3, dtype=dtype, generator=g)
+    src = torch.randn(200, 3, dtype=dtype, generator=g)
+    index = torch.randint(0, 20, (200,), generator=g)
+    run_both(lambda a, i, s: a.index_reduce(0, i, s, "mean"), x, index, src, exact=True)
+    if not dtype.is_complex:  # (the CPU has no complex index_reduce without self)
+        run_both(lambda a, i, s: a.index_reduce(0, i, s, "mean", include_self=False), x, index, src, exact=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_index_add_of_slices_rounds_once_as_the_cpu(dtype):
+    # slices (alpha 1) are summed in float32 and rounded at the end on the CPU; single
+    # elements (1-d) and alpha != 1 round after each add
+    g = torch.Generator().manual_seed(0)
+    index = torch.randint(0, 20, (200,), generator=g)
+    for shape, dim in (((20, 3), 0), ((3, 20), 1), ((20, 2, 2), 0), ((20,), 0)):
+        x = (torch.randn(shape, generator=g) * 4).to(dtype)
+        src_shape = list(shape)
+        src_shape[dim] = 200
+        src = (torch.randn(src_shape, generator=g) * 4).to(dtype)
+        run_both(lambda a, i, s: a.index_add(dim, i, s), x, index, src, exact=True)
+        run_both(lambda a, i, s: a.index_add(dim, i, s, alpha=2), x, index, src, exact=True)
 
 
 def test_index_reduce_errors():

@@ -194,3 +194,30 @@ def test_importing_torch_tpu_leaves_the_jax_runtime_unstarted():
     code = ("import torch_tpu\nfrom jax._src import xla_bridge\n"
             "assert not xla_bridge.backends_are_initialized()\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+@pytest.mark.parametrize("offset", [0, None])  # None: a dynamic-offset view's window (a loop over rows)
+def test_stepped_write_ending_before_its_block_updates_the_block_not_by_scatter(offset):
+    # x[:, ::2] of a 47-element buffer: its dense block (4 x 6 x 2) runs one element past the
+    # buffer's end, as every stepped view's window does.  A scatter there built an int64 index of
+    # every element (64x the bytes of an int8 view: PyTorch's test_gather_large ran out of memory).
+    import jax
+    import numpy as np
+    from torch_tpu.storage import views
+    size, stride = (4, 6), (12, 2)
+    spec = ((47,), np.dtype(np.int8), size, stride, offset, np.dtype(np.int8))
+    buf = np.arange(47, dtype=np.int8)
+    value = -np.arange(1, 25, dtype=np.int8).reshape(size)
+    args = (buf, value) if offset is not None else (buf, value, 0)
+    jaxpr = str(jax.make_jaxpr(views.writer(spec))(*args))
+    assert "scatter" not in jaxpr
+    expect = buf.copy()
+    np.lib.stride_tricks.as_strided(expect, size, stride, writeable=True)[...] = value
+    np.testing.assert_array_equal(np.asarray(views.writer(spec)(*args)), expect)
+    cpu = torch.arange(47, dtype=torch.int8)
+    tpu = cpu.to("tpu")
+    for t in (cpu, tpu):
+        for i in range(3):  # rows at offsets 0, 12, 24 of stepped views ending before their blocks
+            t[i * 12:].as_strided((2, 6), (12, 2))[...] = i - 5
+        t.as_strided(size, stride).add_(torch.ones(size, dtype=torch.int8, device=t.device))
+    torch.testing.assert_close(tpu.cpu(), cpu, rtol=0, atol=0)

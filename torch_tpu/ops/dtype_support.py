@@ -24,8 +24,8 @@ import torch
 
 _FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 _EXACT_NUMEL = 4096  # stand-ins of the real shapes up to this many elements in all
-_supported: set = set()  # (op, input dtypes) the CPU accepts
-_CPU_NAMES = [(re.compile(r"_cpu(_?)(['\"])"), r"_tpu\1\2"), (re.compile(r"\bon CPU\b"), "on TPU")]
+_supported: set = set()  # (op, input dtypes, string and bool arguments) the CPU accepts
+_CPU_NAMES = [(re.compile(r"_cpu((?:_\w*)?['\"])"), r"_tpu\1"), (re.compile(r"\bon CPU\b"), "on TPU")]
 _DTYPE_REFUSAL = re.compile(r"not implemented for '|does not support (complex|bool)|only supports? floating")
 
 
@@ -113,7 +113,13 @@ def check(op, args, kwargs):
     """Raise the CPU's error if it refuses the dtypes of this call's tensors."""
     dtypes = tuple(t.dtype for t in _tensors((args, list(kwargs.values()))))
     suspects = set(dtypes) - _FLOATS
-    if not suspects or (op, dtypes) in _supported or _skipped(op):
+    if not suspects:
+        return
+    # a string or a flag picks the kernel as a dtype does (scatter_reduce's "sum" takes bools, its
+    # "mean" not; index_reduce's prod of complex numbers include_self=True only)
+    key = (op, dtypes, tuple(a for a in args if isinstance(a, (str, bool))),
+           tuple((n, v) for n, v in kwargs.items() if isinstance(v, (str, bool))))
+    if key in _supported or _skipped(op):
         return
     exact = _exact(args, kwargs)
     try:
@@ -126,7 +132,7 @@ def check(op, args, kwargs):
                 continue  # float32 fails as well (an index, a shape or value the stand-ins miss)
             raise _as_raised_here(refusal) from None
         return
-    _supported.add((op, dtypes))
+    _supported.add(key)
 
 
 def cpu_error(op, args, kwargs):

@@ -319,6 +319,8 @@ def _scatter_coords(index, dim):
 
 def _scatter(self, dim, index, src, how):
     """self with src[i] combined into self[coords(i)] for every i of index."""
+    if index.size == 0:  # as gather: the CPU checks nothing else then (any rank, any src shape)
+        return self
     shape = self.shape
     out, index = _as_1d(self), _as_1d(index)
     dim = dim % out.ndim
@@ -328,12 +330,17 @@ def _scatter(self, dim, index, src, how):
     if out.dtype == jnp.bool_ and how in _BOOL_REDUCE:  # XLA has no bool add/multiply scatter
         return _scatter(out.astype(jnp.uint8), dim, index, src.astype(jnp.uint8),
                         _BOOL_REDUCE[how]).astype(jnp.bool_).reshape(shape)
+    if out.dtype in _HALF and how in _BOOL_REDUCE:
+        # the CPU's kernel sums and multiplies half tensors in float32 and rounds once at the end
+        # (XLA would round after each update, as index_add's CPU kernel does)
+        return _scatter(out.astype(jnp.float32), dim, index, src.astype(jnp.float32), how).astype(out.dtype).reshape(shape)
     at = out.at[_scatter_coords(index, dim)]
     return getattr(at, how)(src).reshape(shape)
 
 
 # bool sums and products, as the CPU computes them: or and and
 _BOOL_REDUCE = {"add": "max", "multiply": "min"}
+_HALF = (jnp.float16, jnp.bfloat16)
 
 
 _REDUCE = {"add": "add", "sum": "add", "multiply": "multiply", "prod": "multiply",
@@ -363,6 +370,8 @@ def _identity(reduce, dtype):
         return 1
     if jnp.issubdtype(dtype, jnp.inexact):
         return -jnp.inf if reduce == "amax" else jnp.inf
+    if dtype == jnp.bool_:
+        return reduce == "amin"
     info = jnp.iinfo(dtype)
     return info.min if reduce == "amax" else info.max
 
@@ -378,7 +387,11 @@ def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
     total = _scatter(base, dim, index, src, "add")
     count = _scatter(jnp.full(self.shape, 1 if include_self else 0, np.int64), dim, index, 1, "add")
     count = jnp.maximum(count, 1).astype(self.dtype)
-    mean = total // count if jnp.issubdtype(self.dtype, jnp.integer) else total / count
+    if jnp.issubdtype(self.dtype, jnp.integer):
+        mean = total // count
+    else:  # the CPU's division (complex: c10's scaled formula, not XLA's); imported late: elementwise
+        from .elementwise import _true_div  # registers after this module, to override some kernels
+        mean = _true_div(total, count)
     return jnp.where(hit, mean, self)
 
 
@@ -406,6 +419,11 @@ def index_add(self, dim, index, source, *, alpha=1):
     if out.dtype == jnp.bool_:  # (XLA has no bool add scatter) or, as the CPU's bool sum
         added = out.astype(jnp.uint8).at[_along(dim, out.ndim, index)].max(update.astype(jnp.uint8))
         return added.astype(jnp.bool_).reshape(self.shape)
+    if out.dtype in _HALF and out.ndim > 1 and (isinstance(alpha, (int, float)) and alpha == 1):
+        # the CPU adds slices of a half tensor (alpha 1) in float32 and rounds once; one element
+        # per index (1-d) it rounds after each add, as XLA's half scatter does
+        added = out.astype(jnp.float32).at[_along(dim, out.ndim, index)].add(update.astype(jnp.float32))
+        return added.astype(out.dtype).reshape(self.shape)
     return out.at[_along(dim, out.ndim, index)].add(update).reshape(self.shape)
 
 
@@ -445,8 +463,9 @@ def index_reduce(self, dim, index, source, reduce, *, include_self=True):
         counts = jnp.zeros((out.shape[dim],), np.int64).at[index.reshape(-1)].add(1)
         counts = counts + int(include_self)
         counts = jnp.where(counts == 0, 1, counts).reshape((-1,) + (1,) * (out.ndim - dim - 1))
-        if jnp.issubdtype(out.dtype, jnp.inexact):
-            out = out / counts.astype(out.dtype)
+        if jnp.issubdtype(out.dtype, jnp.inexact):  # the CPU's division (XLA's of a broadcast count: an ulp off)
+            from .elementwise import _true_div  # (late: elementwise registers after this module)
+            out = _true_div(out, counts.astype(out.dtype))
         else:
             out = jnp.floor_divide(out, counts.astype(out.dtype))
     return out.reshape(self.shape)

@@ -363,15 +363,21 @@ def writer(spec):
         layout = _strided_block(size, stride)
         if stride == contiguous_strides(size):
             flat = lax.dynamic_update_slice(flat, value.reshape(-1), (offset,))
-        elif layout is not None and offset + layout[2] <= flat.shape[0]:
-            # Update the view's corner of its dense block, then the block in place.
+        elif layout is not None:
+            # Update the view's corner of its dense block, then the block in place.  The block
+            # may run past the buffer's end (x[:, ::2] of a buffer, or a dynamic-offset view's
+            # window, ends at the view's last element, not at its stride's padding): padded
+            # for the update, cut back after; no view element lies in the padding.
             order, shape, length = layout
-            block = lax.slice(flat, (offset,), (offset + length,)).reshape(shape)
+            end = flat.shape[0]
+            block = _block_of(flat, offset, length).reshape(shape)
             kept = [size[d] for d in sorted(order)]  # size-1 dims are not in the block
             part = jnp.transpose(value.reshape(kept), np.argsort(np.argsort(order)))
             part = part.reshape(part.shape + ((1,) if len(shape) > len(order) else ()))
             block = lax.dynamic_update_slice(block, part.astype(block.dtype), (0,) * block.ndim)
-            flat = lax.dynamic_update_slice(flat, block.reshape(-1), (offset,))
+            if offset + length > end:
+                flat = jnp.pad(flat, (0, offset + length - end))
+            flat = lax.dynamic_update_slice(flat, block.reshape(-1), (offset,))[:end]
         else:
             idx = _flat_indices(size, stride, offset)
             flat = flat.at[idx.reshape(-1)].set(value.reshape(-1))
