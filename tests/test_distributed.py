@@ -216,6 +216,9 @@ def test_a_small_collectives_wait_polls_then_hands_off(monkeypatch):
         launched = programs.Launched((jnp.zeros(1),), payload=payload)
         ready = iter([False] * 3 + [True] * 10)  # done() asks once before any wait
         monkeypatch.setattr(programs.Launched, "done", lambda self: next(ready))
+        # (a window no scheduler delay outlasts: on a loaded machine one 50 us
+        # sleep can take the whole 2 ms, and the small wait was handed off)
+        monkeypatch.setattr(programs, "_POLL_S", 60.0)
         before = dict(programs.counts)
         launched.result(timeout=5)
         monkeypatch.undo()
