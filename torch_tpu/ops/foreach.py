@@ -11,7 +11,7 @@ import torch
 
 from ..dtypes import to_opmath
 from . import elementwise
-from .registry import _trace, register
+from .registry import _trace, in_place, register
 
 
 def _in_result(x, i):
@@ -40,6 +40,9 @@ def _scalars(scalars, n):
 # The ops whose CPU kernels read a number operand of a float16/bfloat16 op
 # unrounded (registry._UNROUNDED_SCALAR_OPS); pow rounds its exponent (pow_scalar)
 _UNROUNDED = ("mul", "div")
+# ...but the CPU's in-place list op with numbers runs the single-tensor in-place
+# op per tensor, and mul_.Scalar rounds its number (registry._ROUNDED_SCALAR_OVERLOADS)
+_ROUNDED_IN_PLACE = ("mul",)
 
 
 def _binary(name, fn, scalar_check=None, check=None):
@@ -50,11 +53,12 @@ def _binary(name, fn, scalar_check=None, check=None):
     div's numbers), alpha too."""
     rounds = name not in _UNROUNDED
 
-    def operand(v, t, i, x):
-        return _like(elementwise.half_rounded(v, _result_dtype(t, i)) if rounds else v, x)
+    def operand(v, t, i, x, rounded=rounds):
+        return _like(elementwise.half_rounded(v, _result_dtype(t, i)) if rounded else v, x)
 
     def scalar(self, scalar):
-        return [fn(x, operand(s, t, i, x))
+        rounded = rounds or (name in _ROUNDED_IN_PLACE and in_place())
+        return [fn(x, operand(s, t, i, x, rounded))
                 for i, (t, x, s) in enumerate(zip(self, _results(self), _scalars(scalar, len(self))))]
 
     def tensor_list(self, other, alpha=1):
