@@ -374,6 +374,29 @@ def test_foreach_mul_in_place_rounds_its_number_as_cpu(variant, dtype):
         assert torch.equal(got.cpu(), want)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["addcmul", "addcdiv"])
+@pytest.mark.parametrize("in_place", [False, True], ids=["out-of-place", "in-place"])
+def test_foreach_pointwise_casts_another_dtype_to_the_list_dtype_as_cpu(in_place, name, dtype):
+    """A half list's addcmul/addcdiv by 0-d float32 tensors (ASGD's mus) casts
+    them to the half dtype first, as the single-tensor op on each position does
+    on the CPU (it multiplied by them unrounded: PyTorch's test_optim found
+    ASGD's foreach ax off on half params)."""
+    gen = torch.Generator().manual_seed(0)
+    xs = [torch.rand(64, generator=gen).to(dtype) for _ in range(3)]
+    ys = [torch.rand(64, generator=gen).to(dtype) + 0.5 for _ in range(3)]
+    mus = [torch.tensor(v) for v in (0.3, 1 / 3, _NUMBER)]
+
+    def run(device):
+        x, y, m = ([t.to(device) for t in ts] for ts in (xs, ys, mus))
+        if in_place:
+            getattr(torch, f"_foreach_{name}_")(x, y, m)
+            return [t.cpu() for t in x]
+        return [t.cpu() for t in getattr(torch, f"_foreach_{name}")(x, y, m, 0.7)]
+    for got, want in zip(run("tpu"), run("cpu")):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+
+
 @pytest.mark.parametrize("call", [lambda xs: torch._foreach_sub(xs, True), lambda xs: torch._foreach_sub_(xs, True),
                                   lambda xs: torch._foreach_sub([x > 0 for x in xs], [x > 1 for x in xs])],
                          ids=["bool-number", "bool-number-in-place", "bool-lists"])

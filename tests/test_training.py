@@ -127,13 +127,14 @@ _FUSED_STEPS = {
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("name", ["Adam", "AdamW", "Adamax", "Adadelta"])
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "Adamax", "Adadelta", "ASGD"])
 def test_foreach_optimizer_on_half_params_matches_cpu(name, dtype):
     # torch.optim's default on tpu, the list path, for float16/bfloat16
     # parameters: parameters and state as the CPU's list path leaves them, bit
     # for bit (its in-place _foreach_mul_ reads the number rounded to the
     # dtype: Adam's exp_avg_sq, Adamax's exp_inf, Adadelta's square_avg were
-    # an ulp off).  64 elements: no scalar tail in the CPU's kernels.
+    # an ulp off; ASGD's ax, whose _foreach_addcmul_ by its float32 mus did not
+    # round them to the list's dtype).  64 elements: no scalar tail in the CPU's kernels.
     g = torch.Generator().manual_seed(0)
     start = [torch.rand(64, generator=g).to(dtype) for _ in range(2)]
     grads = [[torch.rand(64, generator=g).to(dtype) for _ in range(2)] for _ in range(4)]

@@ -131,9 +131,15 @@ for _name, _fn in {"sqrt": _SAME["sqrt"], "neg": jnp.negative, "abs": jnp.abs, "
 
 
 def _pointwise_ternary(name, combine):
+    def operand(y, t, i, x):
+        # a tensor of another dtype (ASGD's float32 0-d mus with half lists) is cast to
+        # the position's result dtype first, as TensorIterator casts it for the single op
+        return _like(elementwise.half_rounded(y, _result_dtype(t, i)), x)
+
     def scalar(self, tensor1, tensor2, value=1):
-        return [combine(x, _like(a, x), _like(b, x), _like(v, x))
-                for x, a, b, v in zip(_results(self), tensor1, tensor2, _scalars(value, len(self)))]
+        return [combine(x, operand(a, t, i, x), operand(b, t, i, x), _like(v, x))
+                for i, (t, x, a, b, v) in enumerate(zip(self, _results(self), tensor1, tensor2,
+                                                        _scalars(value, len(self))))]
 
     def tensor(self, tensor1, tensor2, scalars):
         return scalar(self, tensor1, tensor2, [scalars[i] for i in range(len(self))])
