@@ -200,6 +200,37 @@ def test_fused_sgd_with_grad_scaler_skips_an_overflowing_step():
     assert torch_tpu.fallback_ops() == before, "the fused step ran on the CPU"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op,weight_decay", [(torch._fused_adam_, 0.1), (torch._fused_adamw_, 0.0)],
+                         ids=["adam", "adamw"])
+def test_fused_adam_unscales_grads_in_place_and_matches_cpu(op, weight_decay, dtype):
+    # torch.optim.Adam(W)(fused=True) under a GradScaler: the CPU kernel divides
+    # each gradient by the scale and stores it back (tpu left the gradients
+    # scaled, and multiplied by 1/scale: an ulp off), then computes as its
+    # vectorized loop: coefficients from double, exp_avg by a fused
+    # multiply-add.  Bit for bit over 64 elements (no scalar tail).
+    g = torch.Generator().manual_seed(0)
+    start = [torch.randn(64, generator=g).to(dtype) for _ in range(2)]
+    grads = [[torch.randn(64, generator=g).to(dtype) for _ in range(2)] for _ in range(3)]
+
+    def run(device):
+        params = [p.clone().to(device) for p in start]
+        m, v, vmax = ([torch.zeros_like(p) for p in params] for _ in range(3))
+        steps = [torch.tensor(0.0, device=device) for _ in params]
+        seen = []
+        for step_grads in grads:
+            for s in steps:
+                s += 1
+            gs = [x.clone().to(device) for x in step_grads]
+            op(params, gs, m, v, vmax, steps, lr=0.1, beta1=0.9, beta2=0.999, weight_decay=weight_decay,
+               eps=1e-8, amsgrad=True, maximize=False, grad_scale=torch.tensor(3.0, device=device),
+               found_inf=torch.tensor(0.0, device=device))
+            seen += [x.cpu() for x in gs]
+        return [x.cpu() for x in params + m + v + vmax] + seen
+    for t, c in zip(run("tpu"), run("cpu")):
+        torch.testing.assert_close(t, c, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("amsgrad", [False, True], ids=["adamw", "amsgrad"])
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 def test_fused_adamw_matches_cpu_and_is_recorded_in_fused_mode(mode, amsgrad):
