@@ -319,8 +319,12 @@ _HALF_AND_NUMBER = {
     "fmod": lambda a: torch.fmod(a, 0.1), "remainder": lambda a: a % 0.1, "eq": lambda a: a == 0.1,
     "where": lambda a: torch.where(a > 0, a, 0.1),
     "number % tensor": lambda a: torch.remainder(3.14, a), "xlogy(number, tensor)": lambda a: torch.xlogy(3.14, a.abs()),
+    # mul_.Scalar (what C++ code calls, the CPU's _foreach_mul_ among them) multiplies the
+    # number as its first operand, which the CPU's mul kernel reads rounded
+    "mul_.Scalar": lambda a: torch.ops.aten.mul_.Scalar(a.clone(), 0.1),
     # these read the number unrounded on the CPU
     "mul": lambda a: a * 0.1, "div": lambda a: a / 0.1, "floor_divide": lambda a: a // 0.1,
+    "mul_": lambda a: a.clone().mul_(0.1),  # (mul_.Tensor; mul_.Scalar rounds it: above)
     "div_trunc": lambda a: torch.div(a, 0.1, rounding_mode="trunc"),
     # a one-element divisor takes the same path; a full one rounds each quotient
     "div_trunc_0d": lambda a: torch.div(a, torch.tensor(0.3, dtype=a.dtype, device=a.device), rounding_mode="trunc"),

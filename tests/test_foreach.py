@@ -352,6 +352,51 @@ def test_foreach_number_read_as_the_single_tensor_kernel_reads_it(variant, name,
             torch.testing.assert_close(g.cpu(), want, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("variant", ["Scalar", "ScalarList"])
+def test_foreach_mul_in_place_rounds_its_number_as_cpu(variant, dtype):
+    """In place, a half list times a number is the CPU's mul_.Scalar per
+    tensor, which rounds the number to the dtype first (out of place: not).
+    Every foreach optimizer scales a state list in place (Adam's
+    ``_foreach_mul_(exp_avg_sqs, beta2)``): PyTorch's test_optim found a
+    float16 Adam's exp_avg_sq an ulp off the CPU's."""
+    gen = torch.Generator().manual_seed(0)
+    cpu = [(torch.rand(64, generator=gen) * 3).to(dtype) for _ in range(3)]
+    numbers = [0.999, 1 / 3, _NUMBER]
+    other = numbers if variant == "ScalarList" else 0.9
+    tpu = [x.to("tpu") for x in cpu]
+    out_of_place = torch._foreach_mul(tpu, other)
+    torch._foreach_mul_(tpu, other)
+    for i, (got, x) in enumerate(zip(out_of_place, cpu)):
+        assert torch.equal(got.cpu(), x * (numbers[i] if variant == "ScalarList" else other))
+    torch._foreach_mul_(cpu, other)
+    for got, want in zip(tpu, cpu):
+        assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["addcmul", "addcdiv"])
+@pytest.mark.parametrize("in_place", [False, True], ids=["out-of-place", "in-place"])
+def test_foreach_pointwise_casts_another_dtype_to_the_list_dtype_as_cpu(in_place, name, dtype):
+    """A half list's addcmul/addcdiv by 0-d float32 tensors (ASGD's mus) casts
+    them to the half dtype first, as the single-tensor op on each position does
+    on the CPU (it multiplied by them unrounded: PyTorch's test_optim found
+    ASGD's foreach ax off on half params)."""
+    gen = torch.Generator().manual_seed(0)
+    xs = [torch.rand(64, generator=gen).to(dtype) for _ in range(3)]
+    ys = [torch.rand(64, generator=gen).to(dtype) + 0.5 for _ in range(3)]
+    mus = [torch.tensor(v) for v in (0.3, 1 / 3, _NUMBER)]
+
+    def run(device):
+        x, y, m = ([t.to(device) for t in ts] for ts in (xs, ys, mus))
+        if in_place:
+            getattr(torch, f"_foreach_{name}_")(x, y, m)
+            return [t.cpu() for t in x]
+        return [t.cpu() for t in getattr(torch, f"_foreach_{name}")(x, y, m, 0.7)]
+    for got, want in zip(run("tpu"), run("cpu")):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+
+
 @pytest.mark.parametrize("call", [lambda xs: torch._foreach_sub(xs, True), lambda xs: torch._foreach_sub_(xs, True),
                                   lambda xs: torch._foreach_sub([x > 0 for x in xs], [x > 1 for x in xs])],
                          ids=["bool-number", "bool-number-in-place", "bool-lists"])

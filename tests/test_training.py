@@ -126,6 +126,33 @@ _FUSED_STEPS = {
 }
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "Adamax", "Adadelta", "ASGD"])
+def test_foreach_optimizer_on_half_params_matches_cpu(name, dtype):
+    # torch.optim's default on tpu, the list path, for float16/bfloat16
+    # parameters: parameters and state as the CPU's list path leaves them, bit
+    # for bit (its in-place _foreach_mul_ reads the number rounded to the
+    # dtype: Adam's exp_avg_sq, Adamax's exp_inf, Adadelta's square_avg were
+    # an ulp off; ASGD's ax, whose _foreach_addcmul_ by its float32 mus did not
+    # round them to the list's dtype).  64 elements: no scalar tail in the CPU's kernels.
+    g = torch.Generator().manual_seed(0)
+    start = [torch.rand(64, generator=g).to(dtype) for _ in range(2)]
+    grads = [[torch.rand(64, generator=g).to(dtype) for _ in range(2)] for _ in range(4)]
+
+    def run(device):
+        params = [p.clone().to(device).requires_grad_() for p in start]
+        opt = getattr(torch.optim, name)(params, foreach=True)
+        for step in grads:
+            for p, grad in zip(params, step):
+                p.grad = grad.to(device)
+            opt.step()
+        return [p.detach().cpu() for p in params], [{k: v.cpu() for k, v in opt.state[p].items()} for p in params]
+    cpu_params, cpu_state = run("cpu")
+    tpu_params, tpu_state = run("tpu")
+    for t, c in zip(tpu_params + tpu_state, cpu_params + cpu_state):
+        torch.testing.assert_close(t, c, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("scaled", [False, True], ids=["plain", "grad_scale"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("case", list(_FUSED_STEPS))
@@ -171,6 +198,37 @@ def test_fused_sgd_with_grad_scaler_skips_an_overflowing_step():
     assert tpu_scale == cpu_scale
     torch.testing.assert_close(tpu_weight, cpu_weight)
     assert torch_tpu.fallback_ops() == before, "the fused step ran on the CPU"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op,weight_decay", [(torch._fused_adam_, 0.1), (torch._fused_adamw_, 0.0)],
+                         ids=["adam", "adamw"])
+def test_fused_adam_unscales_grads_in_place_and_matches_cpu(op, weight_decay, dtype):
+    # torch.optim.Adam(W)(fused=True) under a GradScaler: the CPU kernel divides
+    # each gradient by the scale and stores it back (tpu left the gradients
+    # scaled, and multiplied by 1/scale: an ulp off), then computes as its
+    # vectorized loop: coefficients from double, exp_avg by a fused
+    # multiply-add.  Bit for bit over 64 elements (no scalar tail).
+    g = torch.Generator().manual_seed(0)
+    start = [torch.randn(64, generator=g).to(dtype) for _ in range(2)]
+    grads = [[torch.randn(64, generator=g).to(dtype) for _ in range(2)] for _ in range(3)]
+
+    def run(device):
+        params = [p.clone().to(device) for p in start]
+        m, v, vmax = ([torch.zeros_like(p) for p in params] for _ in range(3))
+        steps = [torch.tensor(0.0, device=device) for _ in params]
+        seen = []
+        for step_grads in grads:
+            for s in steps:
+                s += 1
+            gs = [x.clone().to(device) for x in step_grads]
+            op(params, gs, m, v, vmax, steps, lr=0.1, beta1=0.9, beta2=0.999, weight_decay=weight_decay,
+               eps=1e-8, amsgrad=True, maximize=False, grad_scale=torch.tensor(3.0, device=device),
+               found_inf=torch.tensor(0.0, device=device))
+            seen += [x.cpu() for x in gs]
+        return [x.cpu() for x in params + m + v + vmax] + seen
+    for t, c in zip(run("tpu"), run("cpu")):
+        torch.testing.assert_close(t, c, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("amsgrad", [False, True], ids=["adamw", "amsgrad"])

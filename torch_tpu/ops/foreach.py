@@ -11,7 +11,7 @@ import torch
 
 from ..dtypes import to_opmath
 from . import elementwise
-from .registry import _trace, register
+from .registry import _trace, in_place, register
 
 
 def _in_result(x, i):
@@ -40,6 +40,9 @@ def _scalars(scalars, n):
 # The ops whose CPU kernels read a number operand of a float16/bfloat16 op
 # unrounded (registry._UNROUNDED_SCALAR_OPS); pow rounds its exponent (pow_scalar)
 _UNROUNDED = ("mul", "div")
+# ...but the CPU's in-place list op with numbers runs the single-tensor in-place
+# op per tensor, and mul_.Scalar rounds its number (registry._ROUNDED_SCALAR_OVERLOADS)
+_ROUNDED_IN_PLACE = ("mul",)
 
 
 def _binary(name, fn, scalar_check=None, check=None):
@@ -50,11 +53,12 @@ def _binary(name, fn, scalar_check=None, check=None):
     div's numbers), alpha too."""
     rounds = name not in _UNROUNDED
 
-    def operand(v, t, i, x):
-        return _like(elementwise.half_rounded(v, _result_dtype(t, i)) if rounds else v, x)
+    def operand(v, t, i, x, rounded=rounds):
+        return _like(elementwise.half_rounded(v, _result_dtype(t, i)) if rounded else v, x)
 
     def scalar(self, scalar):
-        return [fn(x, operand(s, t, i, x))
+        rounded = rounds or (name in _ROUNDED_IN_PLACE and in_place())
+        return [fn(x, operand(s, t, i, x, rounded))
                 for i, (t, x, s) in enumerate(zip(self, _results(self), _scalars(scalar, len(self))))]
 
     def tensor_list(self, other, alpha=1):
@@ -127,9 +131,15 @@ for _name, _fn in {"sqrt": _SAME["sqrt"], "neg": jnp.negative, "abs": jnp.abs, "
 
 
 def _pointwise_ternary(name, combine):
+    def operand(y, t, i, x):
+        # a tensor of another dtype (ASGD's float32 0-d mus with half lists) is cast to
+        # the position's result dtype first, as TensorIterator casts it for the single op
+        return _like(elementwise.half_rounded(y, _result_dtype(t, i)), x)
+
     def scalar(self, tensor1, tensor2, value=1):
-        return [combine(x, _like(a, x), _like(b, x), _like(v, x))
-                for x, a, b, v in zip(_results(self), tensor1, tensor2, _scalars(value, len(self)))]
+        return [combine(x, operand(a, t, i, x), operand(b, t, i, x), _like(v, x))
+                for i, (t, x, a, b, v) in enumerate(zip(self, _results(self), tensor1, tensor2,
+                                                        _scalars(value, len(self))))]
 
     def tensor(self, tensor1, tensor2, scalars):
         return scalar(self, tensor1, tensor2, [scalars[i] for i in range(len(self))])

@@ -13,40 +13,66 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from .. import dtypes
+from .. import dtypes, runtime
 from ..dtypes import to_opmath
 from ..eager import access
 from ..eager.launch import launch
+from . import elementwise
 from .registry import register_raw
 
 
-def _adam_fn(adamw: bool, amsgrad: bool, maximize: bool):
-    """The Adam(W) update over lists, traced inside ``_adam_flat``'s jit."""
-    def step(params, grads, exp_avgs, exp_avg_sqs, max_sqs, steps, lr, beta1, beta2, wd, eps, inv_scale):
-        outs = ([], [], [], [])
+def _fma(a, b, c):
+    """a * b + c rounded once, as the CPU kernels' vec::fmadd (and the
+    products their compiler contracts): on the CPU platform, float32 (and
+    half's float32) operands through float64, where the product of two 24-bit
+    significands is exact (the sum rounded twice, which can differ from one
+    rounding only in a rare tie); float64 operands as XLA computes them (no
+    wider type: an ulp off at times).  On a TPU or GPU, XLA contracts the
+    product and the add into the hardware's own fused multiply-add, and
+    float64 would be emulated (TPU: ~10x slower), so the plain expression."""
+    if a.dtype == np.float64 or runtime.platform_name() != "cpu":
+        return a * b + c
+    wide = a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)
+    return wide.astype(a.dtype)
+
+
+def _adam_fn(adamw: bool, amsgrad: bool, maximize: bool, scaled: bool, decay: bool):
+    """The Adam(W) update over lists, traced inside ``_adam_flat``'s jit: the
+    CPU kernel's vectorized arithmetic (FusedAdamKernel.cpp): the coefficients
+    computed in double from the step read as a float, then each rounded to the
+    opmath type; exp_avg by lerp's fused multiply-add, and the products the
+    CPU's compiler contracts into one (weight decay's, exp_avg_sq's) likewise;
+    the gradient divided by the scale (and stored back unscaled, appended to
+    the results: the CPU unscales the gradients in place)."""
+    def step(params, grads, exp_avgs, exp_avg_sqs, max_sqs, steps, lr, beta1, beta2, wd, eps, grad_scale):
+        outs = ([], [], [], [], [])
         for i, (p, g, m, v, s) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs, steps)):
             p32, g32, m32, v32 = (to_opmath(x) for x in (p, g, m, v))
             ct = p32.dtype
-            g32 = g32 * inv_scale.astype(ct)
+            lr64, b1, b2, wd64, eps64 = (jnp.asarray(x).astype(np.float64) for x in (lr, beta1, beta2, wd, eps))
+            t = s.astype(np.float32).astype(np.float64)
+            bc2_sqrt = jnp.sqrt(1 - b2 ** t)
+            step_size = lr64 / (1 - b1 ** t)
+            if scaled:  # (the float scale, widened for a double parameter)
+                g32 = elementwise._true_div(g32, grad_scale.astype(np.float32).astype(ct))
+                outs[4].append(g32.astype(g.dtype))
             if maximize:
                 g32 = -g32
-            lr_, b1, b2, wd_, eps_ = (jnp.asarray(x).astype(ct) for x in (lr, beta1, beta2, wd, eps))
-            if adamw:
-                p32 = p32 * (1 - lr_ * wd_)
-            else:
-                g32 = g32 + wd_ * p32
-            m32 = m32 + (g32 - m32) * (1 - b1)
-            v32 = v32 * b2 + (1 - b2) * g32 * g32
-            t = s.astype(ct)
-            bc1 = 1 - b1 ** t
-            bc2_sqrt = jnp.sqrt(1 - b2 ** t)
+            if decay:
+                if adamw:  # (XLA fuses this product into the update's add, the CPU does not: an ulp at times)
+                    p32 = p32 * (1 - lr64 * wd64).astype(ct)
+                else:
+                    g32 = _fma(p32, wd64.astype(ct), g32)
+            w = (1 - b1).astype(ct)  # exp_avg.lerp_(grad, 1 - beta1)
+            m32 = jnp.where(jnp.abs(w) < 0.5, _fma(w, g32 - m32, m32), _fma(w - 1, g32 - m32, g32))
+            v32 = _fma((1 - b2).astype(ct) * g32, g32, v32 * b2.astype(ct))
             if amsgrad:
                 vmax = jnp.maximum(to_opmath(max_sqs[i]), v32)
                 outs[3].append(vmax.astype(max_sqs[i].dtype))
             else:
                 vmax = v32
-            denom = jnp.sqrt(vmax) / bc2_sqrt + eps_
-            p32 = p32 - (lr_ / bc1) * m32 / denom
+            denom = elementwise._true_div(jnp.sqrt(vmax), bc2_sqrt.astype(ct)) + eps64.astype(ct)
+            p32 = p32 + (-step_size).astype(ct) * m32 / denom
             outs[0].append(p32.astype(p.dtype))
             outs[1].append(m32.astype(m.dtype))
             outs[2].append(v32.astype(v.dtype))
@@ -59,18 +85,18 @@ def _read_all(tensors):
 
 
 @functools.lru_cache(maxsize=None)
-def _adam_flat(adamw: bool, amsgrad: bool, maximize: bool, n: int, n_max: int):
+def _adam_flat(adamw: bool, amsgrad: bool, maximize: bool, scaled: bool, decay: bool, n: int, n_max: int):
     """``_adam_fn`` over one flat argument list with one flat result list (what
     ``launch`` records in fused mode): params, grads, exp_avgs, exp_avg_sqs
     (``n`` each), max_exp_avg_sqs (``n_max``), steps (``n``), the six scalars ->
-    new params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs."""
-    step = _adam_fn(adamw, amsgrad, maximize)
+    new params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, grads (when scaled)."""
+    step = _adam_fn(adamw, amsgrad, maximize, scaled, decay)
 
     def flat(*xs):
         lists = [list(xs[i * n:(i + 1) * n]) for i in range(4)]
         max_sqs, steps = list(xs[4 * n:4 * n + n_max]), list(xs[4 * n + n_max:5 * n + n_max])
-        new_p, new_m, new_v, new_max = step(*lists, max_sqs, steps, *xs[5 * n + n_max:])
-        return (*new_p, *new_m, *new_v, *new_max)
+        new_p, new_m, new_v, new_max, new_g = step(*lists, max_sqs, steps, *xs[5 * n + n_max:])
+        return (*new_p, *new_m, *new_v, *new_max, *new_g)
     return jax.jit(flat)
 
 
@@ -91,15 +117,19 @@ def _fused_adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, stat
                 beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
     if not self or _skipped(found_inf):  # GradScaler: a step with inf/nan gradients does nothing
         return
-    inv_scale = 1.0 / _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0)
+    scaled = grad_scale is not None
     n, maxes = len(self), list(max_exp_avg_sqs) if amsgrad else []
-    written = (self, exp_avgs, exp_avg_sqs, maxes)
+    written = (self, exp_avgs, exp_avg_sqs, maxes, list(grads) if scaled else [])
     inputs = [access.read(t, keep_pending=True) for group in (self, grads, exp_avgs, exp_avg_sqs, maxes, state_steps) for t in group]
-    inputs += [_scalar(lr), _scalar(beta1), _scalar(beta2), _scalar(weight_decay), _scalar(eps), inv_scale]
+    inputs += [_scalar(lr), _scalar(beta1), _scalar(beta2), _scalar(weight_decay), _scalar(eps),
+               _scalar(grad_scale) if scaled else jnp.asarray(1.0)]
     out_buffers = [(tuple(t.shape), dtypes.TORCH_TO_NP[t.dtype]) for group in written for t in group]
-    fn = _adam_flat(adamw, bool(amsgrad), bool(maximize), n, len(maxes))
+    fn = _adam_flat(adamw, bool(amsgrad), bool(maximize), scaled, float(weight_decay) != 0, n, len(maxes))
     results = launch("aten::_fused_adamw_" if adamw else "aten::_fused_adam_", fn, inputs, out_buffers)
-    _write_all((group, results[k * n:k * n + len(group)]) for k, group in enumerate(written))
+    offsets = [0]
+    for group in written:
+        offsets.append(offsets[-1] + len(group))
+    _write_all((group, results[offsets[k]:offsets[k + 1]]) for k, group in enumerate(written))
 
 
 @register_raw("_fused_adamw_.default", "_fused_adamw_.tensor_lr")

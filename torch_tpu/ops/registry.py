@@ -113,6 +113,7 @@ class _Trace(threading.local):
     out_dtypes = ()
     compute_dtype = None
     key = None
+    in_place = False
 
 
 _trace = _Trace()
@@ -125,6 +126,11 @@ def out_dtype(i: int = 0):
 
 def compute_dtype():
     return _trace.compute_dtype
+
+
+def in_place():
+    """Whether the op being traced is an in-place overload (``mul_``, ``_foreach_mul_``)."""
+    return _trace.in_place
 
 
 def rng_key():
@@ -870,6 +876,7 @@ class Kernel:
         _trace.compute_dtype = promote_dtype
         _trace.out_dtypes = tuple(out_dtypes) if out_dtypes else ()
         _trace.key = key
+        _trace.in_place = self.mode == "inplace"
         result = self.impl(*args, **kwargs)
         outs = list(result) if isinstance(result, (tuple, list)) else [result]
         if out_dtypes:
@@ -1221,7 +1228,8 @@ class _Narrowing(NamedTuple):
     wrapped number, and any operand, to the common dtype), so
     ``half + 0.1`` adds 0.0999755859375.  ``mul`` and ``div`` (every rounding
     mode) read the number unrounded (their reduced-float scalar paths), as do Scalar
-    arguments that are not operands (``alpha``, ``pow``'s exponent)."""
+    arguments that are not operands (``alpha``, ``pow``'s exponent); but
+    ``mul_.Scalar`` rounds it (``_ROUNDED_SCALAR_OVERLOADS``)."""
     compute: np.dtype
     common: np.dtype
     positions: tuple  # of the numbers in args
@@ -1237,6 +1245,12 @@ class _Narrowing(NamedTuple):
 
 _UNROUNDED_SCALAR_OPS = frozenset(("mul", "mul_", "div", "div_", "true_divide", "true_divide_",
                                    "floor_divide", "floor_divide_"))
+# ...but for mul_.Scalar, which the CPU computes as mul_out(self, wrapped number,
+# self): the number is the first operand, where mul's scalar path does not look,
+# so TensorIterator casts it to the tensor's dtype.  (Python's ``x.mul_(0.1)`` is
+# mul_.Tensor, unrounded; mul_.Scalar is what C++ code calls, the CPU's in-place
+# _foreach_mul_ among them: every foreach optimizer's ``_foreach_mul_(exp_avg_sqs, beta2)``.)
+_ROUNDED_SCALAR_OVERLOADS = frozenset(("mul_.Scalar",))
 
 
 def _narrowing(kernel, args, kwargs, operands, compute):
@@ -1248,8 +1262,9 @@ def _narrowing(kernel, args, kwargs, operands, compute):
         return None
     if all(isinstance(a, torch.Tensor) and a.dtype == common for a in operands):
         return None
-    base = str(kernel.op).split(".")[1]  # aten.mul.Tensor
-    unrounded = base in _UNROUNDED_SCALAR_OPS  # (every overload: the rounding modes' kernels too)
+    base, overload = str(kernel.op).split(".")[1:3]  # aten.mul.Tensor
+    # (every overload: the rounding modes' kernels too)
+    unrounded = base in _UNROUNDED_SCALAR_OPS and f"{base}.{overload}" not in _ROUNDED_SCALAR_OVERLOADS
 
     def rounds(name, value):
         if isinstance(value, torch.Tensor):  # TensorIterator casts it to the common dtype too
