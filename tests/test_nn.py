@@ -149,6 +149,23 @@ def test_conv_module_training_step():
         assert_same(pt, pc.detach(), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("make", [lambda: nn.LazyConv2d(4, 2), lambda: nn.LazyLinear(3),
+                                  lambda: nn.LazyBatchNorm1d()])
+def test_lazy_module_moved_before_its_first_forward(make):
+    # .to("tpu") moves the UninitializedParameters/Buffers (whose .shape raises) as on the CPU
+    x = torch.randn(2, 3, 4, 4) if isinstance(make(), nn.LazyConv2d) else torch.randn(5, 3)
+    cpu = make().to(torch.float64)
+    tpu = make().to("tpu").to(torch.float64)
+    assert [type(p) for p in tpu.parameters()] == [type(p) for p in cpu.parameters()]
+    assert all(t.device.type == "tpu" for t in list(tpu.parameters()) + list(tpu.buffers()))
+    cpu(x.double())
+    tpu(x.double().to("tpu"))
+    tpu.load_state_dict(cpu.state_dict())
+    for p in tpu.parameters():
+        assert p.device.type == "tpu" and p.dtype == torch.float64 and type(p) is nn.Parameter
+    assert_same(tpu(x.double().to("tpu")), cpu(x.double()))
+
+
 # ---- pooling -------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw", [
