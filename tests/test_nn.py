@@ -472,6 +472,32 @@ def test_margin_loss_target_errors():
         assert str(tpu_error.value) == str(cpu_error.value)
 
 
+@pytest.mark.parametrize("table_on", ["tpu", "cpu"])
+def test_embedding_float_indices_raise_the_dtype_error_first(table_on):
+    # PyTorch checks the indices' dtype before anything else: also with the table on the CPU
+    w, idx = torch.randn(6, 3), torch.tensor([0.5, 2.0])
+    with pytest.raises(RuntimeError) as cpu_error:
+        F.embedding(idx, w)
+    with pytest.raises(RuntimeError) as tpu_error:
+        F.embedding(idx.to("tpu"), w.to(table_on))
+    assert str(tpu_error.value) == str(cpu_error.value).replace("torch.FloatTensor", "torch.tpu.FloatTensor")
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (0, 0), (2, 3, 2, 2)])
+@pytest.mark.parametrize("weight_dtype", [torch.float16, torch.float64])
+def test_nll_loss_weight_of_another_dtype_raises_like_cpu(shape, weight_dtype):
+    # not a loss computed anyway: the CPU reads the class weights as the input's dtype
+    x = torch.randn(shape)
+    t = torch.zeros((shape[0],) + shape[2:], dtype=torch.long)
+    w = torch.ones(shape[1], dtype=weight_dtype)
+    with pytest.raises(RuntimeError) as cpu_error:
+        F.nll_loss(x, t, weight=w)
+    for weight_on in ("tpu", "cpu"):
+        with pytest.raises(RuntimeError) as tpu_error:
+            F.nll_loss(x.to("tpu"), t.to("tpu"), weight=w.to(weight_on))
+        assert str(tpu_error.value) == str(cpu_error.value)
+
+
 @pytest.mark.parametrize("case", ["embedding", "cross_entropy", "negative_target", "nll_loss2d", "ignored_ok"])
 def test_indices_outside_the_table_raise_like_cpu(case):
     # not a silent NaN: the same error type and message as the CPU

@@ -629,7 +629,13 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
 
 def _check_embedding_indices(bound):
     """An index outside the table is PyTorch's IndexError, not a row of NaNs
-    (JAX clamps or fills out-of-range gathers)."""
+    (JAX clamps or fills out-of-range gathers).  The indices' dtype is checked
+    first, as PyTorch's embedding does before anything else (a table on another
+    device included)."""
+    indices = bound["indices"]
+    if indices.dtype not in (torch.long, torch.int):
+        raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
+                           f"Long, Int; but got {indices.type()} instead (while checking arguments for embedding)")
     indexing._check_range(bound["indices"], 0, bound["weight"].shape[0],
                           lambda v: IndexError("index out of range in self"))
 
@@ -712,6 +718,10 @@ def _check_targets(bound):
     target, ignore = bound["target"], bound["ignore_index"]
     if target.dtype not in (torch.long, torch.uint8):
         raise RuntimeError(f"expected target dtype to be Long or Byte, but got {dtypes.aten_name(target.dtype)}")
+    weight = bound["weight"]
+    if weight is not None and weight.dtype != bound["self"].dtype:  # the CPU reads weight as self's dtype
+        raise RuntimeError(f"expected scalar type {dtypes.aten_name(bound['self'].dtype)} "
+                           f"but found {dtypes.aten_name(weight.dtype)}")
     classes = bound["self"].shape[1 if bound["self"].dim() > 1 else 0]
     if not target.numel() or target.device.type != "tpu":
         return
