@@ -317,6 +317,23 @@ def test_group_norm(groups):
     check(lambda x: F.group_norm(x, groups), r(3, 4, 6), atol=1e-5, rtol=1e-5)
 
 
+def test_group_norm_backward_keeps_the_input_layout():
+    # native_group_norm_backward called directly: the input's gradient channels_last like the input,
+    # as on the CPU (autograd itself hands every device but the CPU row-major operands; the CPU's
+    # kernel reads the gradient in the input's layout: given both, as autograd does)
+    x = r(2, 4, 3, 3).detach().to(memory_format=torch.channels_last)
+    outs = []
+    for dev in ("cpu", "tpu"):
+        xd, w = x.to(dev), torch.ones(4, device=dev)
+        _, mean, rstd = torch.ops.aten.native_group_norm(xd, w, None, 2, 4, 9, 2, 1e-5)
+        outs.append(torch.ops.aten.native_group_norm_backward(xd * 0.5 + 1, xd, mean, rstd, w, 2, 4, 9, 2,
+                                                              [True, True, False]))
+    for (gx, gw, _), (tx, tw, _) in zip(outs[:1], outs[1:]):
+        assert tx.stride() == gx.stride() == (36, 1, 12, 4)
+        assert_same(tx, gx, atol=1e-5, rtol=1e-5)
+        assert_same(tw, gw, atol=1e-5, rtol=1e-5)
+
+
 def test_rms_norm():
     check(lambda x, w: F.rms_norm(x, (6,), w, eps=1e-5), r(3, 6), r(6), atol=1e-5, rtol=1e-5)
 
@@ -759,6 +776,26 @@ def test_mode_pads(mode):
     check(lambda x: F.pad(x, (2, 1), mode=mode), r(2, 3, 5))
     check(lambda x: F.pad(x, (1, 2, 2, 1), mode=mode), r(2, 3, 4, 5))
     check(lambda x: F.pad(x, (1, 0, 1, 2, 0, 1), mode=mode), r(1, 2, 3, 4, 5))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+@pytest.mark.parametrize("shape, fmt", [((2, 3, 4, 5), torch.channels_last), ((1, 2, 3, 4, 5), torch.channels_last_3d)])
+def test_mode_pads_keep_the_input_layout(mode, shape, fmt):
+    # the CPU lays out the padded result and the input's gradient as the input (a row-major
+    # gradient flowing back too), not row-major
+    pad = (1, 2, 2, 1, 1, 0)[:2 * (len(shape) - 2)]
+    x = r(*shape).detach().to(memory_format=fmt)
+    results = []
+    for dev in ("cpu", "tpu"):
+        xd = x.to(dev).requires_grad_()
+        y = F.pad(xd, pad, mode=mode)
+        g, = torch.autograd.grad(y, xd, torch.ones(y.shape, device=dev))
+        results.append((y, g))
+    (y, g), (yt, gt) = results
+    assert y.stride() != torch.empty(y.shape).stride()  # (the CPU's layout is the input's)
+    assert (yt.stride(), gt.stride()) == (y.stride(), g.stride())
+    assert_same(yt, y)
+    assert_same(gt, g)
 
 
 def test_replicate_pad_negative():

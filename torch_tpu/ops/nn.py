@@ -571,7 +571,7 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
     return y.reshape(input.shape), mean, rstd
 
 
-@register("native_group_norm_backward.default", mask="output_mask")
+@register("native_group_norm_backward.default", mask="output_mask", layout=views.channels_last_from(1))
 def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
     x = to_opmath(input).reshape(N, C, HxW)
     dy = to_opmath(grad_out).reshape(N, C, HxW)
@@ -881,8 +881,9 @@ def _register_pads(kind, mode):
         def backward(grad_output, self, padding, _mode=mode):
             return _pad_backward(to_opmath(grad_output), self, padding, _mode)
         forward.__name__, backward.__name__ = name, name + "_backward"
-        register(name + ".default")(forward)
-        register(name + "_backward.default")(backward)
+        # (the CPU lays out the result, and the input's gradient, as the input: channels_last stays so)
+        register(name + ".default", layout=views.channels_last_from(0))(forward)
+        register(name + "_backward.default", layout=views.channels_last_from(1))(backward)
 
 
 _register_pads("reflection", "reflect")  # mirror without repeating the edge
