@@ -40,6 +40,12 @@ PyTorch's (never copied into this repository); the versions measured:
     test/test_optim.py      pytorch/pytorch@c96bc81bc2d0c9bdacd9aa6cbda691777bd299c0 (44194 characters; its
         TestOptimRenewed, OptimizerInfo-based; imports under torch 2.13 with its three ``from optim.* import``
         lines, the test/optim/ classes that are not device-generic, dropped)
+    test/test_modules.py    pytorch/pytorch@33263640046f558d38b8e4bc306b1ca6abbf0b1f (44117 characters; imports
+        under torch 2.13; test_pickle's ``torch.load(f)`` made ``torch.load(f, weights_only=False)``: torch 2.6+
+        refuses to unpickle a whole module by default, so it fails on the CPU too), in two runs:
+        ``-k "float32 and not gradgrad and not test_grad_ and not parity and not device_ctx"`` (1033 tests,
+        851 CPU passes with test_pickle) and ``-k "float64 and (test_forward or test_memory_format or
+        test_errors or test_check_inplace)"`` (289 tests, 236 CPU passes); test_grad/test_gradgrad not run
 
 An index out of range is an IndexError at the op when the index's values are
 known on the host (built from a list or a CPU tensor, or filled/written with
@@ -134,7 +140,19 @@ LARGE = (
     "randint of 4x2^23 int8 +1.1 GB, the CPU +0.03 GB), ~17 GB at this size; the stepped-view write that "
     "built an int64 index of every element is fixed (views.writer)")
 
+# suites-modules: test_modules.py
+GROUP_NORM_AUTOGRAD_LAYOUT = (
+    "GroupNorm's input gradient of a channels_last input comes back row-major: autograd's formula for "
+    "native_group_norm (derivatives.yaml) hands native_group_norm_backward the gradient and the input made "
+    "contiguous in the input's suggested format on the CPU only, row-major on every other device (CUDA, MPS and "
+    "XPU skip this test for GroupNorm in common_modules); the forward keeps channels_last, and "
+    "native_group_norm_backward called directly keeps it as the CPU's does (tests/test_nn.py).  Values agree")
+
 EXPECTED_FAILURES = {
+    "test_modules.py": {
+        **{f"TestModuleTPU::test_memory_format_nn_GroupNorm_tpu_{d}": GROUP_NORM_AUTOGRAD_LAYOUT
+           for d in ("float32", "float64")},
+    },
     "test_segment_reductions.py": {},
     "test_spectral_ops.py": {},
     "test_scatter_gather_ops.py": {

@@ -149,6 +149,23 @@ def test_conv_module_training_step():
         assert_same(pt, pc.detach(), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("make", [lambda: nn.LazyConv2d(4, 2), lambda: nn.LazyLinear(3),
+                                  lambda: nn.LazyBatchNorm1d()])
+def test_lazy_module_moved_before_its_first_forward(make):
+    # .to("tpu") moves the UninitializedParameters/Buffers (whose .shape raises) as on the CPU
+    x = torch.randn(2, 3, 4, 4) if isinstance(make(), nn.LazyConv2d) else torch.randn(5, 3)
+    cpu = make().to(torch.float64)
+    tpu = make().to("tpu").to(torch.float64)
+    assert [type(p) for p in tpu.parameters()] == [type(p) for p in cpu.parameters()]
+    assert all(t.device.type == "tpu" for t in list(tpu.parameters()) + list(tpu.buffers()))
+    cpu(x.double())
+    tpu(x.double().to("tpu"))
+    tpu.load_state_dict(cpu.state_dict())
+    for p in tpu.parameters():
+        assert p.device.type == "tpu" and p.dtype == torch.float64 and type(p) is nn.Parameter
+    assert_same(tpu(x.double().to("tpu")), cpu(x.double()))
+
+
 # ---- pooling -------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw", [
@@ -298,6 +315,23 @@ def test_group_norm(groups):
     check(lambda x, w, b: F.group_norm(x, groups, w, b, eps=1e-3), r(2, 4, 3, 5), r(4), r(4),
           atol=1e-5, rtol=1e-5)
     check(lambda x: F.group_norm(x, groups), r(3, 4, 6), atol=1e-5, rtol=1e-5)
+
+
+def test_group_norm_backward_keeps_the_input_layout():
+    # native_group_norm_backward called directly: the input's gradient channels_last like the input,
+    # as on the CPU (autograd itself hands every device but the CPU row-major operands; the CPU's
+    # kernel reads the gradient in the input's layout: given both, as autograd does)
+    x = r(2, 4, 3, 3).detach().to(memory_format=torch.channels_last)
+    outs = []
+    for dev in ("cpu", "tpu"):
+        xd, w = x.to(dev), torch.ones(4, device=dev)
+        _, mean, rstd = torch.ops.aten.native_group_norm(xd, w, None, 2, 4, 9, 2, 1e-5)
+        outs.append(torch.ops.aten.native_group_norm_backward(xd * 0.5 + 1, xd, mean, rstd, w, 2, 4, 9, 2,
+                                                              [True, True, False]))
+    for (gx, gw, _), (tx, tw, _) in zip(outs[:1], outs[1:]):
+        assert tx.stride() == gx.stride() == (36, 1, 12, 4)
+        assert_same(tx, gx, atol=1e-5, rtol=1e-5)
+        assert_same(tw, gw, atol=1e-5, rtol=1e-5)
 
 
 def test_rms_norm():
@@ -452,6 +486,32 @@ def test_margin_loss_target_errors():
             fn(x, t)
         with pytest.raises(RuntimeError) as tpu_error:
             fn(x.to("tpu"), t.to("tpu"))
+        assert str(tpu_error.value) == str(cpu_error.value)
+
+
+@pytest.mark.parametrize("table_on", ["tpu", "cpu"])
+def test_embedding_float_indices_raise_the_dtype_error_first(table_on):
+    # PyTorch checks the indices' dtype before anything else: also with the table on the CPU
+    w, idx = torch.randn(6, 3), torch.tensor([0.5, 2.0])
+    with pytest.raises(RuntimeError) as cpu_error:
+        F.embedding(idx, w)
+    with pytest.raises(RuntimeError) as tpu_error:
+        F.embedding(idx.to("tpu"), w.to(table_on))
+    assert str(tpu_error.value) == str(cpu_error.value).replace("torch.FloatTensor", "torch.tpu.FloatTensor")
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (0, 0), (2, 3, 2, 2)])
+@pytest.mark.parametrize("weight_dtype", [torch.float16, torch.float64])
+def test_nll_loss_weight_of_another_dtype_raises_like_cpu(shape, weight_dtype):
+    # not a loss computed anyway: the CPU reads the class weights as the input's dtype
+    x = torch.randn(shape)
+    t = torch.zeros((shape[0],) + shape[2:], dtype=torch.long)
+    w = torch.ones(shape[1], dtype=weight_dtype)
+    with pytest.raises(RuntimeError) as cpu_error:
+        F.nll_loss(x, t, weight=w)
+    for weight_on in ("tpu", "cpu"):
+        with pytest.raises(RuntimeError) as tpu_error:
+            F.nll_loss(x.to("tpu"), t.to("tpu"), weight=w.to(weight_on))
         assert str(tpu_error.value) == str(cpu_error.value)
 
 
@@ -716,6 +776,26 @@ def test_mode_pads(mode):
     check(lambda x: F.pad(x, (2, 1), mode=mode), r(2, 3, 5))
     check(lambda x: F.pad(x, (1, 2, 2, 1), mode=mode), r(2, 3, 4, 5))
     check(lambda x: F.pad(x, (1, 0, 1, 2, 0, 1), mode=mode), r(1, 2, 3, 4, 5))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+@pytest.mark.parametrize("shape, fmt", [((2, 3, 4, 5), torch.channels_last), ((1, 2, 3, 4, 5), torch.channels_last_3d)])
+def test_mode_pads_keep_the_input_layout(mode, shape, fmt):
+    # the CPU lays out the padded result and the input's gradient as the input (a row-major
+    # gradient flowing back too), not row-major
+    pad = (1, 2, 2, 1, 1, 0)[:2 * (len(shape) - 2)]
+    x = r(*shape).detach().to(memory_format=fmt)
+    results = []
+    for dev in ("cpu", "tpu"):
+        xd = x.to(dev).requires_grad_()
+        y = F.pad(xd, pad, mode=mode)
+        g, = torch.autograd.grad(y, xd, torch.ones(y.shape, device=dev))
+        results.append((y, g))
+    (y, g), (yt, gt) = results
+    assert y.stride() != torch.empty(y.shape).stride()  # (the CPU's layout is the input's)
+    assert (yt.stride(), gt.stride()) == (y.stride(), g.stride())
+    assert_same(yt, y)
+    assert_same(gt, g)
 
 
 def test_replicate_pad_negative():

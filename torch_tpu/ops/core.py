@@ -238,8 +238,17 @@ def _warn_complex_to_real():
     errors.warn_at_caller("Casting complex values to real discards the imaginary part")
 
 
+def _plain(t):
+    """t seen as a plain Tensor: a lazy module's UninitializedParameter/Buffer (whose
+    ``.shape`` raises) reaches _to_copy and copy_ when the module is moved before
+    its first forward."""
+    return t if type(t) is torch.Tensor or not isinstance(t, torch.nn.parameter.UninitializedTensorMixin) \
+        else t.as_subclass(torch.Tensor)
+
+
 @register_raw("copy_.default")
 def copy_(self, src, non_blocking=False):
+    self, src = _plain(self), _plain(src)
     if self.device.type == "tpu":
         if src.is_complex() and not self.is_complex():
             _warn_complex_to_real()
@@ -269,6 +278,7 @@ same_device_cast = _same_device_cast = kernel("_to_copy.default", lambda self, *
 def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
              non_blocking=False, memory_format=None):
     runtime.check_device(device)
+    self = _plain(self)
     target = torch.device(device) if device is not None else self.device
     dtype = dtype or self.dtype
     if target.type == "tpu":

@@ -571,7 +571,7 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
     return y.reshape(input.shape), mean, rstd
 
 
-@register("native_group_norm_backward.default", mask="output_mask")
+@register("native_group_norm_backward.default", mask="output_mask", layout=views.channels_last_from(1))
 def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
     x = to_opmath(input).reshape(N, C, HxW)
     dy = to_opmath(grad_out).reshape(N, C, HxW)
@@ -629,7 +629,13 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
 
 def _check_embedding_indices(bound):
     """An index outside the table is PyTorch's IndexError, not a row of NaNs
-    (JAX clamps or fills out-of-range gathers)."""
+    (JAX clamps or fills out-of-range gathers).  The indices' dtype is checked
+    first, as PyTorch's embedding does before anything else (a table on another
+    device included)."""
+    indices = bound["indices"]
+    if indices.dtype not in (torch.long, torch.int):
+        raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
+                           f"Long, Int; but got {indices.type()} instead (while checking arguments for embedding)")
     indexing._check_range(bound["indices"], 0, bound["weight"].shape[0],
                           lambda v: IndexError("index out of range in self"))
 
@@ -712,6 +718,10 @@ def _check_targets(bound):
     target, ignore = bound["target"], bound["ignore_index"]
     if target.dtype not in (torch.long, torch.uint8):
         raise RuntimeError(f"expected target dtype to be Long or Byte, but got {dtypes.aten_name(target.dtype)}")
+    weight = bound["weight"]
+    if weight is not None and weight.dtype != bound["self"].dtype:  # the CPU reads weight as self's dtype
+        raise RuntimeError(f"expected scalar type {dtypes.aten_name(bound['self'].dtype)} "
+                           f"but found {dtypes.aten_name(weight.dtype)}")
     classes = bound["self"].shape[1 if bound["self"].dim() > 1 else 0]
     if not target.numel() or target.device.type != "tpu":
         return
@@ -871,8 +881,9 @@ def _register_pads(kind, mode):
         def backward(grad_output, self, padding, _mode=mode):
             return _pad_backward(to_opmath(grad_output), self, padding, _mode)
         forward.__name__, backward.__name__ = name, name + "_backward"
-        register(name + ".default")(forward)
-        register(name + "_backward.default")(backward)
+        # (the CPU lays out the result, and the input's gradient, as the input: channels_last stays so)
+        register(name + ".default", layout=views.channels_last_from(0))(forward)
+        register(name + "_backward.default", layout=views.channels_last_from(1))(backward)
 
 
 _register_pads("reflection", "reflect")  # mirror without repeating the edge
