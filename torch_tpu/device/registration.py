@@ -62,9 +62,11 @@ class _StandIn(types.ModuleType):
     """``torch.tpu`` until the load: any attribute loads torch_tpu and comes
     from the device module (which then replaces this one as ``torch.tpu``).
     Only what PyTorch asks of every device module on CPU-only paths is
-    answered here without loading: ``torch.manual_seed``/``torch.seed`` seed
-    the device's stream through it, optimizers ask ``is_available``,
-    activation checkpointing ``_initialized``."""
+    answered here without loading (each the device module's own answer):
+    ``torch.manual_seed``/``torch.seed`` seed the device's stream through it,
+    optimizers ask ``is_available``, activation checkpointing ``_initialized``
+    and ``get_amp_supported_dtype``, Dynamo's tracer ``current_device`` and
+    the lazy init."""
 
     __path__ = []  # (``import torch.tpu.<name>``: loading.install_submodule_finder)
 
