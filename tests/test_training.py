@@ -231,6 +231,30 @@ def test_fused_adam_unscales_grads_in_place_and_matches_cpu(op, weight_decay, dt
         torch.testing.assert_close(t, c, rtol=0, atol=0)
 
 
+def test_fused_adam_traced_for_a_tpu_keeps_its_tensors_in_float32():
+    # the CPU kernel's fused multiply-adds are computed through float64 on the
+    # CPU platform only: a TPU emulates float64 (~10x slower), and its XLA
+    # contracts a*b+c into the hardware's own FMA
+    import jax
+    import numpy as np
+
+    from torch_tpu import target
+    from torch_tpu.ops import optim as tpu_optim
+    n = 2
+    args = ([np.zeros(8, np.float32)] * (4 * n) + [np.zeros((), np.float32)] * n
+            + [np.float32(0.1), np.float32(0.9), np.float32(0.999), np.float32(0.01), np.float32(1e-8),
+               np.float32(1.0)])
+
+    def float64_arrays(platform):
+        with target.kernels_for(platform):
+            fn = tpu_optim._adam_flat(False, False, False, True, True, target.kernel_platform() == "cpu", n, 0)
+            jaxpr = jax.make_jaxpr(fn.__wrapped__)(*args)
+        return sum(1 for eqn in jaxpr.jaxpr.eqns for v in eqn.outvars
+                   if v.aval.dtype == np.float64 and v.aval.shape == (8,))
+    assert float64_arrays("cpu") > 0
+    assert float64_arrays("tpu") == 0
+
+
 @pytest.mark.parametrize("amsgrad", [False, True], ids=["adamw", "amsgrad"])
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 def test_fused_adamw_matches_cpu_and_is_recorded_in_fused_mode(mode, amsgrad):

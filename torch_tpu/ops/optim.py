@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from .. import dtypes, runtime
+from .. import dtypes, target
 from ..dtypes import to_opmath
 from ..eager import access
 from ..eager.launch import launch
@@ -21,7 +21,7 @@ from . import elementwise
 from .registry import register_raw
 
 
-def _fma(a, b, c):
+def _fma(a, b, c, wide):
     """a * b + c rounded once, as the CPU kernels' vec::fmadd (and the
     products their compiler contracts): on the CPU platform, float32 (and
     half's float32) operands through float64, where the product of two 24-bit
@@ -29,14 +29,15 @@ def _fma(a, b, c):
     rounding only in a rare tie); float64 operands as XLA computes them (no
     wider type: an ulp off at times).  On a TPU or GPU, XLA contracts the
     product and the add into the hardware's own fused multiply-add, and
-    float64 would be emulated (TPU: ~10x slower), so the plain expression."""
-    if a.dtype == np.float64 or runtime.platform_name() != "cpu":
+    float64 would be emulated (TPU: ~10x slower), so the plain expression
+    (``wide``: the kernels are for the CPU, target.kernel_platform())."""
+    if a.dtype == np.float64 or not wide:
         return a * b + c
-    wide = a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)
-    return wide.astype(a.dtype)
+    once = a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)
+    return once.astype(a.dtype)
 
 
-def _adam_fn(adamw: bool, amsgrad: bool, maximize: bool, scaled: bool, decay: bool):
+def _adam_fn(adamw: bool, amsgrad: bool, maximize: bool, scaled: bool, decay: bool, wide: bool):
     """The Adam(W) update over lists, traced inside ``_adam_flat``'s jit: the
     CPU kernel's vectorized arithmetic (FusedAdamKernel.cpp): the coefficients
     computed in double from the step read as a float, then each rounded to the
@@ -62,10 +63,10 @@ def _adam_fn(adamw: bool, amsgrad: bool, maximize: bool, scaled: bool, decay: bo
                 if adamw:  # (XLA fuses this product into the update's add, the CPU does not: an ulp at times)
                     p32 = p32 * (1 - lr64 * wd64).astype(ct)
                 else:
-                    g32 = _fma(p32, wd64.astype(ct), g32)
+                    g32 = _fma(p32, wd64.astype(ct), g32, wide)
             w = (1 - b1).astype(ct)  # exp_avg.lerp_(grad, 1 - beta1)
-            m32 = jnp.where(jnp.abs(w) < 0.5, _fma(w, g32 - m32, m32), _fma(w - 1, g32 - m32, g32))
-            v32 = _fma((1 - b2).astype(ct) * g32, g32, v32 * b2.astype(ct))
+            m32 = jnp.where(jnp.abs(w) < 0.5, _fma(w, g32 - m32, m32, wide), _fma(w - 1, g32 - m32, g32, wide))
+            v32 = _fma((1 - b2).astype(ct) * g32, g32, v32 * b2.astype(ct), wide)
             if amsgrad:
                 vmax = jnp.maximum(to_opmath(max_sqs[i]), v32)
                 outs[3].append(vmax.astype(max_sqs[i].dtype))
@@ -85,12 +86,13 @@ def _read_all(tensors):
 
 
 @functools.lru_cache(maxsize=None)
-def _adam_flat(adamw: bool, amsgrad: bool, maximize: bool, scaled: bool, decay: bool, n: int, n_max: int):
+def _adam_flat(adamw: bool, amsgrad: bool, maximize: bool, scaled: bool, decay: bool, wide: bool,
+               n: int, n_max: int):
     """``_adam_fn`` over one flat argument list with one flat result list (what
     ``launch`` records in fused mode): params, grads, exp_avgs, exp_avg_sqs
     (``n`` each), max_exp_avg_sqs (``n_max``), steps (``n``), the six scalars ->
     new params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, grads (when scaled)."""
-    step = _adam_fn(adamw, amsgrad, maximize, scaled, decay)
+    step = _adam_fn(adamw, amsgrad, maximize, scaled, decay, wide)
 
     def flat(*xs):
         lists = [list(xs[i * n:(i + 1) * n]) for i in range(4)]
@@ -124,7 +126,8 @@ def _fused_adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, stat
     inputs += [_scalar(lr), _scalar(beta1), _scalar(beta2), _scalar(weight_decay), _scalar(eps),
                _scalar(grad_scale) if scaled else jnp.asarray(1.0)]
     out_buffers = [(tuple(t.shape), dtypes.TORCH_TO_NP[t.dtype]) for group in written for t in group]
-    fn = _adam_flat(adamw, bool(amsgrad), bool(maximize), scaled, float(weight_decay) != 0, n, len(maxes))
+    wide = target.kernel_platform() == "cpu"  # (part of the cache key: a TPU lowering check traces anew)
+    fn = _adam_flat(adamw, bool(amsgrad), bool(maximize), scaled, float(weight_decay) != 0, wide, n, len(maxes))
     results = launch("aten::_fused_adamw_" if adamw else "aten::_fused_adam_", fn, inputs, out_buffers)
     offsets = [0]
     for group in written:
