@@ -15,7 +15,8 @@ from ..eager.modes import EagerMode  # noqa: F401  (public name)
 from ..precision import Precision, set_precision  # noqa: F401  (public names)
 from ..storage import memory
 from . import rng
-from .registration import get_amp_supported_dtype, is_available  # noqa: F401  (torch.tpu's, answered before the load)
+from .registration import (  # noqa: F401  (torch.tpu's, answered before the load too)
+    _is_in_bad_fork, current_device, get_amp_supported_dtype, is_available)
 
 
 def _index(device) -> int:
@@ -49,16 +50,8 @@ def _lazy_init() -> None:
     runtime.jax_device()
 
 
-def _is_in_bad_fork() -> bool:
-    return False
-
-
 def device_count() -> int:
     return runtime.device_count()
-
-
-def current_device() -> int:
-    return 0
 
 
 def set_device(device) -> None:

@@ -58,6 +58,14 @@ def get_amp_supported_dtype():
     return [torch.bfloat16, torch.float16, torch.float32]
 
 
+def current_device() -> int:
+    return 0  # (one device a process)
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
 class _StandIn(types.ModuleType):
     """``torch.tpu`` until the load: any attribute loads torch_tpu and comes
     from the device module (which then replaces this one as ``torch.tpu``).
@@ -81,12 +89,12 @@ class _StandIn(types.ModuleType):
     is_available = staticmethod(is_available)
     get_amp_supported_dtype = staticmethod(get_amp_supported_dtype)  # (any torch.autocast("tpu"), enabled or not)
     _initialized = property(lambda self: loading.device_started())  # (torch.utils.checkpoint asks the default device)
-    current_device = staticmethod(lambda: 0)  # (one device a process; Dynamo asks the accelerator's stream)
+    current_device = staticmethod(current_device)  # (Dynamo asks the accelerator's stream)
     # PyTorch's lazy init of the device (once a process: torch.compile of CPU
     # code asks for the accelerator's device index): nothing to do until an
     # op reaches tpu, and that op loads (device/first_op.py)
     _lazy_init = staticmethod(lambda: None)
-    _is_in_bad_fork = staticmethod(lambda: False)
+    _is_in_bad_fork = staticmethod(_is_in_bad_fork)
     manual_seed = manual_seed_all = staticmethod(rng.manual_seed)
     seed = seed_all = staticmethod(rng.seed)
     initial_seed = staticmethod(rng.initial_seed)

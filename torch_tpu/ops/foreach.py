@@ -11,7 +11,7 @@ import torch
 
 from ..dtypes import to_opmath
 from . import elementwise
-from .registry import _trace, in_place, register
+from .registry import _ROUNDED_SCALAR_OVERLOADS, _UNROUNDED_SCALAR_OPS, _trace, in_place, register
 
 
 def _in_result(x, i):
@@ -37,27 +37,23 @@ def _scalars(scalars, n):
     return scalars if isinstance(scalars, (list, tuple)) else [scalars] * n
 
 
-# The ops whose CPU kernels read a number operand of a float16/bfloat16 op
-# unrounded (registry._UNROUNDED_SCALAR_OPS); pow rounds its exponent (pow_scalar)
-_UNROUNDED = ("mul", "div")
-# ...but the CPU's in-place list op with numbers runs the single-tensor in-place
-# op per tensor, and mul_.Scalar rounds its number (registry._ROUNDED_SCALAR_OVERLOADS)
-_ROUNDED_IN_PLACE = ("mul",)
-
-
 def _binary(name, fn, scalar_check=None, check=None):
     """Scalar, ScalarList, List and Tensor variants of a binary pointwise op
     (``scalar_check``: the number variants' first-call check; ``check``:
     every variant's).  Each position computes as the single-tensor op: its
     other operand rounded to a half result's dtype first (but for mul's and
     div's numbers), alpha too."""
-    rounds = name not in _UNROUNDED
+    # as the single-tensor kernels read a number (registry._narrowing): mul's and
+    # div's unrounded, pow's exponent rounded (pow_scalar); the CPU's in-place list
+    # op with numbers runs the single-tensor in-place op per tensor, so mul_.Scalar's rounds
+    rounds = name not in _UNROUNDED_SCALAR_OPS
+    rounds_in_place = f"{name}_.Scalar" in _ROUNDED_SCALAR_OVERLOADS
 
     def operand(v, t, i, x, rounded=rounds):
         return _like(elementwise.half_rounded(v, _result_dtype(t, i)) if rounded else v, x)
 
     def scalar(self, scalar):
-        rounded = rounds or (name in _ROUNDED_IN_PLACE and in_place())
+        rounded = rounds or (rounds_in_place and in_place())
         return [fn(x, operand(s, t, i, x, rounded))
                 for i, (t, x, s) in enumerate(zip(self, _results(self), _scalars(scalar, len(self))))]
 

@@ -330,17 +330,17 @@ def _scatter(self, dim, index, src, how):
     if out.dtype == jnp.bool_ and how in _BOOL_REDUCE:  # XLA has no bool add/multiply scatter
         return _scatter(out.astype(jnp.uint8), dim, index, src.astype(jnp.uint8),
                         _BOOL_REDUCE[how]).astype(jnp.bool_).reshape(shape)
-    if out.dtype in _HALF and how in _BOOL_REDUCE:
+    ct = dtypes.opmath(out.dtype)
+    if ct != out.dtype and how in _BOOL_REDUCE:
         # the CPU's kernel sums and multiplies half tensors in float32 and rounds once at the end
         # (XLA would round after each update, as index_add's CPU kernel does)
-        return _scatter(out.astype(jnp.float32), dim, index, src.astype(jnp.float32), how).astype(out.dtype).reshape(shape)
+        return _scatter(out.astype(ct), dim, index, src.astype(ct), how).astype(out.dtype).reshape(shape)
     at = out.at[_scatter_coords(index, dim)]
     return getattr(at, how)(src).reshape(shape)
 
 
 # bool sums and products, as the CPU computes them: or and and
 _BOOL_REDUCE = {"add": "max", "multiply": "min"}
-_HALF = (jnp.float16, jnp.bfloat16)
 
 
 _REDUCE = {"add": "add", "sum": "add", "multiply": "multiply", "prod": "multiply",
@@ -419,10 +419,11 @@ def index_add(self, dim, index, source, *, alpha=1):
     if out.dtype == jnp.bool_:  # (XLA has no bool add scatter) or, as the CPU's bool sum
         added = out.astype(jnp.uint8).at[_along(dim, out.ndim, index)].max(update.astype(jnp.uint8))
         return added.astype(jnp.bool_).reshape(self.shape)
-    if out.dtype in _HALF and out.ndim > 1 and (isinstance(alpha, (int, float)) and alpha == 1):
+    ct = dtypes.opmath(out.dtype)
+    if ct != out.dtype and out.ndim > 1 and (isinstance(alpha, (int, float)) and alpha == 1):
         # the CPU adds slices of a half tensor (alpha 1) in float32 and rounds once; one element
         # per index (1-d) it rounds after each add, as XLA's half scatter does
-        added = out.astype(jnp.float32).at[_along(dim, out.ndim, index)].add(update.astype(jnp.float32))
+        added = out.astype(ct).at[_along(dim, out.ndim, index)].add(update.astype(ct))
         return added.astype(out.dtype).reshape(self.shape)
     return out.at[_along(dim, out.ndim, index)].add(update).reshape(self.shape)
 

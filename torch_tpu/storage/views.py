@@ -370,13 +370,13 @@ def writer(spec):
             # for the update, cut back after; no view element lies in the padding.
             order, shape, length = layout
             end = flat.shape[0]
-            block = _block_of(flat, offset, length).reshape(shape)
+            if offset + length > end:
+                flat = jnp.pad(flat, (0, offset + length - end))
+            block = lax.slice(flat, (offset,), (offset + length,)).reshape(shape)
             kept = [size[d] for d in sorted(order)]  # size-1 dims are not in the block
             part = jnp.transpose(value.reshape(kept), np.argsort(np.argsort(order)))
             part = part.reshape(part.shape + ((1,) if len(shape) > len(order) else ()))
             block = lax.dynamic_update_slice(block, part.astype(block.dtype), (0,) * block.ndim)
-            if offset + length > end:
-                flat = jnp.pad(flat, (0, offset + length - end))
             flat = lax.dynamic_update_slice(flat, block.reshape(-1), (offset,))[:end]
         else:
             idx = _flat_indices(size, stride, offset)
