@@ -304,6 +304,35 @@ def test_a_remembered_arange_is_each_tensors_own():
         assert torch.equal(tpu, cpu) and torch.equal(tpu.signbit(), cpu.signbit())
 
 
+@pytest.mark.parametrize("args,kwargs", [
+    ((16,), {}), ((3, 11), {}), ((0, 1, 0.1), {}), ((5.0,), {}), ((True,), {}), ((10, 0, -3), {}),
+    ((7,), dict(dtype=torch.float16)), ((-2, 2, 0.5), dict(dtype=torch.bfloat16)), ((4,), dict(dtype=torch.uint8)),
+])
+def test_arange_seen_before_gives_the_cpus_ramp_again(args, kwargs):
+    # the second torch.arange of the same numbers is wrapped from the ramp the
+    # first made (no empty + out=): same values, dtype and shape as the CPU's
+    cpu = torch.arange(*args, **kwargs)
+    for _ in range(3):
+        tpu = torch.arange(*args, device="tpu", **kwargs)
+        assert tpu.dtype == cpu.dtype and tpu.shape == cpu.shape and tpu.stride() == cpu.stride()
+        assert torch.equal(tpu.cpu(), cpu)
+
+
+def test_arange_seen_before_keeps_its_host_values_and_errors():
+    # positions from a remembered arange are still range-checked at the op, as on the CPU
+    emb = torch.nn.Embedding(8, 2).to("tpu")
+    for _ in range(3):
+        with pytest.raises(IndexError, match="index out of range"):
+            emb(torch.arange(9, device="tpu"))
+        for bad, message in (((0, 5, 0), "step must be nonzero"), ((5, 0), "inconsistent with step sign")):
+            with pytest.raises(RuntimeError, match=message):
+                torch.arange(*bad, device="tpu")
+        with pytest.raises(RuntimeError, match="Invalid device index"):
+            torch.arange(5, device="tpu:1")
+    assert not torch.arange(5, device="tpu").requires_grad
+    assert torch.arange(5.0, device="tpu", requires_grad=True).requires_grad
+
+
 def test_empty_checks_are_not_remembered_as_passed():
     # empty's checks are remembered per (size, dtype, device, format) only
     # when they pass: the same bad call raises every time

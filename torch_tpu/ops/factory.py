@@ -182,6 +182,59 @@ def arange_out(end, *, out):
     return arange_start_out(0, end, 1, out=out)
 
 
+# ``torch.arange(n, device="tpu")`` without out= is PyTorch's composite: empty,
+# then arange.out with its checks and its constant (~60 Python calls).  A
+# small ramp seen before is wrapped straight from the constant it got then.
+class _Ramp:
+    __slots__ = ("value", "dtype", "nbytes", "shape", "host")
+
+    def __init__(self, t):
+        st = t.untyped_storage()
+        self.value, self.dtype, self.nbytes, self.shape = buffers.get_buffer(st), t.dtype, st.nbytes(), tuple(t.shape)
+        kept = getattr(buffers.storage_of(st), "_tpu_host", None)
+        self.host = kept[2] if kept is not None and kept[0] is self.value else None
+
+
+_RAMPS: dict = {}  # (start, end, step value keys, dtype, layout, device, pin_memory) -> _Ramp
+_MAX_RAMPS = 1024
+
+
+def _arange_new(start, end, step, dtype, layout, device, pin_memory):
+    key = (_value_key(start), _value_key(end), _value_key(step), dtype, layout, device, pin_memory)
+    ramp = _RAMPS.get(key)
+    if ramp is None:
+        if dtype is None:  # the composite's: int64 for integral (and bool) ends, else the default dtype
+            integral = all(type(x) in (int, bool) for x in (start, end, step))
+            dtype = torch.int64 if integral else torch.get_default_dtype()
+        out = torch.empty(0, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
+        t = _aten.arange.start_out(start, end, step, out=out)
+        if (None not in key[:3] and t.layout is torch.strided and t.numel() * t.element_size() <= _CONSTANT_BYTES
+                and len(_RAMPS) < _MAX_RAMPS):
+            _RAMPS[key] = _Ramp(t)
+        return t
+    if tpu_dtypes.active:  # on a TPU: float64 warns, complex128 is refused (as empty does)
+        tpu_dtypes.entering(ramp.dtype)
+    t = buffers.wrap_as(ramp.value, ramp.dtype, ramp.nbytes, ramp.shape, None)
+    if ramp.host is not None:
+        host_mirror.keep(buffers.storage_of(t.untyped_storage()), ramp.value, ramp.dtype, ramp.host)
+    return t
+
+
+@register_raw("arange.default")
+def arange(end, dtype=None, layout=None, device=None, pin_memory=None):
+    return _arange_new(0, end, 1, dtype, layout, device, pin_memory)
+
+
+@register_raw("arange.start")
+def arange_start(start, end, dtype=None, layout=None, device=None, pin_memory=None):
+    return _arange_new(start, end, 1, dtype, layout, device, pin_memory)
+
+
+@register_raw("arange.start_step")
+def arange_start_step(start, end, step=1, dtype=None, layout=None, device=None, pin_memory=None):
+    return _arange_new(start, end, step, dtype, layout, device, pin_memory)
+
+
 def _ramp(start, end, denom, n, step_dtype):
     """PyTorch's CPU linspace values in ``step_dtype``: the first half counts up
     from start, the second half down from end, so both ends are exact.  The CPU
