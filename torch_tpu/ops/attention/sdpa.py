@@ -43,8 +43,10 @@ def _reduce_heads(g, heads):
 def _scores(q, k, bias, is_causal, root_scale, dtype=_F32):
     """Scaled, masked attention scores in ``dtype`` (float32 here; the
     transformer fast paths pass float64 through).  Like PyTorch's math path,
-    both operands are scaled by the square root of the scale (``root_scale``)."""
-    s = jnp.einsum("...qe,...ke->...qk", q.astype(dtype) * root_scale, k.astype(dtype) * root_scale,
+    both operands are scaled by the square root of the scale: ``root_scale``
+    is the (query's, key's) factors, the query's negative for a negative scale."""
+    q_scale, k_scale = root_scale
+    s = jnp.einsum("...qe,...ke->...qk", q.astype(dtype) * q_scale, k.astype(dtype) * k_scale,
                    precision=precision.for_operands(q))
     if is_causal:  # top-left aligned, as PyTorch's tril mask
         allowed = jnp.tril(jnp.ones(s.shape[-2:], bool))
@@ -55,7 +57,12 @@ def _scores(q, k, bias, is_causal, root_scale, dtype=_F32):
 
 
 def _root_scale(q, scale):
-    return math.sqrt(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    """The factors of the query and the key whose product is the scale, as
+    PyTorch's math path splits it: the square root of its magnitude each, the
+    query's negated for a negative scale (``math.sqrt`` refuses that one)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    root = math.sqrt(abs(scale))
+    return (-root if scale < 0 else root), root
 
 
 def _unbroadcast(g, shape):
@@ -97,11 +104,12 @@ def _fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out
     dp = jnp.einsum("...qd,...kd->...qk", dout, v, precision=prec)
     ds = p * (dp - jnp.sum(p * dp, axis=-1, keepdims=True))
     grads = []
+    q_scale, k_scale = root_scale
     if grad_input_mask[0]:
-        dq = jnp.einsum("...qk,...ke->...qe", ds, k * root_scale, precision=prec) * root_scale
+        dq = jnp.einsum("...qk,...ke->...qe", ds, k * k_scale, precision=prec) * q_scale
         grads.append(dq.astype(query.dtype))
     if grad_input_mask[1]:
-        dk = jnp.einsum("...qk,...qe->...ke", ds, q * root_scale, precision=prec) * root_scale
+        dk = jnp.einsum("...qk,...qe->...ke", ds, q * q_scale, precision=prec) * k_scale
         grads.append(_reduce_heads(dk, kv_heads).astype(key.dtype))
     if grad_input_mask[2]:
         dv = jnp.einsum("...qk,...qd->...kd", p, dout, precision=prec)
