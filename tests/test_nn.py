@@ -843,6 +843,8 @@ def _attention_case(kind):
         kw = dict(scale=0.2)
     elif kind == "negative_scale":  # the query's factor negative, as PyTorch's math path splits it
         kw = dict(scale=-0.3, attn_mask=torch.randn(5, 6, generator=torch.Generator().manual_seed(3)))
+    elif kind == "no_keys":  # zero keys: zeros, as PyTorch's math path (a max of nothing raised)
+        q, k, v = r(2, 4, 5, 8), r(2, 4, 0, 8, seed=1), r(2, 4, 0, 8, seed=2)
     elif kind == "three_d_value_dim":
         q, k, v = r(4, 5, 8), r(4, 6, 8, seed=1), r(4, 6, 3, seed=2)
     elif kind == "dropout_zero_composite":  # outside the fused op's cover: the composite
@@ -851,7 +853,7 @@ def _attention_case(kind):
 
 
 ATTENTION_KINDS = ["plain", "causal", "bool_mask", "masked_row", "float_mask", "gqa", "scale",
-                   "negative_scale", "three_d_value_dim", "dropout_zero_composite"]
+                   "negative_scale", "no_keys", "three_d_value_dim", "dropout_zero_composite"]
 
 
 @pytest.mark.parametrize("kind", ATTENTION_KINDS)

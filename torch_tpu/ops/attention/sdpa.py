@@ -78,7 +78,7 @@ def _fused_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=F
     heads = query.shape[-3]
     k, v = _expand_heads(key, heads), _expand_heads(value, heads)
     s = _scores(query, k, attn_bias, is_causal, _root_scale(query, scale))
-    m = jnp.max(s, axis=-1, keepdims=True)
+    m = jnp.max(s, axis=-1, keepdims=True, initial=-jnp.inf)  # (no keys: -inf, as a fully masked row)
     m = jnp.where(jnp.isfinite(m), m, 0.0)  # fully masked row: no shift, sum 0
     e = jnp.exp(s - m)
     total = jnp.sum(e, axis=-1, keepdims=True)
