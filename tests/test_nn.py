@@ -977,6 +977,60 @@ def test_attention_errors_match_pytorch():
         assert type(tpu_error.value) is type(cpu_error.value)
 
 
+def _causal_with_mask_case(case):
+    """(q, k, v, mask, kwargs, backends): a mask with is_causal=True.  The CPU's flash kernel
+    applies both; its math path (3-D inputs, dropout, a mask needing a gradient or of another
+    rank, a strided head dimension, sdpa_kernel without flash...) raises."""
+    from torch.nn.attention import SDPBackend
+    q, k, v = r(2, 2, 5, 8), r(2, 2, 6, 8, seed=1), r(2, 2, 6, 8, seed=2)
+    g = torch.Generator().manual_seed(4)
+    mask = torch.rand(5, 6, generator=g) > 0.4
+    kw, backends = {}, None
+    if case == "float":
+        mask = torch.randn(5, 6, generator=g)
+    elif case == "mask_4d":
+        mask = torch.rand(2, 1, 5, 6, generator=g) > 0.4
+    elif case == "mask_row":
+        mask = torch.rand(1, 6, generator=g) > 0.2
+    elif case == "gqa_float64":
+        q, k, v = (r(2, h, n, 8, dtype=torch.float64, seed=s) for h, n, s in ((4, 5, 0), (2, 6, 1), (2, 6, 2)))
+        kw = dict(enable_gqa=True)
+    elif case == "more_queries":  # queries past the last key: rows the mask may empty (zeros)
+        q = r(2, 2, 9, 8)
+        mask = torch.rand(9, 6, generator=g) > 0.4
+    elif case == "three_d":
+        q, k, v = r(4, 5, 8), r(4, 6, 8, seed=1), r(4, 6, 8, seed=2)
+    elif case == "mask_3d":
+        mask = mask[None]
+    elif case == "mask_grad":
+        mask = torch.randn(5, 6, generator=g, requires_grad=True)
+    elif case == "strided_query":
+        q = r(2, 2, 8, 5).transpose(-1, -2)
+    elif case == "math_only":
+        backends = [SDPBackend.MATH]
+    return q, k, v, mask, kw, backends
+
+
+@pytest.mark.parametrize("case", ["bool", "float", "mask_4d", "mask_row", "gqa_float64", "more_queries",
+                                  "three_d", "mask_3d", "mask_grad", "strided_query", "math_only"])
+def test_attention_mask_with_is_causal_as_the_cpu(case):
+    import contextlib
+
+    from torch.nn.attention import sdpa_kernel
+    q, k, v, mask, kw, backends = _causal_with_mask_case(case)
+
+    def fn(q, k, v, mask):
+        with sdpa_kernel(backends) if backends else contextlib.nullcontext():
+            return F.scaled_dot_product_attention(q, k, v, mask, is_causal=True, **kw)
+    try:
+        fn(q, k, v, mask)
+    except RuntimeError:
+        with pytest.raises(RuntimeError, match="Explicit attn_mask should not be set when is_causal=True"):
+            fn(*(_tpu(x) for x in (q, k, v, mask)))
+        return
+    check(fn, q, k, v, mask, atol=1e-5, rtol=1e-5)
+
+
 def test_attention_bf16():
     q, k, v = (r(1, 2, 4, 8, dtype=torch.bfloat16, seed=s) for s in range(3))
     check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v,

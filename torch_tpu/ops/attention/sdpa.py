@@ -218,6 +218,38 @@ def fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_g
         return False
 
 
+def _flash_takes(query, key, value, attn_mask, dropout_p, enable_gqa) -> bool:
+    """Whether the CPU's flash kernel takes this call with both a mask and is_causal (PyTorch's
+    math path refuses the pair; so does the CPU for a call its flash kernel does not cover, or
+    under ``sdpa_kernel`` without it)."""
+    if not (torch._C._get_flash_sdp_enabled() or torch._C._get_overrideable_sdp_enabled()):
+        return False
+    if dropout_p or attn_mask.requires_grad or any(t.dim() != 4 or t.stride(-1) != 1 for t in (query, key, value)):
+        return False
+    if query.is_nested or key.is_nested or value.is_nested or query.dtype not in _FLASH_DTYPES:
+        return False
+    (batch, heads, length, dim), (kv_batch, kv_heads, keys, _) = query.shape, key.shape
+    if not (batch == kv_batch == value.shape[0] and dim == key.shape[-1] == value.shape[-1]):
+        return False
+    if kv_heads != value.shape[1] or (heads != kv_heads and not (enable_gqa and heads % kv_heads == 0)):
+        return False
+    mask = attn_mask.shape
+    if attn_mask.dim() not in (2, 4) or mask[-2] not in (1, length) or mask[-1] not in (1, keys):
+        return False
+    return attn_mask.dim() == 2 or (mask[0] in (1, batch) and mask[1] in (1, heads))
+
+
+_FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+def _causal_into_mask(query, key, attn_mask):
+    """The mask with the top-left causal one applied too: where both allow attention."""
+    allowed = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
+    if attn_mask.dtype == torch.bool:
+        return attn_mask.logical_and(allowed)
+    return attn_mask.masked_fill(allowed.logical_not(), float("-inf"))
+
+
 # Faster SDPA kernels tried first, as (covers(query, key, value, attn_mask,
 # dropout_p, enable_gqa) -> bool, run(query, key, value, attn_mask, is_causal,
 # scale)): the pallas package adds its flash kernel for a real TPU.
@@ -229,7 +261,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  scale=None, enable_gqa=False):
     """The AutogradPrivateUse1 kernel (above it the composite would already have
     decomposed SDPA): an accelerated kernel that covers the call (Pallas flash
-    on a real TPU), else the fused overload, else PyTorch's composite."""
+    on a real TPU), else the fused overload, else PyTorch's composite.  A mask
+    with is_causal, which the CPU's flash kernel takes and PyTorch's math path
+    refuses, becomes one mask where the CPU would take its flash kernel."""
+    if is_causal and attn_mask is not None and _flash_takes(query, key, value, attn_mask, dropout_p, enable_gqa):
+        attn_mask, is_causal = _causal_into_mask(query, key, attn_mask), False
     for covers, run in accelerated:
         if covers(query, key, value, attn_mask, dropout_p, enable_gqa):
             return run(query, key, value, attn_mask, is_causal, scale)
