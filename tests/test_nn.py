@@ -1031,6 +1031,23 @@ def test_attention_mask_with_is_causal_as_the_cpu(case):
     check(fn, q, k, v, mask, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ATTENTION_KINDS)
+def test_fused_sdp_choice_names_the_path_taken(kind):
+    """torch._fused_sdp_choice answers on tpu (it ran the CPU's choice, which names
+    the CPU's flash kernel): the out-of-tree overload where SDPA runs it, else math."""
+    from torch.nn.attention import SDPBackend
+    q, k, v, kw = _attention_case(kind)
+    q, k, v = (_tpu(x) for x in (q, k, v))
+    kw = {n: (m.to("tpu") if isinstance(m, torch.Tensor) else m) for n, m in kw.items()}
+    mask = kw.pop("attn_mask", None)
+    fallbacks = dict(torch_tpu.fallback_ops())
+    choice = torch._fused_sdp_choice(q, k, v, mask, **kw)
+    assert dict(torch_tpu.fallback_ops()) == fallbacks
+    ops = _dispatched_ops(lambda: F.scaled_dot_product_attention(q, k, v, mask, **kw))
+    fused = "_scaled_dot_product_fused_attention_overrideable.default" in ops
+    assert choice == (SDPBackend.OVERRIDEABLE if fused else SDPBackend.MATH).value
+
+
 def test_attention_bf16():
     q, k, v = (r(1, 2, 4, 8, dtype=torch.bfloat16, seed=s) for s in range(3))
     check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v,

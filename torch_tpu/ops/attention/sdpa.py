@@ -16,6 +16,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 import torch
+from torch.nn.attention import SDPBackend
 
 from ... import precision
 from ...storage import buffers, views
@@ -248,6 +249,20 @@ def _causal_into_mask(query, key, attn_mask):
     if attn_mask.dtype == torch.bool:
         return attn_mask.logical_and(allowed)
     return attn_mask.masked_fill(allowed.logical_not(), float("-inf"))
+
+
+@register_raw("_fused_sdp_choice.default")
+def fused_sdp_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+                     enable_gqa=False):
+    """The backend ``scaled_dot_product_attention`` takes for these arguments, as an
+    ``SDPBackend`` value: the out-of-tree backends' overload where the fused kernels
+    cover the call, else the math composite (the CPU's choice, which answered before,
+    names its own flash kernel)."""
+    if is_causal and attn_mask is not None and _flash_takes(query, key, value, attn_mask, dropout_p, enable_gqa):
+        is_causal = False  # (merged into the mask, which keeps its shape and dtype)
+    if fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
+        return SDPBackend.OVERRIDEABLE.value
+    return SDPBackend.MATH.value
 
 
 # Faster SDPA kernels tried first, as (covers(query, key, value, attn_mask,
