@@ -841,6 +841,10 @@ def _attention_case(kind):
         kw = dict(enable_gqa=True)
     elif kind == "scale":
         kw = dict(scale=0.2)
+    elif kind == "negative_scale":  # the query's factor negative, as PyTorch's math path splits it
+        kw = dict(scale=-0.3, attn_mask=torch.randn(5, 6, generator=torch.Generator().manual_seed(3)))
+    elif kind == "no_keys":  # zero keys: zeros, as PyTorch's math path (a max of nothing raised)
+        q, k, v = r(2, 4, 5, 8), r(2, 4, 0, 8, seed=1), r(2, 4, 0, 8, seed=2)
     elif kind == "three_d_value_dim":
         q, k, v = r(4, 5, 8), r(4, 6, 8, seed=1), r(4, 6, 3, seed=2)
     elif kind == "dropout_zero_composite":  # outside the fused op's cover: the composite
@@ -849,7 +853,7 @@ def _attention_case(kind):
 
 
 ATTENTION_KINDS = ["plain", "causal", "bool_mask", "masked_row", "float_mask", "gqa", "scale",
-                   "three_d_value_dim", "dropout_zero_composite"]
+                   "negative_scale", "no_keys", "three_d_value_dim", "dropout_zero_composite"]
 
 
 @pytest.mark.parametrize("kind", ATTENTION_KINDS)
@@ -971,6 +975,77 @@ def test_attention_errors_match_pytorch():
         with pytest.raises(RuntimeError) as tpu_error:
             F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), k.to("tpu"), enable_gqa=gqa)
         assert type(tpu_error.value) is type(cpu_error.value)
+
+
+def _causal_with_mask_case(case):
+    """(q, k, v, mask, kwargs, backends): a mask with is_causal=True.  The CPU's flash kernel
+    applies both; its math path (3-D inputs, dropout, a mask needing a gradient or of another
+    rank, a strided head dimension, sdpa_kernel without flash...) raises."""
+    from torch.nn.attention import SDPBackend
+    q, k, v = r(2, 2, 5, 8), r(2, 2, 6, 8, seed=1), r(2, 2, 6, 8, seed=2)
+    g = torch.Generator().manual_seed(4)
+    mask = torch.rand(5, 6, generator=g) > 0.4
+    kw, backends = {}, None
+    if case == "float":
+        mask = torch.randn(5, 6, generator=g)
+    elif case == "mask_4d":
+        mask = torch.rand(2, 1, 5, 6, generator=g) > 0.4
+    elif case == "mask_row":
+        mask = torch.rand(1, 6, generator=g) > 0.2
+    elif case == "gqa_float64":
+        q, k, v = (r(2, h, n, 8, dtype=torch.float64, seed=s) for h, n, s in ((4, 5, 0), (2, 6, 1), (2, 6, 2)))
+        kw = dict(enable_gqa=True)
+    elif case == "more_queries":  # queries past the last key: rows the mask may empty (zeros)
+        q = r(2, 2, 9, 8)
+        mask = torch.rand(9, 6, generator=g) > 0.4
+    elif case == "three_d":
+        q, k, v = r(4, 5, 8), r(4, 6, 8, seed=1), r(4, 6, 8, seed=2)
+    elif case == "mask_3d":
+        mask = mask[None]
+    elif case == "mask_grad":
+        mask = torch.randn(5, 6, generator=g, requires_grad=True)
+    elif case == "strided_query":
+        q = r(2, 2, 8, 5).transpose(-1, -2)
+    elif case == "math_only":
+        backends = [SDPBackend.MATH]
+    return q, k, v, mask, kw, backends
+
+
+@pytest.mark.parametrize("case", ["bool", "float", "mask_4d", "mask_row", "gqa_float64", "more_queries",
+                                  "three_d", "mask_3d", "mask_grad", "strided_query", "math_only"])
+def test_attention_mask_with_is_causal_as_the_cpu(case):
+    import contextlib
+
+    from torch.nn.attention import sdpa_kernel
+    q, k, v, mask, kw, backends = _causal_with_mask_case(case)
+
+    def fn(q, k, v, mask):
+        with sdpa_kernel(backends) if backends else contextlib.nullcontext():
+            return F.scaled_dot_product_attention(q, k, v, mask, is_causal=True, **kw)
+    try:
+        fn(q, k, v, mask)
+    except RuntimeError:
+        with pytest.raises(RuntimeError, match="Explicit attn_mask should not be set when is_causal=True"):
+            fn(*(_tpu(x) for x in (q, k, v, mask)))
+        return
+    check(fn, q, k, v, mask, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ATTENTION_KINDS)
+def test_fused_sdp_choice_names_the_path_taken(kind):
+    """torch._fused_sdp_choice answers on tpu (it ran the CPU's choice, which names
+    the CPU's flash kernel): the out-of-tree overload where SDPA runs it, else math."""
+    from torch.nn.attention import SDPBackend
+    q, k, v, kw = _attention_case(kind)
+    q, k, v = (_tpu(x) for x in (q, k, v))
+    kw = {n: (m.to("tpu") if isinstance(m, torch.Tensor) else m) for n, m in kw.items()}
+    mask = kw.pop("attn_mask", None)
+    fallbacks = dict(torch_tpu.fallback_ops())
+    choice = torch._fused_sdp_choice(q, k, v, mask, **kw)
+    assert dict(torch_tpu.fallback_ops()) == fallbacks
+    ops = _dispatched_ops(lambda: F.scaled_dot_product_attention(q, k, v, mask, **kw))
+    fused = "_scaled_dot_product_fused_attention_overrideable.default" in ops
+    assert choice == (SDPBackend.OVERRIDEABLE if fused else SDPBackend.MATH).value
 
 
 def test_attention_bf16():

@@ -16,6 +16,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 import torch
+from torch.nn.attention import SDPBackend
 
 from ... import precision
 from ...storage import buffers, views
@@ -43,8 +44,10 @@ def _reduce_heads(g, heads):
 def _scores(q, k, bias, is_causal, root_scale, dtype=_F32):
     """Scaled, masked attention scores in ``dtype`` (float32 here; the
     transformer fast paths pass float64 through).  Like PyTorch's math path,
-    both operands are scaled by the square root of the scale (``root_scale``)."""
-    s = jnp.einsum("...qe,...ke->...qk", q.astype(dtype) * root_scale, k.astype(dtype) * root_scale,
+    both operands are scaled by the square root of the scale: ``root_scale``
+    is the (query's, key's) factors, the query's negative for a negative scale."""
+    q_scale, k_scale = root_scale
+    s = jnp.einsum("...qe,...ke->...qk", q.astype(dtype) * q_scale, k.astype(dtype) * k_scale,
                    precision=precision.for_operands(q))
     if is_causal:  # top-left aligned, as PyTorch's tril mask
         allowed = jnp.tril(jnp.ones(s.shape[-2:], bool))
@@ -55,7 +58,12 @@ def _scores(q, k, bias, is_causal, root_scale, dtype=_F32):
 
 
 def _root_scale(q, scale):
-    return math.sqrt(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    """The factors of the query and the key whose product is the scale, as
+    PyTorch's math path splits it: the square root of its magnitude each, the
+    query's negated for a negative scale (``math.sqrt`` refuses that one)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    root = math.sqrt(abs(scale))
+    return (-root if scale < 0 else root), root
 
 
 def _unbroadcast(g, shape):
@@ -71,7 +79,7 @@ def _fused_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=F
     heads = query.shape[-3]
     k, v = _expand_heads(key, heads), _expand_heads(value, heads)
     s = _scores(query, k, attn_bias, is_causal, _root_scale(query, scale))
-    m = jnp.max(s, axis=-1, keepdims=True)
+    m = jnp.max(s, axis=-1, keepdims=True, initial=-jnp.inf)  # (no keys: -inf, as a fully masked row)
     m = jnp.where(jnp.isfinite(m), m, 0.0)  # fully masked row: no shift, sum 0
     e = jnp.exp(s - m)
     total = jnp.sum(e, axis=-1, keepdims=True)
@@ -97,11 +105,12 @@ def _fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out
     dp = jnp.einsum("...qd,...kd->...qk", dout, v, precision=prec)
     ds = p * (dp - jnp.sum(p * dp, axis=-1, keepdims=True))
     grads = []
+    q_scale, k_scale = root_scale
     if grad_input_mask[0]:
-        dq = jnp.einsum("...qk,...ke->...qe", ds, k * root_scale, precision=prec) * root_scale
+        dq = jnp.einsum("...qk,...ke->...qe", ds, k * k_scale, precision=prec) * q_scale
         grads.append(dq.astype(query.dtype))
     if grad_input_mask[1]:
-        dk = jnp.einsum("...qk,...qe->...ke", ds, q * root_scale, precision=prec) * root_scale
+        dk = jnp.einsum("...qk,...qe->...ke", ds, q * q_scale, precision=prec) * k_scale
         grads.append(_reduce_heads(dk, kv_heads).astype(key.dtype))
     if grad_input_mask[2]:
         dv = jnp.einsum("...qk,...qd->...kd", p, dout, precision=prec)
@@ -210,6 +219,52 @@ def fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_g
         return False
 
 
+def _flash_takes(query, key, value, attn_mask, dropout_p, enable_gqa) -> bool:
+    """Whether the CPU's flash kernel takes this call with both a mask and is_causal (PyTorch's
+    math path refuses the pair; so does the CPU for a call its flash kernel does not cover, or
+    under ``sdpa_kernel`` without it)."""
+    if not (torch._C._get_flash_sdp_enabled() or torch._C._get_overrideable_sdp_enabled()):
+        return False
+    if dropout_p or attn_mask.requires_grad or any(t.dim() != 4 or t.stride(-1) != 1 for t in (query, key, value)):
+        return False
+    if query.is_nested or key.is_nested or value.is_nested or query.dtype not in _FLASH_DTYPES:
+        return False
+    (batch, heads, length, dim), (kv_batch, kv_heads, keys, _) = query.shape, key.shape
+    if not (batch == kv_batch == value.shape[0] and dim == key.shape[-1] == value.shape[-1]):
+        return False
+    if kv_heads != value.shape[1] or (heads != kv_heads and not (enable_gqa and heads % kv_heads == 0)):
+        return False
+    mask = attn_mask.shape
+    if attn_mask.dim() not in (2, 4) or mask[-2] not in (1, length) or mask[-1] not in (1, keys):
+        return False
+    return attn_mask.dim() == 2 or (mask[0] in (1, batch) and mask[1] in (1, heads))
+
+
+_FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+def _causal_into_mask(query, key, attn_mask):
+    """The mask with the top-left causal one applied too: where both allow attention."""
+    allowed = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
+    if attn_mask.dtype == torch.bool:
+        return attn_mask.logical_and(allowed)
+    return attn_mask.masked_fill(allowed.logical_not(), float("-inf"))
+
+
+@register_raw("_fused_sdp_choice.default")
+def fused_sdp_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+                     enable_gqa=False):
+    """The backend ``scaled_dot_product_attention`` takes for these arguments, as an
+    ``SDPBackend`` value: the out-of-tree backends' overload where the fused kernels
+    cover the call, else the math composite (the CPU's choice, which answered before,
+    names its own flash kernel)."""
+    if is_causal and attn_mask is not None and _flash_takes(query, key, value, attn_mask, dropout_p, enable_gqa):
+        is_causal = False  # (merged into the mask, which keeps its shape and dtype)
+    if fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
+        return SDPBackend.OVERRIDEABLE.value
+    return SDPBackend.MATH.value
+
+
 # Faster SDPA kernels tried first, as (covers(query, key, value, attn_mask,
 # dropout_p, enable_gqa) -> bool, run(query, key, value, attn_mask, is_causal,
 # scale)): the pallas package adds its flash kernel for a real TPU.
@@ -221,7 +276,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  scale=None, enable_gqa=False):
     """The AutogradPrivateUse1 kernel (above it the composite would already have
     decomposed SDPA): an accelerated kernel that covers the call (Pallas flash
-    on a real TPU), else the fused overload, else PyTorch's composite."""
+    on a real TPU), else the fused overload, else PyTorch's composite.  A mask
+    with is_causal, which the CPU's flash kernel takes and PyTorch's math path
+    refuses, becomes one mask where the CPU would take its flash kernel."""
+    if is_causal and attn_mask is not None and _flash_takes(query, key, value, attn_mask, dropout_p, enable_gqa):
+        attn_mask, is_causal = _causal_into_mask(query, key, attn_mask), False
     for covers, run in accelerated:
         if covers(query, key, value, attn_mask, dropout_p, enable_gqa):
             return run(query, key, value, attn_mask, is_causal, scale)
