@@ -489,6 +489,18 @@ def test_margin_loss_target_errors():
         assert str(tpu_error.value) == str(cpu_error.value)
 
 
+@pytest.mark.parametrize("shape", [(0,), (3, 2, 4)])
+def test_multi_margin_loss_shape_error_comes_before_the_target_range(shape):
+    # an empty or 3-d input is refused for its shape, whatever the targets hold
+    x, t = torch.randn(shape), torch.tensor([1, 2, 3])
+    with pytest.raises(RuntimeError) as cpu_error:
+        F.multi_margin_loss(x, t)
+    with pytest.raises(RuntimeError) as tpu_error:
+        F.multi_margin_loss(x.to("tpu"), t.to("tpu"))
+    assert "Expected non-empty vector or matrix" in str(cpu_error.value)
+    assert "Expected non-empty vector or matrix" in str(tpu_error.value)
+
+
 @pytest.mark.parametrize("table_on", ["tpu", "cpu"])
 def test_embedding_float_indices_raise_the_dtype_error_first(table_on):
     # PyTorch checks the indices' dtype before anything else: also with the table on the CPU
