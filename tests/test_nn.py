@@ -489,6 +489,22 @@ def test_margin_loss_target_errors():
         assert str(tpu_error.value) == str(cpu_error.value)
 
 
+@pytest.mark.parametrize("in_place", [
+    lambda a: F.elu_(a, alpha=-1.5), lambda a: F.celu_(a, alpha=-0.5),
+    lambda a: F.leaky_relu_(a, -0.3), lambda a: F.rrelu_(a, -3.0, 1.0),
+])
+def test_in_place_activation_with_negative_slope_refuses_its_backward(in_place):
+    # from the result alone the backward cannot tell the input's sign: the CPU raises
+    errors = []
+    for device in ("cpu", "tpu"):
+        a = torch.tensor([-2.0, 0.5, 3.0], device=device, requires_grad=True)
+        b = in_place(a.clone())
+        with pytest.raises(RuntimeError) as error:
+            b.backward(torch.ones(3, device=device))
+        errors.append(str(error.value))
+    assert errors[1] == errors[0] and "call out-of-place version" in errors[0]
+
+
 @pytest.mark.parametrize("shape", [(0,), (3, 2, 4)])
 def test_multi_margin_loss_shape_error_comes_before_the_target_range(shape):
     # an empty or 3-d input is refused for its shape, whatever the targets hold
