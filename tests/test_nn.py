@@ -831,6 +831,14 @@ def test_replicate_pad_negative():
     check(lambda x: F.pad(x, (-2, -1), mode="replicate"), r(2, 3, 5))
 
 
+def test_reflect_pad_negative():
+    # a negative side crops before (or instead of) the mirror, as ATen's index formula
+    check(lambda x: F.pad(x, (0, 0, -1, -1), mode="reflect"), r(2, 3, 4, 5))
+    check(lambda x: F.pad(x, (-1, 2, 1, -2), mode="reflect"), r(2, 3, 4, 5))
+    check(lambda x: F.pad(x, (4, -6), mode="reflect"), r(2, 3, 7))
+    check(lambda x: F.pad(x, (-1, 2, 0, -3, 2, -1), mode="reflect"), r(1, 2, 4, 5, 6))
+
+
 @pytest.mark.parametrize("size, step", [(3, 1), (2, 2), (2, 3)])
 def test_tensor_unfold_backward(size, step):
     check(lambda x: x.unfold(1, size, step), r(2, 7, 3))
