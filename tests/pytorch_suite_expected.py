@@ -46,6 +46,14 @@ PyTorch's (never copied into this repository); the versions measured:
         ``-k "float32 and not gradgrad and not test_grad_ and not parity and not device_ctx"`` (1033 tests,
         851 CPU passes with test_pickle) and ``-k "float64 and (test_forward or test_memory_format or
         test_errors or test_check_inplace)"`` (289 tests, 236 CPU passes); test_grad/test_gradgrad not run
+    test/test_nn.py     pytorch/pytorch@74f2fa66feec00335f72813782f4802e80bff4cb (read_file id 9567937, 640159
+        characters; imports under torch 2.13 as it is): only its device-type class TestNNDeviceType, kept with the
+        file's imports and the module-level affine_grid helpers its test_affine_* tests call (TestNN and the
+        other classes are not device-generic), in parts: ``-k "not upsamplingBiMode2d"`` (289 tests, 214 CPU
+        passes), ``-k "upsamplingBiMode2d and not consistency"`` (128, 100), and 192 of the 768
+        test_upsamplingBiMode2d_consistency cases (``-k "consistency and num_channels_3 and batch_size_5 and
+        check_as_unsqueezed_3d_tensor_False"`` and ``-k "consistency and num_channels_5 and batch_size_1 and
+        check_as_unsqueezed_3d_tensor_True"``: all pass); the rest of those not run
 
 An index out of range is an IndexError at the op when the index's values are
 known on the host (built from a list or a CPU tensor, or filled/written with
