@@ -50,10 +50,9 @@ PyTorch's (never copied into this repository); the versions measured:
         characters; imports under torch 2.13 as it is): only its device-type class TestNNDeviceType, kept with the
         file's imports and the module-level affine_grid helpers its test_affine_* tests call (TestNN and the
         other classes are not device-generic), in parts: ``-k "not upsamplingBiMode2d"`` (289 tests, 214 CPU
-        passes), ``-k "upsamplingBiMode2d and not consistency"`` (128, 100), and 192 of the 768
-        test_upsamplingBiMode2d_consistency cases (``-k "consistency and num_channels_3 and batch_size_5 and
-        check_as_unsqueezed_3d_tensor_False"`` and ``-k "consistency and num_channels_5 and batch_size_1 and
-        check_as_unsqueezed_3d_tensor_True"``: all pass); the rest of those not run
+        passes), ``-k "upsamplingBiMode2d and not consistency"`` (128, 100), and the 768
+        test_upsamplingBiMode2d_consistency cases in four ``-k "consistency and ..."`` runs split by
+        num_channels, batch_size and check_as_unsqueezed_3d_tensor (768 CPU passes, all pass on tpu)
 
 An index out of range is an IndexError at the op when the index's values are
 known on the host (built from a list or a CPU tensor, or filled/written with
