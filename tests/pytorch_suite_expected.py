@@ -60,6 +60,13 @@ PyTorch's (never copied into this repository); the versions measured:
         characters): only its device-type class TestMultiheadAttentionNNDeviceType, kept with the file's imports
         (TestMultiheadAttentionNN is not device-generic): 13 tpu tests, all pass (the CPU runs 7: six are
         @onlyCUDAAndPRIVATEUSE1)
+    test/test_nn.py     pytorch/pytorch@74f2fa66feec00335f72813782f4802e80bff4cb (read_file id 9567937, 640159
+        characters; imports under torch 2.13 as it is): only its device-type class TestNNDeviceType, kept with the
+        file's imports and the module-level affine_grid helpers its test_affine_* tests call (TestNN and the
+        other classes are not device-generic), in parts: ``-k "not upsamplingBiMode2d"`` (289 tests, 214 CPU
+        passes), ``-k "upsamplingBiMode2d and not consistency"`` (128, 100), and the 768
+        test_upsamplingBiMode2d_consistency cases in four ``-k "consistency and ..."`` runs split by
+        num_channels, batch_size and check_as_unsqueezed_3d_tensor (768 CPU passes, all pass on tpu)
 
 An index out of range is an IndexError at the op when the index's values are
 known on the host (built from a list or a CPU tensor, or filled/written with
@@ -169,6 +176,17 @@ NESTED_ENCODER = (
     "do not exist on tpu, so that op raises NotImplementedError naming the way around it "
     "(enable_nested_tensor=False: the padded batch then runs as is, with the mask, on the fast path)")
 
+# suites-nn: test_nn.py's TestNNDeviceType
+NESTED_TENSOR = (
+    "nested (strided NestedTensor) tensors have no tpu kernels: a nested tensor on tpu can be built, but every op "
+    "on it (here aten::_transformer_encoder_layer_fwd, the eval-mode fast path of TransformerEncoderLayer) reaches "
+    "the NestedTensorPrivateUse1 key, where nothing is registered, and PyTorch's dispatcher raises "
+    "NotImplementedError 'Could not run ... from the NestedTensortpu backend' (no wrong value)")
+UINT8_RESAMPLING = (
+    "the test expects bilinear/bicubic interpolate of a uint8 tensor to raise 'not implemented for' on every "
+    "device but 'cpu' (CUDA has no uint8 kernel); tpu computes it as the CPU does (the same values as the CPU's "
+    "uint8 kernel, test_upsamplingBiMode2d_consistency), so no error is raised")
+
 EXPECTED_FAILURES = {
     "test_multihead_attention.py": {},
     "test_transformers.py": {
@@ -256,6 +274,12 @@ EXPECTED_FAILURES = {
         **{f"TestTorchDeviceTypeTPU::test_tensor_storage_type_tpu_{d}": LEGACY_STORAGE_CLASS for d in (
             "bfloat16", "bool", "complex128", "complex64", "float16", "float32", "float64", "int16", "int32",
             "int64", "int8", "uint8")},
+    },
+    "test_nn.py": {
+        "TestNNDeviceTypeTPU::test_TransformerEncoderLayer_empty_tpu": NESTED_TENSOR,
+        **{f"TestNNDeviceTypeTPU::test_upsamplingBiMode2d_nonsupported_dtypes_antialias_{aa}_num_channels_{c}_mode_"
+           f"{m}_uint8_tpu_uint8": UINT8_RESAMPLING
+           for aa in ("False", "True") for c in (3, 5) for m in ("bilinear", "bicubic")},
     },
     "test_binary_ufuncs.py": {
         **{f"TestBinaryUfuncsTPU::test_fmod_remainder_by_zero_integral_tpu_{dt}": CUDA_DIVISION_BY_ZERO

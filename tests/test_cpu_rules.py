@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 from helpers import strict  # noqa: F401  (no CPU fallback)
 
 import torch_tpu  # noqa: F401
@@ -67,6 +68,24 @@ def test_out_with_internal_overlap_raises():
     same_on_both(lambda d: torch.ones(1, device=d).expand(3).add_(1))
     err = same_on_both(lambda d: torch.cat([torch.ones(3, 3, device=d)] * 2, out=torch.empty(1, 3, device=d).expand(6, 3)))
     assert err[0] is RuntimeError and "single memory location" in err[1]
+
+
+@pytest.mark.parametrize("activation", [
+    lambda x: F.elu(x, inplace=True), lambda x: F.leaky_relu(x, 0.2, inplace=True),
+    lambda x: F.hardswish(x, inplace=True), lambda x: F.hardsigmoid(x, inplace=True),
+    lambda x: F.hardtanh(x, inplace=True), lambda x: F.silu(x, inplace=True), lambda x: F.mish(x, inplace=True),
+    lambda x: F.celu(x, inplace=True), lambda x: torch._C._nn.gelu(x, out=x),
+    lambda x: torch._C._nn.softplus(x, 1, 20, out=x), lambda x: torch._C._nn.softshrink(x, 0.5, out=x),
+    lambda x: torch.hardshrink(x, 0.5, out=x),
+])
+def test_in_place_activation_into_expanded_tensor_raises(activation):
+    # the CPU's TensorIterator refuses to write a row broadcast to six rows
+    err = same_on_both(lambda d: activation(torch.linspace(-2, 2, 6, device=d)[None].expand(6, 6)))
+    assert err[0] is RuntimeError and "single memory location" in err[1]
+
+
+def test_in_place_threshold_into_expanded_tensor_is_allowed():
+    same_on_both(lambda d: F.threshold(torch.linspace(-2, 2, 6, device=d)[None].expand(6, 6), 0.5, 0.25, inplace=True))
 
 
 def test_fill_of_expanded_tensor_is_allowed():

@@ -405,3 +405,16 @@ def test_foreach_sub_of_bools_refused_as_cpu(call):
         xs = [torch.ones(3, device=device, dtype=torch.float64) for _ in range(2)]
         with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with (a bool tensor|two bool tensors) is not"):
             call(xs)
+
+
+@pytest.mark.parametrize("ord", [0, -1, -0.5, float("-inf"), 0.5, 3, float("inf")])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_foreach_norm_of_any_order_matches_cpu(ord, dtype):
+    # clip_grad_norm_'s norm_type reaches _foreach_norm as it is: order 0 counts
+    # the nonzeros and -inf takes the smallest magnitude, as linalg.vector_norm
+    values = [[1.5, 0.0, -2.0, 0.25], [0.0, -3.0], [4.0]]
+    cpu = torch._foreach_norm([torch.tensor(v, dtype=dtype) for v in values], ord)
+    tpu = torch._foreach_norm([torch.tensor(v, dtype=dtype, device="tpu") for v in values], ord)
+    for c, t in zip(cpu, tpu):
+        assert t.dtype == c.dtype
+        torch.testing.assert_close(t.cpu(), c, rtol=1e-6 if dtype != torch.bfloat16 else 1e-2, atol=0)

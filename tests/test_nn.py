@@ -489,6 +489,34 @@ def test_margin_loss_target_errors():
         assert str(tpu_error.value) == str(cpu_error.value)
 
 
+@pytest.mark.parametrize("in_place", [
+    lambda a: F.elu_(a, alpha=-1.5), lambda a: F.celu_(a, alpha=-0.5),
+    lambda a: F.leaky_relu_(a, -0.3), lambda a: F.rrelu_(a, -3.0, 1.0),
+])
+def test_in_place_activation_with_negative_slope_refuses_its_backward(in_place):
+    # from the result alone the backward cannot tell the input's sign: the CPU raises
+    errors = []
+    for device in ("cpu", "tpu"):
+        a = torch.tensor([-2.0, 0.5, 3.0], device=device, requires_grad=True)
+        b = in_place(a.clone())
+        with pytest.raises(RuntimeError) as error:
+            b.backward(torch.ones(3, device=device))
+        errors.append(str(error.value))
+    assert errors[1] == errors[0] and "call out-of-place version" in errors[0]
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 2, 4)])
+def test_multi_margin_loss_shape_error_comes_before_the_target_range(shape):
+    # an empty or 3-d input is refused for its shape, whatever the targets hold
+    x, t = torch.randn(shape), torch.tensor([1, 2, 3])
+    with pytest.raises(RuntimeError) as cpu_error:
+        F.multi_margin_loss(x, t)
+    with pytest.raises(RuntimeError) as tpu_error:
+        F.multi_margin_loss(x.to("tpu"), t.to("tpu"))
+    assert "Expected non-empty vector or matrix" in str(cpu_error.value)
+    assert "Expected non-empty vector or matrix" in str(tpu_error.value)
+
+
 @pytest.mark.parametrize("table_on", ["tpu", "cpu"])
 def test_embedding_float_indices_raise_the_dtype_error_first(table_on):
     # PyTorch checks the indices' dtype before anything else: also with the table on the CPU
@@ -801,6 +829,14 @@ def test_mode_pads_keep_the_input_layout(mode, shape, fmt):
 def test_replicate_pad_negative():
     check(lambda x: F.pad(x, (-1, 2, 1, -2), mode="replicate"), r(2, 3, 4, 5))
     check(lambda x: F.pad(x, (-2, -1), mode="replicate"), r(2, 3, 5))
+
+
+def test_reflect_pad_negative():
+    # a negative side crops before (or instead of) the mirror, as ATen's index formula
+    check(lambda x: F.pad(x, (0, 0, -1, -1), mode="reflect"), r(2, 3, 4, 5))
+    check(lambda x: F.pad(x, (-1, 2, 1, -2), mode="reflect"), r(2, 3, 4, 5))
+    check(lambda x: F.pad(x, (4, -6), mode="reflect"), r(2, 3, 7))
+    check(lambda x: F.pad(x, (-1, 2, 0, -3, 2, -1), mode="reflect"), r(1, 2, 4, 5, 6))
 
 
 @pytest.mark.parametrize("size, step", [(3, 1), (2, 2), (2, 3)])

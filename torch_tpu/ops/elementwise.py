@@ -843,6 +843,20 @@ def leaky_relu_backward(g, x, s, self_is_result):
     return jnp.where(x > 0, g, g * s)
 
 
+_NEGATIVE_SLOPE = ("In-place {} backward calculation is triggered with a negative slope which is not supported. "
+                   "This is caused by calling in-place forward function with a negative slope, please call "
+                   "out-of-place version instead.{}")
+
+
+def _refuse_negative_slope(slope, from_result, name, tail=""):
+    """The backward of an in-place elu_/leaky_relu_ (from its result) with a
+    negative slope cannot tell the input's sign: the CPU kernel refuses it."""
+    def check(bound):
+        if bound[from_result] and bound[slope] < 0:
+            raise RuntimeError(_NEGATIVE_SLOPE.format(name, tail))
+    return check
+
+
 @register("elu.default", opmath=True)
 def elu(x, a=1, s=1, i=1):
     return jnp.where(x <= 0, jnp.expm1(x * i) * (a * s), x * s)
@@ -1088,6 +1102,10 @@ def _integers_only(name):
     return check
 
 
+guard("elu_backward.default", prepare=_refuse_negative_slope("alpha", "is_result", "elu"))
+guard("leaky_relu_backward.default", prepare=_refuse_negative_slope(
+    "negative_slope", "self_is_result", "leakyReLu", " File an issue at https://github.com/pytorch/pytorch if you do "
+    "require supporting in-place leakRelu backward calculation with negative slope"))
 guard("gcd.default", prepare=_integers_only("gcd"))
 guard("lcm.default", prepare=_integers_only("lcm"))
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..dtypes import to_opmath
-from . import elementwise
+from . import elementwise, reduction
 from .registry import _ROUNDED_SCALAR_OVERLOADS, _UNROUNDED_SCALAR_OPS, _trace, in_place, register
 
 
@@ -163,16 +163,10 @@ def foreach_lerp_list(self, tensors1, weights):
 
 @register("_foreach_norm.Scalar", static_scalars=True)
 def foreach_norm(self, ord=2, dtype=None):
-    out = []
-    for x in self:
-        x = jnp.abs(to_opmath(x).astype(np.float64) if x.dtype == np.float64 else to_opmath(x))
-        if ord == float("inf"):
-            out.append(jnp.max(x, initial=0))
-        elif ord == 1:
-            out.append(jnp.sum(x))
-        else:
-            out.append(jnp.sqrt(jnp.sum(x * x)) if ord == 2 else jnp.sum(x ** ord) ** (1 / ord))
-    return out
+    # each tensor's linalg_vector_norm, as the CPU's loop for the orders it has
+    # no fused kernel for (0: the count of nonzeros; -inf: the smallest |x|)
+    return [reduction._vector_norm(to_opmath(x).astype(np.float64) if x.dtype == np.float64 else to_opmath(x),
+                                   ord, None, False) for x in self]
 
 
 @register("_foreach_copy.default")

@@ -862,6 +862,14 @@ def _pad_mode(x, padding, mode):
             size = x.shape[axis]
             x = jnp.take(x, np.clip(np.arange(size + low + high) - low, 0, size - 1), axis=axis)
         return x
+    if mode == "reflect" and min(padding) < 0:
+        # a negative side crops, which jnp.pad rejects: ATen's index formula, axis by axis
+        for i in range(n):
+            axis, low, high = x.ndim - 1 - i, padding[2 * i], padding[2 * i + 1]
+            size, o = x.shape[axis], np.arange(x.shape[axis] + low + high)
+            source = np.where(o < low, 2 * low - o, np.where(o < size + low, o, 2 * (size + low - 1) - o))
+            x = jnp.take(x, source - max(low, 0) + max(-low, 0), axis=axis)
+        return x
     widths = [(0, 0)] * (x.ndim - n) + [(padding[2 * i], padding[2 * i + 1]) for i in reversed(range(n))]
     return jnp.pad(x, widths, mode=mode)
 

@@ -131,8 +131,12 @@ _OVERLAP_ALLOWED = {"fill_", "zero_", "index_put_", "_index_put_impl_", "masked_
 
 
 # Elementwise ops registered with no promotion rule: TensorIterator kernels on
-# the CPU all the same (their destinations are checked as the others').
-_TENSOR_ITERATOR = {"pow", "logit", "logical_and", "logical_or", "logical_xor", "logical_not"}
+# the CPU all the same (their destinations are checked as the others').  The
+# activations among them (elu_, leaky_relu_, ...; not threshold_, whose CPU
+# kernel lets an expanded destination through).
+_TENSOR_ITERATOR = {"pow", "logit", "logical_and", "logical_or", "logical_xor", "logical_not",
+                    "elu", "leaky_relu", "hardswish", "hardsigmoid", "hardtanh", "silu", "mish", "gelu",
+                    "softplus", "softshrink", "hardshrink"}
 PARTIAL_OVERLAP = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
             "single memory location. Please clone() the tensor before performing the operation.")
 
