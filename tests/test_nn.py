@@ -215,6 +215,30 @@ def test_adaptive_max_pool2d(size):
     check(lambda x: F.adaptive_max_pool2d(x, size, return_indices=True), r(2, 3, 7, 6))
 
 
+@pytest.mark.parametrize("fn", [
+    lambda v: F.max_pool1d(v[..., 0], 2, return_indices=True),
+    lambda v: F.max_pool2d(v, 3, stride=2, return_indices=True),
+    lambda v: F.adaptive_max_pool2d(v, (2, 3), return_indices=True),
+    lambda v: F.max_pool3d(v.unsqueeze(-1), (2, 2, 1), return_indices=True),
+    lambda v: F.adaptive_max_pool3d(v.unsqueeze(-1), 2, return_indices=True),
+])
+def test_max_pools_of_an_empty_batch(fn):
+    # nothing to pool: empty values and indices, and an empty gradient
+    check(fn, r(0, 3, 5, 4))
+
+
+def test_adaptive_pools_to_an_empty_size_refuse_the_backward_as_the_cpu():
+    for fn in (F.adaptive_avg_pool2d, F.adaptive_max_pool2d, F.adaptive_max_pool1d):
+        errors = []
+        for dev in ("cpu", "tpu"):
+            x = r(1, 16, 6, 5).to(dev)
+            x = x[:, :, 0] if fn is F.adaptive_max_pool1d else x
+            with pytest.raises(RuntimeError) as e:
+                fn(x, 0).sum().backward()
+            errors.append(str(e.value))
+        assert errors[1] == errors[0]
+
+
 # ---- normalization -------------------------------------------------------------
 
 def _bn_train_steps(module, dev, steps=3):

@@ -197,9 +197,11 @@ def _fill_low(dtype):
 def _max_windows(x, positions, valid_end=None):
     """(max over each window, flat input index of the max): first max wins, NaN propagates."""
     nsp = len(positions)
+    out_shape = x.shape[:x.ndim - nsp] + tuple(pos.shape[0] for pos in positions)
+    if 0 in out_shape:  # an empty batch or an empty output (adaptive output_size 0): nothing to reduce
+        return jnp.zeros(out_shape, x.dtype), jnp.zeros(out_shape, jnp.int64)
     patches, valid, flat = _gather_windows(x, positions, valid_end)
     patches = jnp.where(jnp.asarray(valid), patches, _fill_low(x.dtype))
-    out_shape = patches.shape[:patches.ndim - nsp]
     patches = patches.reshape(out_shape + (-1,))
     arg = jnp.argmax(patches, axis=-1)  # NumPy semantics: first NaN, else first max
     value = jnp.take_along_axis(patches, arg[..., None], axis=-1)[..., 0]
@@ -220,6 +222,8 @@ def _scatter_plane(grad, indices, input_shape, nsp):
     lead = input_shape[:len(input_shape) - nsp]
     plane = int(np.prod(input_shape[len(input_shape) - nsp:]))
     b = int(np.prod(lead))
+    if b == 0 or plane == 0:  # (an empty batch: -1 below could not be inferred)
+        return jnp.zeros(input_shape, grad.dtype)
     g = to_opmath(grad).reshape(b, -1)
     i = indices.reshape(b, -1)
     out = jnp.zeros((b, plane), g.dtype).at[jnp.arange(b)[:, None], i].add(g)
@@ -370,7 +374,7 @@ def _adaptive_max(x, output_size, nsp):
     positions, ends = [], []
     for n, o in zip(x.shape[-nsp:], _tup(output_size, nsp)):
         start, end = _adaptive_bounds(n, o)
-        positions.append(start[:, None] + np.arange(int((end - start).max()))[None, :])
+        positions.append(start[:, None] + np.arange(int((end - start).max(initial=0)))[None, :])
         ends.append(end)
     return _max_windows(x, positions, ends)
 
