@@ -227,6 +227,22 @@ def test_max_pools_of_an_empty_batch(fn):
     check(fn, r(0, 3, 5, 4))
 
 
+def test_a_large_3d_window_is_sliced_per_dim():
+    # one output of a 9x9x9 window: same values and gradient, from a program of
+    # 9+9+9 slices (one per window position took minutes to compile at 11 per side)
+    import jax
+    import numpy as np
+
+    from torch_tpu.ops import nn as tpu_nn
+    x = r(2, 3, 9, 9, 9)
+    check(lambda v: F.adaptive_max_pool3d(v, 1, return_indices=True), x)
+    check(lambda v: F.max_pool3d(v, 9, return_indices=True), x)
+    check(lambda v: F.avg_pool3d(v, (9, 9, 8)), x)
+    positions = tpu_nn._sliding((9, 9, 9), (9, 9, 9), (9, 9, 9), (0, 0, 0), (1, 1, 1), False)
+    jaxpr = jax.make_jaxpr(lambda v: tpu_nn._sliced_patches(v, positions))(np.zeros((2, 3, 9, 9, 9), np.float32))
+    assert sum(e.primitive.name == "slice" for e in jaxpr.jaxpr.eqns) == 27
+
+
 def test_adaptive_pools_to_an_empty_size_refuse_the_backward_as_the_cpu():
     for fn in (F.adaptive_avg_pool2d, F.adaptive_max_pool2d, F.adaptive_max_pool1d):
         errors = []

@@ -7,7 +7,6 @@ constants of the compiled program.  Half types compute in float32 like the
 CPU kernels' accumulation type.
 """
 import functools
-import itertools
 
 import jax
 import jax.numpy as jnp
@@ -169,25 +168,23 @@ def _progression(pos):
 
 def _sliced_patches(x, positions):
     """Regular windows as strided slices of the padded input: no gather, which
-    keeps sliding-window ops (pooling, im2col) cheap on the accelerator."""
+    keeps sliding-window ops (pooling, im2col) cheap on the accelerator.  One
+    spatial dim at a time (its k slices stacked on a new trailing axis): a
+    program of k1 + ... + kn slices, not k1 * ... * kn (a 3-d window of 11 per
+    side took minutes to compile)."""
     nsp = len(positions)
     lead = x.ndim - nsp
     sizes = x.shape[lead:]
     lo = [max(0, -int(pos.min())) for pos in positions]
     hi = [max(0, int(pos.max()) - (n - 1)) for pos, n in zip(positions, sizes)]
-    xp = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0)] * lead + [(a, b, 0) for a, b in zip(lo, hi)])
-    slices = []
-    for ks in itertools.product(*(range(pos.shape[1]) for pos in positions)):
-        start, limit, strides = [0] * lead, list(xp.shape[:lead]), [1] * lead
-        for pos, k, pad in zip(positions, ks, lo):
-            s, _ = _progression(pos)
-            begin = int(pos[0, k]) + pad
-            start.append(begin)
-            limit.append(begin + (pos.shape[0] - 1) * s + 1)
-            strides.append(s)
-        slices.append(lax.slice(xp, start, limit, strides))
-    patches = jnp.stack(slices, axis=-1)
-    return patches.reshape(patches.shape[:-1] + tuple(pos.shape[1] for pos in positions))
+    patches = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0)] * lead + [(a, b, 0) for a, b in zip(lo, hi)])
+    for i, (pos, pad) in enumerate(zip(positions, lo)):
+        s, _ = _progression(pos)
+        span = (pos.shape[0] - 1) * s + 1
+        patches = jnp.stack([lax.slice_in_dim(patches, int(pos[0, k]) + pad, int(pos[0, k]) + pad + span, s,
+                                              axis=lead + i)
+                             for k in range(pos.shape[1])], axis=-1)
+    return patches
 
 
 def _fill_low(dtype):
