@@ -243,6 +243,16 @@ def test_a_large_3d_window_is_sliced_per_dim():
     assert sum(e.primitive.name == "slice" for e in jaxpr.jaxpr.eqns) == 27
 
 
+@pytest.mark.parametrize("order", [(3, 0, 1, 2), (0, 1, 2, 3), (2, 0, 1, 3)])
+def test_max_pool3d_of_an_unbatched_input_keeps_the_cpus_layout(order):
+    # (C, D, H, W) stored with C innermost: the CPU lays the values and indices
+    # out as for a batch of one in channels_last_3d
+    x = r(7, 5, 6, 4).permute(*order).detach().requires_grad_()
+    cpu = F.max_pool3d(x, 2, return_indices=True)
+    tpu = check(lambda v: F.max_pool3d(v, 2, return_indices=True), x)
+    assert [t.stride() for t in tpu] == [t.stride() for t in cpu]
+
+
 def test_adaptive_pools_to_an_empty_size_refuse_the_backward_as_the_cpu():
     for fn in (F.adaptive_avg_pool2d, F.adaptive_max_pool2d, F.adaptive_max_pool1d):
         errors = []

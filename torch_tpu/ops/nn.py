@@ -241,7 +241,21 @@ def max_pool2d_with_indices(self, kernel_size, stride=(), padding=(0,), dilation
     return _max_pool(self, 2, kernel_size, stride, padding, dilation, ceil_mode)
 
 
-@register("max_pool3d_with_indices.default")
+def _unbatched_channels_last_3d(args, out_specs):
+    """max_pool3d of an unbatched (4-d) input stored channels-last: the CPU's
+    kernel lays out the outputs as those of a batch of one (the meta kernel
+    keeps channels_last_3d for 5-d inputs only)."""
+    t = args[0]
+    if isinstance(t, torch.Tensor) and t.dim() == 4:
+        one = torch.empty_strided((1, *t.shape), (t.numel(), *t.stride()), device="meta")
+        if torch._prims_common.suggest_memory_format(one) == torch.channels_last_3d:
+            return [s._replace(stride=torch.empty((1,) + tuple(s.size), device="meta",
+                                                  memory_format=torch.channels_last_3d).stride()[1:])
+                    if len(s.size) == 4 else s for s in out_specs]
+    return out_specs
+
+
+@register("max_pool3d_with_indices.default", layout=_unbatched_channels_last_3d)
 def max_pool3d_with_indices(self, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
     return _max_pool(self, 3, kernel_size, stride, padding, dilation, ceil_mode)
 
