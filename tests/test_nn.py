@@ -121,6 +121,15 @@ def test_conv_transpose1d_3d():
     check(lambda x, w, b: F.conv_transpose3d(x, w, b, stride=2), r(1, 2, 3, 3, 3), r(2, 2, 2, 2, 2), r(2))
 
 
+def test_conv_of_an_input_without_channels_is_the_cpus_empty_result():
+    # the CPU gives (N, 0, *spatial), no bias, and zero gradients (not the meta
+    # kernel's (N, C_out, *spatial) of bias values)
+    for x, w, b in [(r(3, 0, 8), r(5, 0, 3), r(5)), (r(2, 0, 6, 5), r(4, 0, 3, 2), r(4))]:
+        conv = F.conv1d if x.dim() == 3 else F.conv2d
+        out = check(lambda v, wt, bias: conv(v, wt, bias, stride=2), x, w, b)
+        assert out.shape == (x.shape[0], 0, *conv(x, w, b, stride=2).shape[2:])
+
+
 def test_conv_input_grad_only():
     w = r(3, 2, 3, 3, grad=False)
     check(lambda x: F.conv2d(x, w.to(x.device)), r(1, 2, 5, 5))

@@ -83,10 +83,29 @@ def _conv_args(x, stride, padding, dilation, output_padding):
     return _tup(stride, n, (1,)), _tup(padding, n, (0,)), _tup(dilation, n, (1,)), _tup(output_padding, n, (0,))
 
 
-@register("convolution.default", layout=views.channels_last_from(0, 1))
+def _no_input_channels(input, transposed):
+    """A convolution of an input without channels: PyTorch's kernels (the CPU's
+    "Empty" backend) give an (N, 0, *spatial) result, no bias added, and zero
+    gradients; the meta kernel describes an (N, C_out, *spatial) one."""
+    return not transposed and input.ndim >= 3 and input.shape[1] == 0
+
+
+_conv_channels_last = views.channels_last_from(0, 1)
+
+
+def _conv_layout(args, out_specs):
+    if _no_input_channels(args[0], args[6]):
+        out_specs = [s._replace(size=size, stride=views.contiguous_strides(size))
+                     for s in out_specs for size in [(s.size[0], 0, *s.size[2:])]]
+    return _conv_channels_last(args, out_specs)
+
+
+@register("convolution.default", layout=_conv_layout)
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     stride, padding, dilation, output_padding = _conv_args(input, stride, padding, dilation, output_padding)
     y = _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups)
+    if _no_input_channels(input, transposed):
+        return y[:, :0]
     if bias is not None:
         y = y + bias.astype(y.dtype).reshape((1, -1) + (1,) * (y.ndim - 2))
     return y
@@ -96,6 +115,10 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
 def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
                          transposed, output_padding, groups, output_mask):
     stride, padding, dilation, output_padding = _conv_args(input, stride, padding, dilation, output_padding)
+    if _no_input_channels(input, transposed):
+        zeros = (jnp.zeros(input.shape, input.dtype), jnp.zeros(weight.shape, weight.dtype),
+                 jnp.zeros(tuple(bias_sizes or (weight.shape[0],)), grad_output.dtype))
+        return tuple(z for z, wanted in zip(zeros, output_mask) if wanted)
 
     def fwd(x, w):
         return _conv(x, w, stride, padding, dilation, transposed, output_padding, groups)
