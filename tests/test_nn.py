@@ -206,6 +206,23 @@ def test_avg_pool2d(kw):
     check(lambda x: F.avg_pool2d(x, **kw), r(2, 3, 7, 6))
 
 
+def test_avg_pools_and_bag_means_are_the_cpus_bits():
+    # the window summed in the CPU's order, and a true division by the count
+    # (XLA turns a division by a broadcast table into a product with its reciprocal)
+    for dtype in (torch.float64, torch.float32):
+        x = r(2, 3, 7, 6, dtype=dtype, grad=False)
+        for kw in (dict(kernel_size=3), dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
+                   dict(kernel_size=(2, 3), stride=1)):
+            assert torch.equal(F.avg_pool2d(x.to("tpu"), **kw).cpu(), F.avg_pool2d(x, **kw))
+        z = r(1, 2, 5, 6, 4, dtype=dtype, grad=False)
+        assert torch.equal(F.avg_pool3d(z.to("tpu"), 3, stride=2, padding=1).cpu(), F.avg_pool3d(z, 3, stride=2, padding=1))
+        w = r(21, 3, dtype=dtype, grad=False)
+        idx = torch.tensor([3, 7, 7, 1, 20, 5, 9, 9, 9, 2, 0, 14, 3])
+        offsets = torch.tensor([0, 3, 3, 8])
+        bag = F.embedding_bag(idx.to("tpu"), w.to("tpu"), offsets.to("tpu"), mode="mean").cpu()
+        assert torch.equal(bag, F.embedding_bag(idx, w, offsets, mode="mean"))
+
+
 def test_avg_pool3d():
     check(lambda x: F.avg_pool3d(x, 2, padding=1, count_include_pad=False), r(1, 2, 4, 5, 4))
 

@@ -310,21 +310,33 @@ def _avg_divisor(sizes, kernel, stride, padding, ceil_mode, count_include_pad, d
     return full if count_include_pad else inside
 
 
-def _avg_pool(x, nsp, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+_SEQUENTIAL_WINDOW = 256  # windows up to this many elements are summed one by one, in order
+
+
+def _avg_pool(x, nsp, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, exact=True):
     kernel = _tup(kernel_size, nsp)
     stride = _tup(stride, nsp, kernel)
     padding = _tup(padding, nsp, (0,))
     positions = _sliding(x.shape[-nsp:], kernel, stride, padding, (1,) * nsp, ceil_mode)
     patches, valid, _ = _gather_windows(to_opmath(x), positions)
-    total = jnp.sum(jnp.where(jnp.asarray(valid), patches, 0), axis=tuple(range(-nsp, 0)))
+    terms = jnp.where(jnp.asarray(valid), patches, 0)
+    k = int(np.prod(kernel))
+    if 0 < k <= _SEQUENTIAL_WINDOW:  # the CPU's loop order (row-major over the window), not XLA's reduce order
+        terms = terms.reshape(terms.shape[:terms.ndim - nsp] + (k,))
+        total = functools.reduce(lambda acc, i: acc + terms[..., i], range(1, k), terms[..., 0])
+    else:
+        total = jnp.sum(terms, axis=tuple(range(-nsp, 0)))
     div = _avg_divisor(x.shape[-nsp:], kernel, stride, padding, ceil_mode, count_include_pad,
                        divisor_override)
     div = divisor_override if div is None else jnp.asarray(div, total.dtype)
-    return (total / div).astype(x.dtype)
+    if not exact:  # (linear in x, for the backward's transpose)
+        return (total / div).astype(x.dtype)
+    from .elementwise import _true_div  # (late: elementwise registers after this module)
+    return _true_div(total, div).astype(x.dtype)  # (XLA turns "/ table" into "* 1/table": an ulp off)
 
 
 def _avg_pool_backward(grad_output, x, nsp, *config):
-    f = jax.linear_transpose(lambda v: _avg_pool(v, nsp, *config), jnp.zeros(x.shape, x.dtype))
+    f = jax.linear_transpose(lambda v: _avg_pool(v, nsp, *config, exact=False), jnp.zeros(x.shape, x.dtype))
     return f(grad_output.astype(x.dtype))[0]
 
 
