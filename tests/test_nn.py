@@ -472,6 +472,20 @@ def test_embedding_bag(mode, kw):
         assert_same(tpu[3], cpu[3], exact=True)
 
 
+def test_embedding_bag_index_errors_in_the_cpus_words():
+    # the CPU words an index out of range by its path: its fast float path
+    # (sum/mean, no padding_idx) names the position, the others the value
+    for dtype in (torch.float32, torch.float64):
+        for mode, pad in (("sum", None), ("mean", 0), ("max", None)):
+            w = r(6, 2, dtype=dtype, grad=False)
+            errors = []
+            for dev in ("cpu", "tpu"):
+                with pytest.raises(RuntimeError) as e:
+                    F.embedding_bag(torch.tensor([[2, 7]], device=dev), w.to(dev), mode=mode, padding_idx=pad)
+                errors.append(str(e.value))
+            assert errors[1] == errors[0]
+
+
 def test_embedding_bag_2d_input_frequency_scaling_and_errors():
     # every index twice: torch 2.13's CPU divides by another index's count when counts differ
     idx = torch.tensor([[0, 2, 2, 0], [5, 5, 3, 3]])

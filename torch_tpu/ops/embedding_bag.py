@@ -164,8 +164,13 @@ def _prepare(bound):
     if r is not None and (r[0] < 0 or r[1] >= rows):
         host = np.asarray(indexing._value(indices)).reshape(-1)
         k = int(np.flatnonzero((host < 0) | (host >= rows))[0])
-        raise RuntimeError(f"Index {k} of input takes value {int(host[k])} which is not in the valid "
-                           f"range [0, {rows})")
+        padding_idx = bound.get("padding_idx", -1)
+        if bound.get("mode", SUM) != MAX and (padding_idx is None or padding_idx < 0) and \
+                weight.dtype in (torch.float32, torch.float16, torch.bfloat16):  # the CPU's fast path's words
+            raise RuntimeError(f"Index {k} of input takes value {int(host[k])} which is not in the valid "
+                               f"range [0, {rows})")
+        raise RuntimeError(f"embedding_bag: Expected idx >= 0 && idx < num_embeddings but found idx to be "
+                           f"{int(host[k])}")
 
 
 guard("_embedding_bag.default", "_embedding_bag_forward_only.default", prepare=_prepare)
