@@ -472,6 +472,17 @@ def test_embedding_bag(mode, kw):
         assert_same(tpu[3], cpu[3], exact=True)
 
 
+def test_embedding_of_a_table_that_is_not_2d_is_refused_as_on_the_cpu():
+    for weight in (torch.tensor(2.0), torch.ones(3, 2, 1)):
+        for indices in (torch.tensor([[0, 1]]), torch.tensor([0.5])):
+            errors = []
+            for dev in ("cpu", "tpu"):
+                with pytest.raises(RuntimeError) as e:
+                    F.embedding(indices.to(dev), weight.to(dev))
+                errors.append(str(e.value))
+            assert errors[1] == errors[0] == "'weight' must be 2-D"
+
+
 def test_embedding_bag_index_errors_in_the_cpus_words():
     # the CPU words an index out of range by its path: its fast float path
     # (sum/mean, no padding_idx) names the position, the others the value

@@ -683,6 +683,8 @@ def _check_embedding_indices(bound):
     first, as PyTorch's embedding does before anything else (a table on another
     device included)."""
     indices = bound["indices"]
+    if bound["weight"].dim() != 2:  # (checked before the indices, as the CPU's embedding checks it)
+        raise RuntimeError("'weight' must be 2-D")
     if indices.dtype not in (torch.long, torch.int):
         raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
                            f"Long, Int; but got {indices.type()} instead (while checking arguments for embedding)")
