@@ -483,6 +483,17 @@ def test_embedding_of_a_table_that_is_not_2d_is_refused_as_on_the_cpu():
             assert errors[1] == errors[0] == "'weight' must be 2-D"
 
 
+def test_embedding_bag_refuses_tensors_of_the_wrong_rank_as_the_cpu():
+    w, idx, off = torch.zeros(4, 2, dtype=torch.float64), torch.tensor([1, 3]), torch.tensor([0, 1])
+    for args in ((w, idx, off.view(2, 1)), (w.view(4, 2, 1), idx, off), (w, idx.view(1, 1, 2), off)):
+        errors = []
+        for dev in ("cpu", "tpu"):
+            with pytest.raises(RuntimeError) as e:
+                torch.embedding_bag(*(a.to(dev) for a in args))
+            errors.append(str(e.value))
+        assert errors[1] == errors[0]
+
+
 def test_embedding_bag_index_errors_in_the_cpus_words():
     # the CPU words an index out of range by its path: its fast float path
     # (sum/mean, no padding_idx) names the position, the others the value

@@ -149,6 +149,10 @@ def _prepare(bound):
     weight, indices, offsets = bound["weight"], bound["indices"], bound["offsets"]
     if indices.dtype not in (torch.int32, torch.int64) or offsets.dtype not in (torch.int32, torch.int64):
         return  # the meta kernel raises PyTorch's dtype error
+    for t, name, dims in ((indices, "input has to be a 1D or 2D", (1, 2)), (offsets, "offsets has to be a 1D", (1,)),
+                          (weight, "weight has to be a 2D", (2,))):
+        if t.dim() not in dims:  # (the meta kernel checks none of them: an offsets of any rank went through)
+            raise RuntimeError(f"{name} Tensor, but got Tensor of dimension {t.dim()}")
     if offsets.dim() == 1 and offsets.numel() > 0:
         first, last = (int(v) for v in np.asarray(_ends(indexing._value(offsets))))
         if first != 0:
