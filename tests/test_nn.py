@@ -121,6 +121,15 @@ def test_conv_transpose1d_3d():
     check(lambda x, w, b: F.conv_transpose3d(x, w, b, stride=2), r(1, 2, 3, 3, 3), r(2, 2, 2, 2, 2), r(2))
 
 
+def test_conv_of_an_input_without_channels_is_the_cpus_empty_result():
+    # the CPU gives (N, 0, *spatial), no bias, and zero gradients (not the meta
+    # kernel's (N, C_out, *spatial) of bias values)
+    for x, w, b in [(r(3, 0, 8), r(5, 0, 3), r(5)), (r(2, 0, 6, 5), r(4, 0, 3, 2), r(4))]:
+        conv = F.conv1d if x.dim() == 3 else F.conv2d
+        out = check(lambda v, wt, bias: conv(v, wt, bias, stride=2), x, w, b)
+        assert out.shape == (x.shape[0], 0, *conv(x, w, b, stride=2).shape[2:])
+
+
 def test_conv_input_grad_only():
     w = r(3, 2, 3, 3, grad=False)
     check(lambda x: F.conv2d(x, w.to(x.device)), r(1, 2, 5, 5))
@@ -197,6 +206,23 @@ def test_avg_pool2d(kw):
     check(lambda x: F.avg_pool2d(x, **kw), r(2, 3, 7, 6))
 
 
+def test_avg_pools_and_bag_means_are_the_cpus_bits():
+    # the window summed in the CPU's order, and a true division by the count
+    # (XLA turns a division by a broadcast table into a product with its reciprocal)
+    for dtype in (torch.float64, torch.float32):
+        x = r(2, 3, 7, 6, dtype=dtype, grad=False)
+        for kw in (dict(kernel_size=3), dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
+                   dict(kernel_size=(2, 3), stride=1)):
+            assert torch.equal(F.avg_pool2d(x.to("tpu"), **kw).cpu(), F.avg_pool2d(x, **kw))
+        z = r(1, 2, 5, 6, 4, dtype=dtype, grad=False)
+        assert torch.equal(F.avg_pool3d(z.to("tpu"), 3, stride=2, padding=1).cpu(), F.avg_pool3d(z, 3, stride=2, padding=1))
+        w = r(21, 3, dtype=dtype, grad=False)
+        idx = torch.tensor([3, 7, 7, 1, 20, 5, 9, 9, 9, 2, 0, 14, 3])
+        offsets = torch.tensor([0, 3, 3, 8])
+        bag = F.embedding_bag(idx.to("tpu"), w.to("tpu"), offsets.to("tpu"), mode="mean").cpu()
+        assert torch.equal(bag, F.embedding_bag(idx, w, offsets, mode="mean"))
+
+
 def test_avg_pool3d():
     check(lambda x: F.avg_pool3d(x, 2, padding=1, count_include_pad=False), r(1, 2, 4, 5, 4))
 
@@ -213,6 +239,56 @@ def test_adaptive_avg_pool3d():
 @pytest.mark.parametrize("size", [(3, 3), (4, 5), (2, 1)])
 def test_adaptive_max_pool2d(size):
     check(lambda x: F.adaptive_max_pool2d(x, size, return_indices=True), r(2, 3, 7, 6))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda v: F.max_pool1d(v[..., 0], 2, return_indices=True),
+    lambda v: F.max_pool2d(v, 3, stride=2, return_indices=True),
+    lambda v: F.adaptive_max_pool2d(v, (2, 3), return_indices=True),
+    lambda v: F.max_pool3d(v.unsqueeze(-1), (2, 2, 1), return_indices=True),
+    lambda v: F.adaptive_max_pool3d(v.unsqueeze(-1), 2, return_indices=True),
+])
+def test_max_pools_of_an_empty_batch(fn):
+    # nothing to pool: empty values and indices, and an empty gradient
+    check(fn, r(0, 3, 5, 4))
+
+
+def test_a_large_3d_window_is_sliced_per_dim():
+    # one output of a 9x9x9 window: same values and gradient, from a program of
+    # 9+9+9 slices (one per window position took minutes to compile at 11 per side)
+    import jax
+    import numpy as np
+
+    from torch_tpu.ops import nn as tpu_nn
+    x = r(2, 3, 9, 9, 9)
+    check(lambda v: F.adaptive_max_pool3d(v, 1, return_indices=True), x)
+    check(lambda v: F.max_pool3d(v, 9, return_indices=True), x)
+    check(lambda v: F.avg_pool3d(v, (9, 9, 8)), x)
+    positions = tpu_nn._sliding((9, 9, 9), (9, 9, 9), (9, 9, 9), (0, 0, 0), (1, 1, 1), False)
+    jaxpr = jax.make_jaxpr(lambda v: tpu_nn._sliced_patches(v, positions))(np.zeros((2, 3, 9, 9, 9), np.float32))
+    assert sum(e.primitive.name == "slice" for e in jaxpr.jaxpr.eqns) == 27
+
+
+@pytest.mark.parametrize("order", [(3, 0, 1, 2), (0, 1, 2, 3), (2, 0, 1, 3)])
+def test_max_pool3d_of_an_unbatched_input_keeps_the_cpus_layout(order):
+    # (C, D, H, W) stored with C innermost: the CPU lays the values and indices
+    # out as for a batch of one in channels_last_3d
+    x = r(7, 5, 6, 4).permute(*order).detach().requires_grad_()
+    cpu = F.max_pool3d(x, 2, return_indices=True)
+    tpu = check(lambda v: F.max_pool3d(v, 2, return_indices=True), x)
+    assert [t.stride() for t in tpu] == [t.stride() for t in cpu]
+
+
+def test_adaptive_pools_to_an_empty_size_refuse_the_backward_as_the_cpu():
+    for fn in (F.adaptive_avg_pool2d, F.adaptive_max_pool2d, F.adaptive_max_pool1d):
+        errors = []
+        for dev in ("cpu", "tpu"):
+            x = r(1, 16, 6, 5).to(dev)
+            x = x[:, :, 0] if fn is F.adaptive_max_pool1d else x
+            with pytest.raises(RuntimeError) as e:
+                fn(x, 0).sum().backward()
+            errors.append(str(e.value))
+        assert errors[1] == errors[0]
 
 
 # ---- normalization -------------------------------------------------------------
@@ -394,6 +470,42 @@ def test_embedding_bag(mode, kw):
         assert torch.equal(tpu[2].cpu()[:cpu[2].shape[0]], cpu[2])
     if mode == "max":
         assert_same(tpu[3], cpu[3], exact=True)
+
+
+def test_embedding_of_a_table_that_is_not_2d_is_refused_as_on_the_cpu():
+    for weight in (torch.tensor(2.0), torch.ones(3, 2, 1)):
+        for indices in (torch.tensor([[0, 1]]), torch.tensor([0.5])):
+            errors = []
+            for dev in ("cpu", "tpu"):
+                with pytest.raises(RuntimeError) as e:
+                    F.embedding(indices.to(dev), weight.to(dev))
+                errors.append(str(e.value))
+            assert errors[1] == errors[0] == "'weight' must be 2-D"
+
+
+def test_embedding_bag_refuses_tensors_of_the_wrong_rank_as_the_cpu():
+    w, idx, off = torch.zeros(4, 2, dtype=torch.float64), torch.tensor([1, 3]), torch.tensor([0, 1])
+    for args in ((w, idx, off.view(2, 1)), (w.view(4, 2, 1), idx, off), (w, idx.view(1, 1, 2), off)):
+        errors = []
+        for dev in ("cpu", "tpu"):
+            with pytest.raises(RuntimeError) as e:
+                torch.embedding_bag(*(a.to(dev) for a in args))
+            errors.append(str(e.value))
+        assert errors[1] == errors[0]
+
+
+def test_embedding_bag_index_errors_in_the_cpus_words():
+    # the CPU words an index out of range by its path: its fast float path
+    # (sum/mean, no padding_idx) names the position, the others the value
+    for dtype in (torch.float32, torch.float64):
+        for mode, pad in (("sum", None), ("mean", 0), ("max", None)):
+            w = r(6, 2, dtype=dtype, grad=False)
+            errors = []
+            for dev in ("cpu", "tpu"):
+                with pytest.raises(RuntimeError) as e:
+                    F.embedding_bag(torch.tensor([[2, 7]], device=dev), w.to(dev), mode=mode, padding_idx=pad)
+                errors.append(str(e.value))
+            assert errors[1] == errors[0]
 
 
 def test_embedding_bag_2d_input_frequency_scaling_and_errors():

@@ -78,7 +78,8 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=SUM, 
             summed = keep & (jnp.arange(n) < offsets[-1])
         out = jax.ops.segment_sum(jnp.where(summed[:, None], rows, 0), bag, num_bags)
         if mode == MEAN:
-            out = out / jnp.maximum(counts, 1).astype(out.dtype)[:, None]
+            from .elementwise import _true_div  # (late: elementwise registers after this module)
+            out = _true_div(out, jnp.maximum(counts, 1).astype(out.dtype)[:, None])  # (not "* 1/count")
     return out.astype(weight.dtype), bag, bag_size, max_indices
 
 
@@ -148,6 +149,10 @@ def _prepare(bound):
     weight, indices, offsets = bound["weight"], bound["indices"], bound["offsets"]
     if indices.dtype not in (torch.int32, torch.int64) or offsets.dtype not in (torch.int32, torch.int64):
         return  # the meta kernel raises PyTorch's dtype error
+    for t, name, dims in ((indices, "input has to be a 1D or 2D", (1, 2)), (offsets, "offsets has to be a 1D", (1,)),
+                          (weight, "weight has to be a 2D", (2,))):
+        if t.dim() not in dims:  # (the meta kernel checks none of them: an offsets of any rank went through)
+            raise RuntimeError(f"{name} Tensor, but got Tensor of dimension {t.dim()}")
     if offsets.dim() == 1 and offsets.numel() > 0:
         first, last = (int(v) for v in np.asarray(_ends(indexing._value(offsets))))
         if first != 0:
@@ -163,8 +168,13 @@ def _prepare(bound):
     if r is not None and (r[0] < 0 or r[1] >= rows):
         host = np.asarray(indexing._value(indices)).reshape(-1)
         k = int(np.flatnonzero((host < 0) | (host >= rows))[0])
-        raise RuntimeError(f"Index {k} of input takes value {int(host[k])} which is not in the valid "
-                           f"range [0, {rows})")
+        padding_idx = bound.get("padding_idx", -1)
+        if bound.get("mode", SUM) != MAX and (padding_idx is None or padding_idx < 0) and \
+                weight.dtype in (torch.float32, torch.float16, torch.bfloat16):  # the CPU's fast path's words
+            raise RuntimeError(f"Index {k} of input takes value {int(host[k])} which is not in the valid "
+                               f"range [0, {rows})")
+        raise RuntimeError(f"embedding_bag: Expected idx >= 0 && idx < num_embeddings but found idx to be "
+                           f"{int(host[k])}")
 
 
 guard("_embedding_bag.default", "_embedding_bag_forward_only.default", prepare=_prepare)

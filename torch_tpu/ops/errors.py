@@ -86,6 +86,10 @@ _CPU_WORDING = [
      lambda m, t, a: "mat1 and mat2 shapes cannot be multiplied ({}x{} and {}x{})".format(*m.groups())),
     (r"Attempting to broadcast a dimension of length", _broadcast_mismatch),
     (r"Invalid channel dimensions", _channels_mismatch),
+    # (the meta kernel's message keeps its source line's indentation and drops "but grad_output has sizes")
+    (r"(adaptive_avg_pool2d_backward\(\): Expected grad_output to have non-zero)\s+"
+     r"(size for non-batch dimensions), torch\.Size\((\[.*\])\) (with dimension \d+ being empty)",
+     lambda m, t, a: "{} {}, but grad_output has sizes {} {}".format(*m.groups())),
 ]
 
 

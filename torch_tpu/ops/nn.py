@@ -7,7 +7,6 @@ constants of the compiled program.  Half types compute in float32 like the
 CPU kernels' accumulation type.
 """
 import functools
-import itertools
 
 import jax
 import jax.numpy as jnp
@@ -84,10 +83,29 @@ def _conv_args(x, stride, padding, dilation, output_padding):
     return _tup(stride, n, (1,)), _tup(padding, n, (0,)), _tup(dilation, n, (1,)), _tup(output_padding, n, (0,))
 
 
-@register("convolution.default", layout=views.channels_last_from(0, 1))
+def _no_input_channels(input, transposed):
+    """A convolution of an input without channels: PyTorch's kernels (the CPU's
+    "Empty" backend) give an (N, 0, *spatial) result, no bias added, and zero
+    gradients; the meta kernel describes an (N, C_out, *spatial) one."""
+    return not transposed and input.ndim >= 3 and input.shape[1] == 0
+
+
+_conv_channels_last = views.channels_last_from(0, 1)
+
+
+def _conv_layout(args, out_specs):
+    if _no_input_channels(args[0], args[6]):
+        out_specs = [s._replace(size=size, stride=views.contiguous_strides(size))
+                     for s in out_specs for size in [(s.size[0], 0, *s.size[2:])]]
+    return _conv_channels_last(args, out_specs)
+
+
+@register("convolution.default", layout=_conv_layout)
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     stride, padding, dilation, output_padding = _conv_args(input, stride, padding, dilation, output_padding)
     y = _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups)
+    if _no_input_channels(input, transposed):
+        return y[:, :0]
     if bias is not None:
         y = y + bias.astype(y.dtype).reshape((1, -1) + (1,) * (y.ndim - 2))
     return y
@@ -97,6 +115,10 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
 def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
                          transposed, output_padding, groups, output_mask):
     stride, padding, dilation, output_padding = _conv_args(input, stride, padding, dilation, output_padding)
+    if _no_input_channels(input, transposed):
+        zeros = (jnp.zeros(input.shape, input.dtype), jnp.zeros(weight.shape, weight.dtype),
+                 jnp.zeros(tuple(bias_sizes or (weight.shape[0],)), grad_output.dtype))
+        return tuple(z for z, wanted in zip(zeros, output_mask) if wanted)
 
     def fwd(x, w):
         return _conv(x, w, stride, padding, dilation, transposed, output_padding, groups)
@@ -169,25 +191,23 @@ def _progression(pos):
 
 def _sliced_patches(x, positions):
     """Regular windows as strided slices of the padded input: no gather, which
-    keeps sliding-window ops (pooling, im2col) cheap on the accelerator."""
+    keeps sliding-window ops (pooling, im2col) cheap on the accelerator.  One
+    spatial dim at a time (its k slices stacked on a new trailing axis): a
+    program of k1 + ... + kn slices, not k1 * ... * kn (a 3-d window of 11 per
+    side took minutes to compile)."""
     nsp = len(positions)
     lead = x.ndim - nsp
     sizes = x.shape[lead:]
     lo = [max(0, -int(pos.min())) for pos in positions]
     hi = [max(0, int(pos.max()) - (n - 1)) for pos, n in zip(positions, sizes)]
-    xp = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0)] * lead + [(a, b, 0) for a, b in zip(lo, hi)])
-    slices = []
-    for ks in itertools.product(*(range(pos.shape[1]) for pos in positions)):
-        start, limit, strides = [0] * lead, list(xp.shape[:lead]), [1] * lead
-        for pos, k, pad in zip(positions, ks, lo):
-            s, _ = _progression(pos)
-            begin = int(pos[0, k]) + pad
-            start.append(begin)
-            limit.append(begin + (pos.shape[0] - 1) * s + 1)
-            strides.append(s)
-        slices.append(lax.slice(xp, start, limit, strides))
-    patches = jnp.stack(slices, axis=-1)
-    return patches.reshape(patches.shape[:-1] + tuple(pos.shape[1] for pos in positions))
+    patches = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0)] * lead + [(a, b, 0) for a, b in zip(lo, hi)])
+    for i, (pos, pad) in enumerate(zip(positions, lo)):
+        s, _ = _progression(pos)
+        span = (pos.shape[0] - 1) * s + 1
+        patches = jnp.stack([lax.slice_in_dim(patches, int(pos[0, k]) + pad, int(pos[0, k]) + pad + span, s,
+                                              axis=lead + i)
+                             for k in range(pos.shape[1])], axis=-1)
+    return patches
 
 
 def _fill_low(dtype):
@@ -197,9 +217,11 @@ def _fill_low(dtype):
 def _max_windows(x, positions, valid_end=None):
     """(max over each window, flat input index of the max): first max wins, NaN propagates."""
     nsp = len(positions)
+    out_shape = x.shape[:x.ndim - nsp] + tuple(pos.shape[0] for pos in positions)
+    if 0 in out_shape:  # an empty batch or an empty output (adaptive output_size 0): nothing to reduce
+        return jnp.zeros(out_shape, x.dtype), jnp.zeros(out_shape, jnp.int64)
     patches, valid, flat = _gather_windows(x, positions, valid_end)
     patches = jnp.where(jnp.asarray(valid), patches, _fill_low(x.dtype))
-    out_shape = patches.shape[:patches.ndim - nsp]
     patches = patches.reshape(out_shape + (-1,))
     arg = jnp.argmax(patches, axis=-1)  # NumPy semantics: first NaN, else first max
     value = jnp.take_along_axis(patches, arg[..., None], axis=-1)[..., 0]
@@ -220,6 +242,8 @@ def _scatter_plane(grad, indices, input_shape, nsp):
     lead = input_shape[:len(input_shape) - nsp]
     plane = int(np.prod(input_shape[len(input_shape) - nsp:]))
     b = int(np.prod(lead))
+    if b == 0 or plane == 0:  # (an empty batch: -1 below could not be inferred)
+        return jnp.zeros(input_shape, grad.dtype)
     g = to_opmath(grad).reshape(b, -1)
     i = indices.reshape(b, -1)
     out = jnp.zeros((b, plane), g.dtype).at[jnp.arange(b)[:, None], i].add(g)
@@ -240,7 +264,21 @@ def max_pool2d_with_indices(self, kernel_size, stride=(), padding=(0,), dilation
     return _max_pool(self, 2, kernel_size, stride, padding, dilation, ceil_mode)
 
 
-@register("max_pool3d_with_indices.default")
+def _unbatched_channels_last_3d(args, out_specs):
+    """max_pool3d of an unbatched (4-d) input stored channels-last: the CPU's
+    kernel lays out the outputs as those of a batch of one (the meta kernel
+    keeps channels_last_3d for 5-d inputs only)."""
+    t = args[0]
+    if isinstance(t, torch.Tensor) and t.dim() == 4:
+        one = torch.empty_strided((1, *t.shape), (t.numel(), *t.stride()), device="meta")
+        if torch._prims_common.suggest_memory_format(one) == torch.channels_last_3d:
+            return [s._replace(stride=torch.empty((1,) + tuple(s.size), device="meta",
+                                                  memory_format=torch.channels_last_3d).stride()[1:])
+                    if len(s.size) == 4 else s for s in out_specs]
+    return out_specs
+
+
+@register("max_pool3d_with_indices.default", layout=_unbatched_channels_last_3d)
 def max_pool3d_with_indices(self, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
     return _max_pool(self, 3, kernel_size, stride, padding, dilation, ceil_mode)
 
@@ -272,21 +310,33 @@ def _avg_divisor(sizes, kernel, stride, padding, ceil_mode, count_include_pad, d
     return full if count_include_pad else inside
 
 
-def _avg_pool(x, nsp, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+_SEQUENTIAL_WINDOW = 256  # windows up to this many elements are summed one by one, in order
+
+
+def _avg_pool(x, nsp, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, exact=True):
     kernel = _tup(kernel_size, nsp)
     stride = _tup(stride, nsp, kernel)
     padding = _tup(padding, nsp, (0,))
     positions = _sliding(x.shape[-nsp:], kernel, stride, padding, (1,) * nsp, ceil_mode)
     patches, valid, _ = _gather_windows(to_opmath(x), positions)
-    total = jnp.sum(jnp.where(jnp.asarray(valid), patches, 0), axis=tuple(range(-nsp, 0)))
+    terms = jnp.where(jnp.asarray(valid), patches, 0)
+    k = int(np.prod(kernel))
+    if 0 < k <= _SEQUENTIAL_WINDOW:  # the CPU's loop order (row-major over the window), not XLA's reduce order
+        terms = terms.reshape(terms.shape[:terms.ndim - nsp] + (k,))
+        total = functools.reduce(lambda acc, i: acc + terms[..., i], range(1, k), terms[..., 0])
+    else:
+        total = jnp.sum(terms, axis=tuple(range(-nsp, 0)))
     div = _avg_divisor(x.shape[-nsp:], kernel, stride, padding, ceil_mode, count_include_pad,
                        divisor_override)
     div = divisor_override if div is None else jnp.asarray(div, total.dtype)
-    return (total / div).astype(x.dtype)
+    if not exact:  # (linear in x, for the backward's transpose)
+        return (total / div).astype(x.dtype)
+    from .elementwise import _true_div  # (late: elementwise registers after this module)
+    return _true_div(total, div).astype(x.dtype)  # (XLA turns "/ table" into "* 1/table": an ulp off)
 
 
 def _avg_pool_backward(grad_output, x, nsp, *config):
-    f = jax.linear_transpose(lambda v: _avg_pool(v, nsp, *config), jnp.zeros(x.shape, x.dtype))
+    f = jax.linear_transpose(lambda v: _avg_pool(v, nsp, *config, exact=False), jnp.zeros(x.shape, x.dtype))
     return f(grad_output.astype(x.dtype))[0]
 
 
@@ -370,7 +420,7 @@ def _adaptive_max(x, output_size, nsp):
     positions, ends = [], []
     for n, o in zip(x.shape[-nsp:], _tup(output_size, nsp)):
         start, end = _adaptive_bounds(n, o)
-        positions.append(start[:, None] + np.arange(int((end - start).max()))[None, :])
+        positions.append(start[:, None] + np.arange(int((end - start).max(initial=0)))[None, :])
         ends.append(end)
     return _max_windows(x, positions, ends)
 
@@ -633,6 +683,8 @@ def _check_embedding_indices(bound):
     first, as PyTorch's embedding does before anything else (a table on another
     device included)."""
     indices = bound["indices"]
+    if bound["weight"].dim() != 2:  # (checked before the indices, as the CPU's embedding checks it)
+        raise RuntimeError("'weight' must be 2-D")
     if indices.dtype not in (torch.long, torch.int):
         raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
                            f"Long, Int; but got {indices.type()} instead (while checking arguments for embedding)")
