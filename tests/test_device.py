@@ -1,6 +1,7 @@
 """The tpu device itself: registration, torch.tpu, storage and views, copies,
 serialization, AMP, dtypes and errors, checked against PyTorch's CPU."""
 import copy
+import gc
 import io
 import os
 import pickle
@@ -119,6 +120,7 @@ def test_op_outputs_made_either_way_are_the_same(swap, monkeypatch):
     geometry, addresses, storage and byte accounting either way."""
     from torch_tpu.storage import buffers
     monkeypatch.setattr(buffers, "_SWAP_STORAGE", swap)
+    gc.collect()  # (an earlier test's tensors in a reference cycle freed mid-test would skew the count)
     torch.tpu.synchronize()
     before = torch.tpu.memory_allocated()
     g = torch.Generator().manual_seed(0)
