@@ -84,6 +84,30 @@ def test_in_place_activation_into_expanded_tensor_raises(activation):
     assert err[0] is RuntimeError and "single memory location" in err[1]
 
 
+def test_overlap_is_checked_on_the_cached_path_too():
+    # A signature's later calls take the native entry (native/entry.cpp), which
+    # must refuse what the first call's Python path refuses: a source sharing
+    # part of the destination's memory, after calls of the same geometry that
+    # shared none of it.
+    def run(d):
+        x = torch.arange(12.0, device=d)
+        outcomes = []
+        for op in (lambda a, b: a.add_(b), lambda a, b: a.copy_(b), lambda a, b: a.mul_(b)):
+            for _ in range(3):
+                op(x[0:4], x[4:8])  # same storage, no overlap: allowed, then cached
+            try:
+                op(x[0:4], x[2:6])
+                outcomes.append(None)
+            except RuntimeError as e:
+                outcomes.append(str(e))
+            op(x[8:12], x[8:12])  # the same memory exactly is allowed
+        return x.cpu(), outcomes
+    (cpu, cpu_outcomes), (tpu, tpu_outcomes) = run("cpu"), run("tpu")
+    assert all(o is not None and "single memory location" in o for o in cpu_outcomes), cpu_outcomes
+    assert tpu_outcomes == cpu_outcomes
+    assert torch.equal(tpu, cpu)
+
+
 def test_in_place_threshold_into_expanded_tensor_is_allowed():
     same_on_both(lambda d: F.threshold(torch.linspace(-2, 2, 6, device=d)[None].expand(6, 6), 0.5, 0.25, inplace=True))
 

@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 
 import torch_tpu
+from torch_tpu.eager import access
 from torch_tpu.ops import registry
 
 PACKAGE = os.path.dirname(os.path.abspath(torch_tpu.__file__))
@@ -249,6 +250,47 @@ def test_python_calls_per_cached_elementwise_op(mode, budget):
     # multiply and add into one fused multiply-add)
     exact = dict(rtol=0, atol=0) if mode == "strict" else {}
     torch.testing.assert_close(results[-1].cpu(), x.cpu() * 1.0001 + y.cpu(), **exact)
+
+
+# In-place TensorIterator ops (x.add_(y), x.relu_(), copy_) on their cached
+# path, and copies into and out of a view of a large buffer (DDP's gradient
+# buckets, a KV cache): the native entry checks the destination's overlap
+# itself.  Strict / fused: in-place op 30 / 29 before (all of Kernel.__call__
+# for its overlap check), 0 / 0 after; a copy from a view 42 / 41 -> 6 / 6
+# (copy_'s own checks around the entry); a copy into a view of a buffer large
+# enough to donate 53 -> 10 strict (access.can_donate asked from C++; fused
+# mode never donates and keeps Kernel.__call__: 43 -> 41).
+IN_PLACE_CALLS = 1
+COPY_FROM_VIEW_CALLS = 7
+COPY_INTO_VIEW_CALLS = {"strict": 12, "fused": 44}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_python_calls_per_cached_in_place_op_and_view_copy(mode):
+    n = access.DONATE_BYTES // 4 * 2  # float32 elements of a buffer large enough to donate into
+    x, y, g = (torch.randn(64, 64).to("tpu") for _ in range(3))
+    flat = torch.zeros(n, device="tpu") * 1  # its own buffer (a computed one)
+    cpu_x, cpu_flat, cpu_g = x.cpu(), flat.cpu(), g.cpu()
+    steps = [lambda x, flat, g: x.add_(y if x.device.type == "tpu" else y.cpu()),
+             lambda x, flat, g: flat[4096:8192].view(64, 64).copy_(g),
+             lambda x, flat, g: g.copy_(flat[100:4196].view(64, 64))]
+    with torch.tpu.set_eager_mode(mode):
+        for _ in range(3):
+            for step in steps:
+                step(x, flat, g)
+            torch.tpu.synchronize()
+        donations = access.donations
+        calls = [calls_in_torch_tpu(lambda: step(x, flat, g)) for step in steps]
+        torch.tpu.synchronize()
+    assert calls[0] <= IN_PLACE_CALLS, f"{calls[0]} calls per x.add_(y), budget {IN_PLACE_CALLS}"
+    assert calls[1] <= COPY_INTO_VIEW_CALLS[mode], f"{calls[1]} calls per copy into a view"
+    assert calls[2] <= COPY_FROM_VIEW_CALLS, f"{calls[2]} calls per copy from a view"
+    assert access.donations - donations == (1 if mode == "strict" else 0)
+    for _ in range(4):
+        for step in steps:
+            step(cpu_x, cpu_flat, cpu_g)
+    for tpu, cpu in ((x, cpu_x), (flat, cpu_flat), (g, cpu_g)):
+        torch.testing.assert_close(tpu.cpu(), cpu, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("mode,budget", [("strict", STRICT_ONES_LIKE_CALLS), ("fused", FUSED_ONES_LIKE_CALLS)])

@@ -35,6 +35,8 @@ _why_not = None  # why the helper is not in use (None: in use, or not asked yet)
 # The fields of signature_match.Matcher.checks (guard_check, tensor_at,
 # repeats, leaves, list_lens, moving), as the helper's kernel entry reads them.
 MATCHER_CHECKS = 6
+# The arguments of the helper's entry_context and kernel_entry (entry.cpp).
+ENTRY_INTERFACE = 2
 
 
 def _helper():
@@ -117,20 +119,22 @@ def storage_owner(by_address: dict, ref_type):
     return helper.storage_owner(by_address, ref_type), helper.own_new, helper.own_many
 
 
-def kernel_entries(modes, fusion, precision, note, own_new, numbers, identity_groups):
+def kernel_entries(modes, fusion, precision, note, own_new, numbers, identity_groups, can_donate):
     """The maker of a registered kernel's C++ entry (entry.cpp:
     ``kernel_entry(kernel, cache, plain_arity, returns_one, inplace,
-    writes_list)``), its shared context set up from the modules the cached
+    writes_list, checks_overlap)``), its shared context set up from the modules the cached
     path reads; or None (also without the native output maker ``own_new``)."""
     helper = _helper()
     # (a helper built before the entry made the matchers' checks itself, or
-    # for another layout of them, is not used: MATCHER_CHECKS)
-    if getattr(helper, "matcher_checks", None) != MATCHER_CHECKS or own_new is None:
+    # for another layout of them, or taking other arguments, is not used:
+    # MATCHER_CHECKS, ENTRY_INTERFACE)
+    if (getattr(helper, "matcher_checks", None) != MATCHER_CHECKS
+            or getattr(helper, "entry_interface", None) != ENTRY_INTERFACE or own_new is None):
         return None
     leaf_refs = (fusion.LazyBuffer, fusion.resolve, numbers.on_device, numbers._floats, numbers._ints)
     helper.entry_context(vars(modes), modes.EagerMode.FUSED, modes.EagerMode.STRICT, vars(fusion), vars(precision),
                          torch.autograd.profiler, torch.get_default_dtype, note, own_new, leaf_refs,
-                         identity_groups)
+                         identity_groups, can_donate)
     return helper.kernel_entry
 
 

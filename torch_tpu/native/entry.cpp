@@ -10,9 +10,14 @@
 // last -- and its output made by the native ledger's own_new (or
 // Kernel._finish), or an in-place op's new buffers set on its storages.  No
 // Python frame of ours for a cached op (strict: its launch noted in
-// pending's queue here; fused: a predicted op recorded in C++).  Anything
-// else -- keywords, debug mode, a profiler, a miss, a write into part of a
-// donated buffer, a launch that raises -- is handed to the Kernel itself,
+// pending's queue here; fused: a predicted op recorded in C++).  An in-place
+// TensorIterator kernel's destination is checked for overlap first, as
+// out_checks.check_overlap does; a destination that overlaps itself or shares
+// its storage with another argument goes to the Kernel, which raises or runs
+// it.  A strict write into part of a large buffer donates the buffer when
+// access.can_donate says it may.  Anything
+// else -- keywords, debug mode, a profiler, a miss, a fused write into part
+// of a large buffer, a launch that raises -- is handed to the Kernel itself,
 // which does all of it as before (a failed launch then runs again there and
 // raises its error).
 #include "helper.h"
@@ -20,6 +25,7 @@
 #include <algorithm>
 #include <vector>
 
+#include <ATen/MemoryOverlap.h>
 #include <torch/csrc/Storage.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -38,6 +44,7 @@ struct Context {
   PyObject* note = nullptr;       // eager/pending.py's note
   PyObject* pending = nullptr;    // its globals (_pending, _LIMIT, _overflow), or nullptr: note is called
   PyObject* own_new = nullptr;    // buffers.wrap_as's native maker
+  PyObject* can_donate = nullptr;  // eager/access.py's can_donate(inputs, positions, owners)
   LeafRefs refs;                  // what a matcher's leaves read (owned here; none: the matchers' own check)
   PyObject* identity = nullptr;   // written_lists._IDENTITY: a list length's groups when no storage is shared
   PyObject* s_mode = nullptr;
@@ -77,6 +84,7 @@ struct Entry {
   bool returns_one = false;
   bool inplace = false;      // its mode is "inplace": the written tensors take the results
   bool writes_list = false;  // ... a _foreach_*_ op's list of them
+  bool checks_overlap = false;  // its destination checked as out_checks.check_overlap does
 };
 
 constexpr const char* kCapsule = "torch_tpu.native.Entry";
@@ -394,12 +402,62 @@ bool noted(const Context& c, PyObject* results) {
   return true;
 }
 
+// out_checks.check_overlap's common case: the destination (the first
+// argument) has no element twice, and no other argument but itself shares its
+// storage.  False sends the call to the Kernel, whose check raises or passes.
+bool overlap_free(PyObject* const* argv, Py_ssize_t nargs) {
+  if (nargs == 0 || !THPVariable_Check(argv[0])) {
+    return false;
+  }
+  const at::Tensor& dst = THPVariable_Unpack(argv[0]);
+  if (!dst.has_storage() || at::has_internal_overlap(dst) != at::MemOverlap::No) {
+    return false;
+  }
+  for (Py_ssize_t k = 1; k < nargs; ++k) {
+    if (argv[k] != argv[0] && THPVariable_Check(argv[k])) {
+      const at::Tensor& x = THPVariable_Unpack(argv[k]);
+      if (x.has_storage() && x.storage().is_alias_of(dst.storage())) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// The executable of a strict write into part of a large buffer (an entry with
+// a donor): the donating one when access.can_donate(inputs, positions,
+// (written,)) allows it, else the copying one (a new reference), as
+// Kernel.__call__ chooses; nullptr with an error on an error.
+PyObject* donating(const Context& c, PyObject* donor, PyObject* fn, PyObject* inputs, PyObject* written) {
+  if (!PyTuple_CheckExact(donor) || PyTuple_GET_SIZE(donor) != 2 || c.can_donate == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "tpu: an entry's donor is not (fn, positions)");
+    return nullptr;
+  }
+  PyObject* owners = PyTuple_Pack(1, written);
+  if (owners == nullptr) {
+    return nullptr;
+  }
+  PyObject* call_args[3] = {inputs, PyTuple_GET_ITEM(donor, 1), owners};
+  PyObject* may = PyObject_Vectorcall(c.can_donate, call_args, 3, nullptr);
+  Py_DECREF(owners);
+  if (may == nullptr) {
+    return nullptr;
+  }
+  PyObject* chosen = may == Py_True ? PyTuple_GET_ITEM(donor, 0) : fn;
+  Py_DECREF(may);
+  Py_INCREF(chosen);
+  return chosen;
+}
+
 // The call's result, or nullptr with no error set when the Kernel must take
 // the call, or nullptr with an error.
 PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, Py_ssize_t nargs) {
   PyObject* mode = borrowed(c.modes, c.s_mode);
   const bool fused = mode == c.fused;
   if (mode == nullptr || (!fused && mode != c.strict) || nargs > e.plain_arity) {
+    return nullptr;
+  }
+  if (e.checks_overlap && !overlap_free(argv, nargs)) {
     return nullptr;
   }
   if (!fused) {
@@ -462,13 +520,27 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
   PyObject* out_buffers = fn == nullptr ? nullptr : PyObject_GetAttr(entry, c.s_out_buffers);
   PyObject* results = nullptr;
   bool plain = out_buffers != nullptr && PyTuple_CheckExact(offsets) && PyList_CheckExact(inputs);
+  PyObject* donor = plain ? PyObject_GetAttr(entry, c.s_donor) : nullptr;
+  plain = donor != nullptr && (donor == Py_None || (!fused && e.inplace && nargs > 0));
   if (plain && PyTuple_GET_SIZE(offsets) > 0) {  // views read at run-time offsets: theirs passed last
-    PyObject* donor = PyObject_GetAttr(entry, c.s_donor);
-    plain = donor == Py_None &&  // (a write into part of a large buffer: the Kernel's access.can_donate)
-            PyList_SetSlice(inputs, PyList_GET_SIZE(inputs), PyList_GET_SIZE(inputs), offsets) == 0;
-    Py_XDECREF(donor);
-    PyErr_Clear();  // (an error here: the Kernel's path)
+    plain = PyList_SetSlice(inputs, PyList_GET_SIZE(inputs), PyList_GET_SIZE(inputs), offsets) == 0;
   }
+  PyErr_Clear();  // (an error here: the Kernel's path)
+  if (plain && donor != Py_None) {  // a write into part of a large buffer
+    PyObject* chosen = donating(c, donor, fn, inputs, argv[0]);
+    if (chosen == nullptr) {
+      Py_XDECREF(donor);
+      Py_XDECREF(offsets);
+      Py_XDECREF(fn);
+      Py_XDECREF(out_buffers);
+      Py_DECREF(entry);
+      Py_DECREF(inputs);
+      Py_DECREF(args);
+      return nullptr;
+    }
+    Py_SETREF(fn, chosen);
+  }
+  Py_XDECREF(donor);
   if (plain && fused && out_buffers != Py_None) {
     PyObject* record = borrowed(c.fusion, c.s_record);  // (looked up: a test may wrap it)
     PyObject* record_args[3] = {fn, inputs, out_buffers};
@@ -555,14 +627,14 @@ PyObject* intern(const char* s) {
 
 // entry_context(modes_globals, fused, strict, fusion_globals, precision_globals,
 //               profiler_module, get_default_dtype, note, own_new,
-//               (lazy_type, resolve, on_device, floats, ints), identity_groups): once
+//               (lazy_type, resolve, on_device, floats, ints), identity_groups, can_donate): once
 PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 11 || !PyDict_Check(args[0]) || !PyDict_Check(args[3]) || !PyDict_Check(args[4]) ||
+  if (nargs != 12 || !PyCallable_Check(args[11]) || !PyDict_Check(args[0]) || !PyDict_Check(args[3]) || !PyDict_Check(args[4]) ||
       !PyTuple_Check(args[9]) || PyTuple_GET_SIZE(args[9]) != 5 || !PyDict_Check(PyTuple_GET_ITEM(args[9], 3)) ||
       !PyDict_Check(PyTuple_GET_ITEM(args[9], 4)) || !PyDict_Check(args[10])) {
     PyErr_SetString(PyExc_TypeError, "entry_context(modes, fused, strict, fusion, precision, profiler, "
                                      "get_default_dtype, note, own_new, (lazy_type, resolve, on_device, floats, "
-                                     "ints), identity_groups)");
+                                     "ints), identity_groups, can_donate)");
     return nullptr;
   }
   if (context != nullptr) {
@@ -594,6 +666,8 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   Py_INCREF(args[10]);
   c->identity = args[10];
+  Py_INCREF(args[11]);
+  c->can_donate = args[11];
   c->s_mode = intern("_mode");
   c->s_guess = intern("_guess");
   c->s_record = intern("record");
@@ -623,11 +697,12 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
-// kernel_entry(kernel, cache, plain_arity, returns_one, inplace, writes_list) -> the callable to
-// register for the kernel
+// kernel_entry(kernel, cache, plain_arity, returns_one, inplace, writes_list, checks_overlap) -> the
+// callable to register for the kernel
 PyObject* kernel_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 6) {
-    PyErr_SetString(PyExc_TypeError, "kernel_entry(kernel, cache, plain_arity, returns_one, inplace, writes_list)");
+  if (nargs != 7) {
+    PyErr_SetString(PyExc_TypeError,
+                    "kernel_entry(kernel, cache, plain_arity, returns_one, inplace, writes_list, checks_overlap)");
     return nullptr;
   }
   const Py_ssize_t arity = PyLong_AsSsize_t(args[2]);
@@ -643,6 +718,7 @@ PyObject* kernel_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   e->returns_one = PyObject_IsTrue(args[3]) == 1;
   e->inplace = PyObject_IsTrue(args[4]) == 1;
   e->writes_list = PyObject_IsTrue(args[5]) == 1;
+  e->checks_overlap = PyObject_IsTrue(args[6]) == 1;
   PyObject* capsule = PyCapsule_New(e, kCapsule, drop_entry);
   if (capsule == nullptr) {
     Py_DECREF(e->kernel);

@@ -63,5 +63,11 @@ PyMODINIT_FUNC PyInit__native(void) {
     Py_DECREF(m);
     return nullptr;
   }
+  // the arguments entry_context and kernel_entry take (entry.cpp): a build
+  // that takes others is not used
+  if (m != nullptr && PyModule_AddIntConstant(m, "entry_interface", 2) < 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
   return m;
 }

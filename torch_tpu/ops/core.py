@@ -13,7 +13,7 @@ from ..eager import access, checks, fusion
 from ..eager.launch import launch
 from ..storage import buffers, views
 from . import errors, host_mirror
-from .registry import kernel, out_dtype, register_raw, resolve
+from .registry import entry_of, kernel, out_dtype, register_raw, resolve
 
 _CPU = DispatchKeySet(DispatchKey.CPU)
 _aten = torch.ops.aten
@@ -227,9 +227,12 @@ _copy_kernel = kernel("copy_.default", lambda self, src, non_blocking=False: src
                       "inplace", allow_cpu=("src",))
 
 
+_copy_enter = entry_of(_copy_kernel)  # (its native entry when built: a cached copy's call in C++)
+
+
 def copy_into(dst, src) -> None:
     """dst[...] = src, with dst on tpu and src on tpu or the CPU."""
-    _copy_kernel(dst, src)
+    _copy_enter(dst, src)
 
 
 @functools.cache
@@ -252,7 +255,10 @@ def copy_(self, src, non_blocking=False):
     if self.device.type == "tpu":
         if src.is_complex() and not self.is_complex():
             _warn_complex_to_real()
-        host_mirror.write_known(self, src, lambda: _copy_kernel(self, src))
+        if self.is_floating_point():  # (no host values are kept for floats: host_mirror)
+            _copy_enter(self, src)
+        else:
+            host_mirror.write_known(self, src, lambda: _copy_enter(self, src))
         return self
     # tpu -> CPU (or another device): bring the value to the host, then PyTorch copies.
     self.copy_(to_cpu_tensor(src))

@@ -340,17 +340,17 @@ def _install(op, kernel, graph=None, dispatch_key="PrivateUse1", native=False) -
 # Kernel.__call__'s matched-signature launch without its three Python frames);
 # everything else reaches the Kernel from there.
 _native_entry = native.kernel_entries(modes, fusion, precision, pending.note, buffers._own_new, numbers,
-                                      written_lists._IDENTITY)
+                                      written_lists._IDENTITY, access.can_donate)
 
 
 def entry_of(kernel):
     """What the dispatcher calls for ``kernel``: its C++ entry when its cached
     path is the plain one, else itself."""
     if (_native_entry is None or not isinstance(kernel, Kernel) or not kernel.fast or not kernel.records_plainly
-            or kernel.check_overlap or kernel.indexed_overlap is not None):
+            or kernel.indexed_overlap is not None):
         return kernel
     return _native_entry(kernel, kernel.cache, kernel.plain_arity, kernel.returns_one, kernel.mode == "inplace",
-                         kernel.writes_list)
+                         kernel.writes_list, kernel.check_overlap)
 
 
 # ---- the kernel wrapper -----------------------------------------------------
