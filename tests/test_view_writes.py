@@ -221,3 +221,16 @@ def test_stepped_write_ending_before_its_block_updates_the_block_not_by_scatter(
             t[i * 12:].as_strided((2, 6), (12, 2))[...] = i - 5
         t.as_strided(size, stride).add_(torch.ones(size, dtype=torch.int8, device=t.device))
     torch.testing.assert_close(tpu.cpu(), cpu, rtol=0, atol=0)
+
+
+def test_pending_holds_counts_the_queues_references():
+    # can_donate explains a buffer's extra references as the launch queue's
+    x, y = torch.ones(4, device="tpu") * 1, torch.ones(4, device="tpu") * 1
+    buf = buffers.get_buffer(x.untyped_storage())
+    pending.note(buf)
+    pending.note(buf)
+    assert pending.holds(buf, 2) and not pending.holds(buf, 3)
+    other = buffers.get_buffer(y.untyped_storage())
+    assert pending.holds(object(), 0) and not pending.holds(object(), 1)
+    torch.tpu.synchronize()
+    assert not pending.holds(buf, 1) and not pending.holds(other, 1)  # synchronize emptied the queue

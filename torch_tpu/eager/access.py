@@ -87,7 +87,7 @@ def can_donate(inputs, positions, owners, held=0) -> bool:
         if refs == fewest:  # the fewest there can be: used once, not queued (no scans)
             continue
         uses = sum(map(operator.is_, inputs, [buf] * len(inputs)))
-        if uses != 1 or refs != 1 + uses + held + 2 + pending.count(buf):
+        if uses != 1 or not pending.holds(buf, refs - (1 + uses + held + 2)):
             return False
     donations += 1
     return True

@@ -38,11 +38,23 @@ def _overflow() -> None:
         _prune()
 
 
-def count(x) -> int:
-    """How many references to ``x`` the noted results hold (donation checks
-    count them as the queue's, not a user's)."""
-    noted = list(_pending)  # (a snapshot: other threads may note meanwhile)
-    return sum(map(operator.is_, noted, [x] * len(noted)))
+def holds(x, n) -> bool:
+    """Whether ``n`` references to ``x`` are the noted results' (donation
+    checks count them as the queue's, not a user's): at most ``n`` can be, and
+    a buffer written again is usually the newest launch's result, so the
+    queue is read newest first and only until ``n`` are found."""
+    if n <= 0:
+        return n == 0
+    try:
+        for noted in reversed(_pending):
+            if noted is x:
+                n -= 1
+                if n == 0:
+                    return True
+        return False
+    except RuntimeError:  # another thread noted meanwhile: count a snapshot
+        noted = list(_pending)
+        return sum(map(operator.is_, noted, [x] * len(noted))) == n
 
 
 def _first(results):
