@@ -279,7 +279,8 @@ def test_uint8_mask_warns_once_per_line():
     lambda: [0, 10],
     lambda: torch.tensor([0, 10]).to("tpu"),
     lambda: torch.tensor([0, -11], device="tpu"),
-], ids=["list", "to_tpu", "tensor_on_tpu"])
+    lambda: torch.tensor([0, 10]).to("tpu").clone(),  # (clone, one launch, keeps them known)
+], ids=["list", "to_tpu", "tensor_on_tpu", "clone"])
 def test_index_from_host_values_raises_at_the_op(make_index):
     x = torch.zeros(10, device="tpu")
     with pytest.raises(IndexError, match="out of bounds for dimension 0 with size 10"):

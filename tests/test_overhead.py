@@ -293,6 +293,23 @@ def test_python_calls_per_cached_in_place_op_and_view_copy(mode):
         torch.testing.assert_close(tpu.cpu(), cpu, rtol=0, atol=0)
 
 
+# x.clone() as one cached launch (ops/shape.py): 41 calls before (PyTorch's
+# composite: empty_strided's checks and allocation, then copy_), 4 after
+# (the raw clone's frame and its host-values check around the entry).
+CLONE_CALLS = 5
+
+
+def test_python_calls_per_cached_clone():
+    x = torch.randn(8, 16, 32).to("tpu").transpose(1, 2)  # a permuted layout, which clone keeps
+    for _ in range(3):
+        x.clone()
+    calls = calls_in_torch_tpu(x.clone)
+    assert calls <= CLONE_CALLS, f"{calls} calls per clone, budget {CLONE_CALLS}"
+    y = x.clone()
+    assert y.stride() == x.cpu().clone().stride() and torch.equal(y.cpu(), x.cpu())
+    assert y.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
 @pytest.mark.parametrize("mode,budget", [("strict", STRICT_ONES_LIKE_CALLS), ("fused", FUSED_ONES_LIKE_CALLS)])
 def test_python_calls_per_cached_ones_like(mode, budget):
     loss = torch.tensor(2.5).to("tpu")

@@ -128,3 +128,12 @@ def follow_fills():
     from .registry import wrap_entry
     wrap_entry("fill_.Scalar", "fill_.Tensor", around=_fill_known)
     wrap_entry("zero_.default", around=_zero_known)
+
+
+def copy_known(src, dst) -> None:
+    """``dst``, just made a copy of ``src`` (a clone), has ``src``'s host
+    values when those are known."""
+    if not (src.is_floating_point() or src.is_complex()):
+        host = recall(src)
+        if host is not None:
+            remember(dst, host)

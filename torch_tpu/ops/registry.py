@@ -266,13 +266,14 @@ def wrap_entry(*names, around):
     """Route the eager dispatcher entry of the named registered ops (and their
     in-place/out= siblings) through ``around(kernel, *args, **kwargs)``, e.g.
     host-side bookkeeping after the call; KERNELS and graph forms keep the
-    plain Kernel, as with ``guard``."""
+    plain Kernel, as with ``guard``.  ``around`` gets the kernel's entry (its
+    native one when built), as the dispatcher would call it."""
     for name in names:
         op = resolve(name)
         for target in [op] + [s for s, _ in variants_of(op)]:
             kernel = KERNELS.get(target)
             if isinstance(kernel, Kernel):
-                _library(target).impl(target, functools.partial(around, kernel), "PrivateUse1")
+                _library(target).impl(target, functools.partial(around, entry_of(kernel)), "PrivateUse1")
 
 
 def kernel(name, impl, mode: str = "functional", **options) -> "Kernel":

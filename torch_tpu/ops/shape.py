@@ -17,7 +17,8 @@ from .. import dtypes, runtime
 from ..eager import access
 from ..eager.launch import launch
 from ..storage import buffers
-from .registry import guard, out_dtype, register, register_raw
+from . import host_mirror
+from .registry import entry_of, guard, kernel, out_dtype, register, register_raw
 
 
 # ---- writes of one value ----------------------------------------------------
@@ -43,6 +44,23 @@ def cat(tensors, dim=0):
     if not kept:
         return jnp.zeros((0,), out_dtype())
     return jnp.concatenate(kept, axis=dim)
+
+
+# clone as one cached launch (PyTorch's composite is empty_strided + copy_:
+# two ops' host work; the meta kernel gives the same layout).  With a
+# memory_format (contiguous() of a non-contiguous tensor) the composite
+# stays: the kernel's keyword path would build its signature on every call.
+_clone_kernel = kernel("clone.default", lambda self, memory_format=None: self)
+_clone_enter = entry_of(_clone_kernel)
+
+
+@register_raw("clone.default")
+def clone(self, memory_format=None):
+    if memory_format is not None:
+        return torch.empty_like(self, memory_format=memory_format or torch.preserve_format).copy_(self)
+    out = _clone_enter(self)
+    host_mirror.copy_known(self, out)  # (an index's clone stays range-checked at the op)
+    return out
 
 
 @register("flip.default")
