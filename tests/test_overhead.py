@@ -295,18 +295,29 @@ def test_python_calls_per_cached_in_place_op_and_view_copy(mode):
 
 # x.clone() as one cached launch (ops/shape.py): 41 calls before (PyTorch's
 # composite: empty_strided's checks and allocation, then copy_), 4 after
-# (the raw clone's frame and its host-values check around the entry).
+# (the raw clone's frame and its host-values check around the entry).  A
+# contiguous tensor's cast, x.to(torch.bfloat16) (ops/core.py: the prim with
+# a positional dtype, through its native entry): 42 before (_to_copy's
+# keyword path built its signature every call), 6 after (_to_copy's checks).
 CLONE_CALLS = 5
+CAST_CALLS = 7
 
 
-def test_python_calls_per_cached_clone():
-    x = torch.randn(8, 16, 32).to("tpu").transpose(1, 2)  # a permuted layout, which clone keeps
+@pytest.mark.parametrize("op,budget", [("clone", CLONE_CALLS), ("cast", CAST_CALLS)])
+def test_python_calls_per_cached_clone_and_cast(op, budget):
+    x = torch.randn(8, 16, 32).to("tpu")
+    if op == "clone":
+        x = x.transpose(1, 2)  # a permuted layout, which clone keeps
+        make = x.clone
+    else:
+        def make():
+            return x.to(torch.bfloat16)
     for _ in range(3):
-        x.clone()
-    calls = calls_in_torch_tpu(x.clone)
-    assert calls <= CLONE_CALLS, f"{calls} calls per clone, budget {CLONE_CALLS}"
-    y = x.clone()
-    assert y.stride() == x.cpu().clone().stride() and torch.equal(y.cpu(), x.cpu())
+        make()
+    calls = calls_in_torch_tpu(make)
+    assert calls <= budget, f"{calls} calls per {op}, budget {budget}"
+    y, expected = make(), (x.cpu().clone() if op == "clone" else x.cpu().to(torch.bfloat16))
+    assert y.stride() == expected.stride() and y.dtype == expected.dtype and torch.equal(y.cpu(), expected)
     assert y.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
 
 
