@@ -333,6 +333,46 @@ def test_arange_seen_before_keeps_its_host_values_and_errors():
     assert torch.arange(5.0, device="tpu", requires_grad=True).requires_grad
 
 
+@pytest.mark.parametrize("value", [0.0, -0.0, 1, True, 2.5, -7, 3 + 1j])
+@pytest.mark.parametrize("dtype", [None, torch.float64, torch.int32, torch.bool, torch.complex64, torch.bfloat16])
+def test_scalar_tensor_seen_before_gives_the_cpus_value_again(value, dtype):
+    # a number as a 0-d tensor (torch.where(mask, x, 0.0), x[i] = v) is wrapped
+    # from the array its first call made: the CPU's value, dtype and sign of zero
+    try:
+        cpu = torch.scalar_tensor(value, dtype=dtype)
+    except RuntimeError as e:
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match=str(e).split(":")[0]):
+                torch.scalar_tensor(value, dtype=dtype, device="tpu")
+        return
+    for _ in range(3):
+        tpu = torch.scalar_tensor(value, dtype=dtype, device="tpu")
+        assert tpu.dtype == cpu.dtype and tpu.shape == () and torch.equal(tpu.cpu(), cpu)
+        if not cpu.is_complex():
+            assert tpu.cpu().signbit() == cpu.signbit()
+
+
+def test_remembered_constants_follow_the_default_dtype():
+    # without a dtype, float ends and numbers take the default dtype, which may change
+    for _ in range(2):
+        assert torch.arange(0.5, 3, device="tpu").dtype == torch.scalar_tensor(2, device="tpu").dtype == torch.float32
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert torch.arange(0.5, 3, device="tpu").dtype == torch.scalar_tensor(2, device="tpu").dtype == torch.float64
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+def test_remembered_scalar_tensor_keeps_its_host_value():
+    x = torch.zeros(5, device="tpu")
+    for _ in range(3):
+        with pytest.raises(IndexError, match="out of bounds"):
+            x[torch.scalar_tensor(7, dtype=torch.long, device="tpu")]
+    a, b = (torch.scalar_tensor(4, dtype=torch.long, device="tpu") for _ in range(2))
+    a.add_(1)  # a write to one tensor of the shared array leaves the other's value
+    assert (a.item(), b.item(), x[b].item()) == (5, 4, 0.0)
+
+
 def test_empty_checks_are_not_remembered_as_passed():
     # empty's checks are remembered per (size, dtype, device, format) only
     # when they pass: the same bad call raises every time

@@ -195,12 +195,13 @@ class _Ramp:
         self.host = kept[2] if kept is not None and kept[0] is self.value else None
 
 
-_RAMPS: dict = {}  # (start, end, step value keys, dtype, layout, device, pin_memory) -> _Ramp
+_RAMPS: dict = {}  # (start, end, step value keys, dtype or the default, layout, device, pin_memory) -> _Ramp
 _MAX_RAMPS = 1024
 
 
 def _arange_new(start, end, step, dtype, layout, device, pin_memory):
-    key = (_value_key(start), _value_key(end), _value_key(step), dtype, layout, device, pin_memory)
+    key = (_value_key(start), _value_key(end), _value_key(step), dtype or torch.get_default_dtype(), layout, device,
+           pin_memory)  # (no dtype: float ends take the default dtype, which may change)
     ramp = _RAMPS.get(key)
     if ramp is None:
         if dtype is None:  # the composite's: int64 for integral (and bool) ends, else the default dtype
@@ -212,12 +213,36 @@ def _arange_new(start, end, step, dtype, layout, device, pin_memory):
                 and len(_RAMPS) < _MAX_RAMPS):
             _RAMPS[key] = _Ramp(t)
         return t
+    return _wrap_constant(ramp)
+
+
+def _wrap_constant(made):
+    """A new tensor over the array ``made`` (a _Ramp) holds, with its host values."""
     if tpu_dtypes.active:  # on a TPU: float64 warns, complex128 is refused (as empty does)
-        tpu_dtypes.entering(ramp.dtype)
-    t = buffers.wrap_as(ramp.value, ramp.dtype, ramp.nbytes, ramp.shape, None)
-    if ramp.host is not None:
-        host_mirror.keep(buffers.storage_of(t.untyped_storage()), ramp.value, ramp.dtype, ramp.host)
+        tpu_dtypes.entering(made.dtype)
+    t = buffers.wrap_as(made.value, made.dtype, made.nbytes, made.shape, None)
+    if made.host is not None:
+        host_mirror.keep(buffers.storage_of(t.untyped_storage()), made.value, made.dtype, made.host)
     return t
+
+
+# A Python number as a 0-d tensor (torch.where(mask, x, 0.0), x[i] = v and
+# every other op that takes a number as a tensor: PyTorch's scalar_tensor is
+# empty + fill_, two ops' host work and a launch).  A number seen before is
+# wrapped from the array its first call made.
+_SCALARS: dict = {}  # (value key, dtype or the default, layout, device, pin_memory) -> _Ramp
+
+
+@register_raw("scalar_tensor.default")
+def scalar_tensor(s, dtype=None, layout=None, device=None, pin_memory=None):
+    key = (_value_key(s), dtype or torch.get_default_dtype(), layout, device, pin_memory)
+    made = _SCALARS.get(key)
+    if made is None:
+        t = torch.empty((), dtype=dtype, layout=layout, device=device, pin_memory=pin_memory).fill_(s)
+        if key[0] is not None and t.layout is torch.strided and len(_SCALARS) < _MAX_RAMPS:
+            _SCALARS[key] = _Ramp(t)
+        return t
+    return _wrap_constant(made)
 
 
 @register_raw("arange.default")
