@@ -282,8 +282,8 @@ same_device_cast = _same_device_cast = kernel("_to_copy.default", lambda self, *
 # prim that takes its dtype positionally, so that a cached cast takes the
 # native entry; _to_copy's dtype is keyword-only, and its kernel builds its
 # signature from the keywords on every call.  Both give a contiguous result.
-_cast_enter = entry_of(kernel(torch.ops.prims.convert_element_type.default,
-                              lambda a, dtype: convert(a, out_dtype())))
+contiguous_cast = kernel(torch.ops.prims.convert_element_type.default, lambda a, dtype: convert(a, out_dtype()))
+_cast_enter = entry_of(contiguous_cast)
 
 
 @register_raw("_to_copy.default")
