@@ -393,3 +393,29 @@ def test_level0_tier_in_eager_modes_matches_the_cpu(mode, monkeypatch):
     for k, (g, w) in enumerate(zip(got, want)):
         assert torch.equal(g, w), k
     assert any(tiers), tiers  # the level-0 tier was used
+
+
+def test_executables_are_released_near_the_memory_map_limit(monkeypatch, caplog):
+    # a process that builds thousands of programs would reach vm.max_map_count
+    # (each XLA:CPU executable holds memory maps) and die of SIGSEGV: past a
+    # share of the limit the cached executables are dropped, and calls go on
+    from torch_tpu.ops import map_limit, registry
+    if not map_limit._read_limit():
+        pytest.skip("no vm.max_map_count here (not Linux)")
+    assert 0 < map_limit.map_count() < map_limit._read_limit()
+    x = torch.randn(5, 7).to("tpu")
+    (x * 3).cpu()
+    kernel = registry.KERNELS[torch.ops.aten.mul.Tensor]
+    assert len(kernel.cache) > 0
+    monkeypatch.setattr(map_limit, "CHECK_BUILDS", 1)
+    monkeypatch.setattr(map_limit, "SHARE", 0.0)  # "near the limit" at every build
+    releases = map_limit.releases
+    with caplog.at_level("WARNING", logger="torch_tpu"):
+        y = torch.randn(3, 11).to("tpu")
+        got = (y.sin() + 1).cpu()
+    assert map_limit.releases > releases
+    assert "cached executables were released" in caplog.text
+    assert len(kernel.cache) == 0  # (mul's signatures went with the others; it has not run since)
+    torch.testing.assert_close(got, y.cpu().sin() + 1)
+    monkeypatch.setattr(map_limit, "SHARE", 2.0)  # (never, as in a normal run)
+    torch.testing.assert_close((x * 3).cpu(), x.cpu() * 3, rtol=0, atol=0)  # built again after the release

@@ -19,11 +19,13 @@ changing learning rate does not recompile.
 import contextlib
 import dataclasses
 import functools
+import gc
 import itertools
 import logging
 import math
 import threading
 import warnings
+import weakref
 from typing import NamedTuple, Protocol
 from collections.abc import Callable
 
@@ -41,7 +43,7 @@ from ..eager.fusion import LazyBuffer
 from ..eager.launch import failure, launch
 from ..storage import buffers, numbers, views
 from ..storage.views import OutSpec, ViewSpec
-from . import (dtype_support, errors, list_numbers, out_checks, random_bits, scalar_checks, signature_match,
+from . import (dtype_support, errors, list_numbers, map_limit, out_checks, random_bits, scalar_checks, signature_match,
                written_lists)
 from .. import logs as _logs
 
@@ -423,10 +425,14 @@ def _out_tensors(results, layouts):
     return out
 
 
+_MADE = weakref.WeakSet()  # every Kernel (registered or a raw kernel's own): release_executables
+
+
 class Kernel:
     """A boxed Python kernel for one overload, backed by a jitted JAX function."""
 
     def __init__(self, op, impl, mode, opts: Options):
+        _MADE.add(self)
         self.op = op
         self.impl = impl
         self.mode = mode
@@ -703,6 +709,7 @@ class Kernel:
         """The entry for ``key``.  Views that could sit elsewhere in their
         buffer read their storage offset at run time: one executable serves
         every offset (``op(x[i])`` in a loop compiles once)."""
+        map_limit.note_build(release_executables)
         offsets = []
         pos_t, kw_t = key[:2]
         free = (_offset_free(pos_t, offsets), tuple((n, _offset_free(t, offsets)) for n, t in kw_t)) + key[2:]
@@ -1115,6 +1122,15 @@ def _half_lapack(jaxpr) -> bool:
         if any(_half_lapack(sub) for sub in jaxprs_in_params(eqn.params)):
             return True
     return False
+
+
+def release_executables() -> None:
+    """Drop every kernel's cached signatures and JAX's caches: their
+    executables (and memory maps) go once no launch holds them."""
+    for kernel in list(_MADE):
+        kernel.cache.clear()
+    jax.clear_caches()
+    gc.collect()
 
 
 class _Cache(dict):
