@@ -90,9 +90,11 @@ PyTorch's (never copied into this repository); the versions measured:
         sparse=False half of test_EmbeddingBag_per_sample_weights_and_no_offsets, which runs after its
         sparse=True half) ran from a copy with sparse=True dropped from those three tests' loops: 8 of 8 pass on
         tpu (7 in one run, whose process then died at the memory-map limit below, and the 8th,
-        test_embedding_bag_2D_padding_idx_tpu_float64, alone).  Not in one process: a tpu pytest process holding every executable it built reaches the kernel's
-        vm.max_map_count (65530 memory maps; an XLA:CPU executable maps 3 per compiled kernel, ~23 for a small
-        op) after about 2,800 executables and dies of SIGSEGV: a whole-file run dies in its 67th test
+        test_embedding_bag_2D_padding_idx_tpu_float64, alone).  Not in one process: the tpu pytest process keeps
+        every executable it built, and an XLA:CPU executable holds 3 memory maps per compiled kernel while it
+        lives (measured: ~4 for a one-kernel elementwise op, ~35 for an embedding_bag forward or backward), so a
+        whole-file run reaches the kernel's vm.max_map_count (65530) and dies of SIGSEGV in its 67th test
+        (test_embedding_bag_device, loading an executable)
 
 An index out of range is an IndexError at the op when the index's values are
 known on the host (built from a list or a CPU tensor, or filled/written with
