@@ -13,7 +13,11 @@ cause (exception type and the first line of its message).
 
 Each run is one pytest subprocess per file and device, under ``nice``, with a
 per-test timeout (in CPU seconds by default, SIGPROF; a test past it fails with SuiteTestTimeout) and an
-overall limit per run; results come from pytest's ``--junitxml``.
+overall limit per run; results come from pytest's ``--junitxml`` (or, when the
+run is cut short, the per-test ``--suite-log``).  A pytest process killed by a
+signal (a segfault: e.g. at the kernel's vm.max_map_count, which a process
+holding a few thousand XLA:CPU executables reaches) is reported as CRASHED, with
+the tests it logged, and fails ``--check``.
 ``tests/pytorch_suite_expected.py`` lists the tpu-only failures known and why:
 ``--check`` reports the ones not listed there (and listed ones that pass).
 
