@@ -13,7 +13,11 @@ cause (exception type and the first line of its message).
 
 Each run is one pytest subprocess per file and device, under ``nice``, with a
 per-test timeout (in CPU seconds by default, SIGPROF; a test past it fails with SuiteTestTimeout) and an
-overall limit per run; results come from pytest's ``--junitxml``.
+overall limit per run; results come from pytest's ``--junitxml`` (or, when the
+run is cut short, the per-test ``--suite-log``).  A pytest process killed by a
+signal (a segfault: e.g. at the kernel's vm.max_map_count, which a process
+holding a few thousand XLA:CPU executables reaches) is reported as CRASHED, with
+the tests it logged, and fails ``--check``.
 ``tests/pytorch_suite_expected.py`` lists the tpu-only failures known and why:
 ``--check`` reports the ones not listed there (and listed ones that pass).
 
@@ -179,9 +183,11 @@ def collect_classes(path):
 
 def run_classes(path, classes, xml, test_timeout, limit, extra, clock="cpu"):
     """pytest on ``path::C`` for each class; (wall seconds, CPU seconds, timed
-    out).  CPU seconds (user + system of the pytest process) are the fairer
-    measure on a shared machine, where wall time depends on the load."""
-    for stale in (xml, xml + ".log"):
+    out, the signal that killed pytest or 0).  CPU seconds (user + system of the
+    pytest process) are the fairer measure on a shared machine, where wall time
+    depends on the load.  pytest's own output goes to ``xml + ".out"`` (a
+    crash's traceback: faulthandler is on)."""
+    for stale in (xml, xml + ".log", xml + ".out"):
         if os.path.exists(stale):
             os.remove(stale)
     name = os.path.basename(path)
@@ -190,13 +196,16 @@ def run_classes(path, classes, xml, test_timeout, limit, extra, clock="cpu"):
             f"--suite-log={xml}.log"]
            + [f"{name}::{c}" for c in classes] + list(extra))
     start, used = time.monotonic(), _children_cpu()
+    died = 0
     try:
-        subprocess.run(cmd, check=False, env=_env(), cwd=os.path.dirname(path), timeout=limit,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(xml + ".out", "w") as out:
+            res = subprocess.run(cmd, check=False, env=_env(), cwd=os.path.dirname(path), timeout=limit,
+                                 stdout=out, stderr=subprocess.STDOUT)
+        died = -res.returncode if res.returncode < 0 else 0
         timed_out = False
     except subprocess.TimeoutExpired:
         timed_out = True
-    return time.monotonic() - start, _children_cpu() - used, timed_out
+    return time.monotonic() - start, _children_cpu() - used, timed_out, died
 
 
 def _children_cpu():
@@ -323,6 +332,7 @@ def main(argv=None):
     if args.select:
         extra.append(f"--suite-select={os.path.abspath(args.select)}")
     table, failures, skips, passes = [], {}, {}, {}
+    crashes = collections.defaultdict(list)
     for f in files:
         path = os.path.abspath(os.path.join(args.tests_dir, f))
         classes = {"cpu": [], "tpu": []} if args.report_only else collect_classes(path)
@@ -339,8 +349,12 @@ def main(argv=None):
                     with open(times) as fh:
                         walls[dev], cpus[dev] = json.load(fh)
             elif classes[dev]:
-                walls[dev], cpus[dev], timed_out = run_classes(path, classes[dev], xml, args.test_timeout, args.limit,
-                                                               extra, args.timeout_clock)
+                walls[dev], cpus[dev], timed_out, died = run_classes(path, classes[dev], xml, args.test_timeout,
+                                                                     args.limit, extra, args.timeout_clock)
+                if died:  # the tests after the one it died in did not run: say so, never a silently short table
+                    crashes[f].append(f"the {dev} pytest process died of {signal.Signals(died).name} after "
+                                      f"{len(read_log(xml + '.log'))} tests (the rest did not run; its output: "
+                                      f"{xml}.out)")
                 with open(times, "w") as fh:
                     json.dump([walls[dev], cpus[dev]], fh)
                 if timed_out:
@@ -386,8 +400,11 @@ def main(argv=None):
             print(f"\n## {f}: {len(skipped)} skipped on tpu as unsupported (their CPU twins pass)")
             for c, n in collections.Counter(cause(m) for m in skipped.values()).most_common():
                 print(f"- {n} x {c}")
+    for f, lines in crashes.items():
+        for line in lines:
+            print(f"CRASHED {f}: {line}")
     if args.check:
-        status = 0
+        status = 1 if crashes else 0
         for f, fails in failures.items():
             known = expected.get(f, {})
             new = sorted(set(fails) - set(known))
