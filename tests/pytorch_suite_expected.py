@@ -93,8 +93,9 @@ PyTorch's (never copied into this repository); the versions measured:
         test_embedding_bag_2D_padding_idx_tpu_float64, alone).  Not in one process: the tpu pytest process keeps
         every executable it built, and an XLA:CPU executable holds 3 memory maps per compiled kernel while it
         lives (measured: ~4 for a one-kernel elementwise op, ~35 for an embedding_bag forward or backward), so a
-        whole-file run reaches the kernel's vm.max_map_count (65530) and dies of SIGSEGV in its 67th test
-        (test_embedding_bag_device, loading an executable)
+        whole-file run reached the kernel's vm.max_map_count (65530) and died of SIGSEGV in its 67th test
+        (test_embedding_bag_device, loading an executable).  Since 4958e86 the cached executables are
+        released past 60% of that limit (ops/map_limit.py)
 
 An index out of range is an IndexError at the op when the index's values are
 known on the host (built from a list or a CPU tensor, or filled/written with
