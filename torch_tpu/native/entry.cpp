@@ -528,17 +528,10 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
   PyErr_Clear();  // (an error here: the Kernel's path)
   if (plain && donor != Py_None) {  // a write into part of a large buffer
     PyObject* chosen = donating(c, donor, fn, inputs, argv[0]);
-    if (chosen == nullptr) {
-      Py_XDECREF(donor);
-      Py_XDECREF(offsets);
-      Py_XDECREF(fn);
-      Py_XDECREF(out_buffers);
-      Py_DECREF(entry);
-      Py_DECREF(inputs);
-      Py_DECREF(args);
-      return nullptr;
+    plain = chosen != nullptr;  // (else can_donate's error, raised as on the Kernel's path)
+    if (plain) {
+      Py_SETREF(fn, chosen);
     }
-    Py_SETREF(fn, chosen);
   }
   Py_XDECREF(donor);
   if (plain && fused && out_buffers != Py_None) {
