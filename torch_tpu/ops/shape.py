@@ -57,7 +57,7 @@ _clone_enter = entry_of(_clone_kernel)
 @register_raw("clone.default")
 def clone(self, memory_format=None):
     if memory_format is not None:
-        return torch.empty_like(self, memory_format=memory_format or torch.preserve_format).copy_(self)
+        return torch.empty_like(self, memory_format=memory_format).copy_(self)
     out = _clone_enter(self)
     host_mirror.copy_known(self, out)  # (an index's clone stays range-checked at the op)
     return out
