@@ -21,6 +21,7 @@ from jax import lax
 
 from .. import dtypes
 from . import complex_pow, scalar_checks
+from .division import complex_div, true_div
 from .registry import PROMOTE, compute_dtype, guard, out_dtype, register
 
 DEFAULT, INT_TO_FLOAT, ALWAYS_BOOL = PROMOTE.DEFAULT, PROMOTE.INT_TO_FLOAT, PROMOTE.ALWAYS_BOOL
@@ -51,45 +52,6 @@ def _is_int(x):
 
 def _is_exact(x):
     return not _is_float(x)
-
-
-def _true_div(a, b):
-    """a / b correctly rounded, as PyTorch.  XLA rewrites a division by a
-    broadcast value into a multiplication by its reciprocal (off by an ulp);
-    a select that XLA cannot see through keeps it a real division."""
-    a, b = jnp.asarray(a), jnp.asarray(b)
-    if jnp.iscomplexobj(a) or jnp.iscomplexobj(b):
-        return _complex_div(a, b)
-    shape = jnp.broadcast_shapes(a.shape, b.shape)
-    if b.shape != shape and _is_float(b):
-        b = jnp.where(jnp.broadcast_to(a, shape) == 0, b, b)
-    return a / b
-
-
-def _complex_div(a, b):
-    """Complex a / b by Smith's scaled formula, as c10::complex (and NumPy)
-    divide: their results for infinite and huge parts (XLA divides otherwise)."""
-    dt = jnp.result_type(a, b)
-    if not jnp.issubdtype(dt, jnp.complexfloating):
-        dt = jnp.result_type(dt, jnp.complex64)
-    a, b = jnp.broadcast_arrays(a.astype(dt), b.astype(dt))
-    x, y, c, d = jnp.real(a), jnp.imag(a), jnp.real(b), jnp.imag(b)
-    c_big = jnp.abs(c) >= jnp.abs(d)
-    both_zero = (c == 0) & (d == 0)
-    one = jnp.ones_like(c)
-    # |c| >= |d|: r = d/c; otherwise r = c/d (the selects keep each branch's NaNs apart)
-    r = jnp.where(c_big, d / jnp.where(both_zero, one, c), c / jnp.where(c_big, one, d))
-    den = jnp.where(c_big, c + d * r, d + c * r)
-    re_num = jnp.where(c_big, x + y * r, x * r + y)
-    im_num = jnp.where(c_big, y - x * r, y * r - x)
-    # c10 multiplies by scl = 1/den; past 1/tiny that is subnormal, which XLA flushes
-    # to zero: divide there instead
-    huge = jnp.abs(den) > 1 / jnp.finfo(den.dtype).tiny
-    scl = 1 / jnp.where(huge, one, den)
-    re = jnp.where(huge, re_num / den, re_num * scl)
-    im = jnp.where(huge, im_num / den, im_num * scl)
-    zero_re, zero_im = x / jnp.abs(c), y / jnp.abs(d)  # a / 0: the CPU's inf or NaN parts
-    return lax.complex(jnp.where(both_zero, zero_re, re), jnp.where(both_zero, zero_im, im))
 
 
 def _round_to(x, dtype):
@@ -236,7 +198,7 @@ def mul(self, other):
 
 @register("div.Tensor", "div.Scalar", promote=INT_TO_FLOAT)  # true_divide: composite, through these
 def div(self, other):
-    return _true_div(self, other)
+    return true_div(self, other)
 
 
 def _trunc_div(a, b):
@@ -245,9 +207,9 @@ def _trunc_div(a, b):
     if _is_exact(a):
         return lax.div(a, b)  # C truncation
     if one_divisor:  # the CPU's reduced-float path for a one-element divisor: all in float
-        return jnp.trunc(_true_div(a, b))
+        return jnp.trunc(true_div(a, b))
     # a half result: the CPU rounds the float quotient to it, then truncates
-    return jnp.trunc(_round_to(_true_div(a, b), out_dtype()))
+    return jnp.trunc(_round_to(true_div(a, b), out_dtype()))
 
 
 def _floor_div(a, b):
@@ -260,13 +222,13 @@ def _floor_div(a, b):
         fix = (lax.rem(a, b) != 0) & ((a < 0) != (b < 0))
         return jnp.where(fix, q - 1, q)
     mod = lax.rem(a, b)
-    q = _true_div(a - mod, b)
+    q = true_div(a - mod, b)
     q = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), q - 1, q)
     fq = jnp.floor(q)
     fq = jnp.where(q - fq > 0.5, fq + 1, fq)
     signed_zero = jnp.copysign(jnp.zeros_like(q), a / b)
     q = jnp.where(q != 0, fq, signed_zero)
-    return jnp.where(b == 0, _true_div(a, b), q)
+    return jnp.where(b == 0, true_div(a, b), q)
 
 
 @register("div.Tensor_mode", "div.Scalar_mode")
@@ -275,7 +237,7 @@ def div_mode(self, other, rounding_mode=None):
     # result dtype from the meta kernel picks the computation dtype.
     a, b = _cast(_ct(), self, other)
     if rounding_mode is None:
-        return _true_div(a, b)
+        return true_div(a, b)
     if rounding_mode == "trunc":
         return _trunc_div(a, b)
     return _floor_div(a, b)
@@ -320,7 +282,7 @@ def _reciprocal(z):
     if not jnp.iscomplexobj(z):
         return 1 / z
     # (behind a barrier: XLA folds a constant 1 + 0j's "x * r + 0" to "r", losing -0's sign)
-    return _complex_div(lax.optimization_barrier(jnp.ones_like(z)), z)
+    return complex_div(lax.optimization_barrier(jnp.ones_like(z)), z)
 
 
 @register("reciprocal.default", promote=INT_TO_FLOAT)
@@ -439,7 +401,7 @@ def addcmul(self, tensor1, tensor2, value=1):
 
 @register("addcdiv.default", promote=DEFAULT)
 def addcdiv(self, tensor1, tensor2, value=1):
-    return self + _true_div(value * tensor1, tensor2)
+    return self + true_div(value * tensor1, tensor2)
 
 
 # ---- unary math ----------------------------------------------------------------------
@@ -565,8 +527,8 @@ def round_decimals(x, decimals=0):
         return jnp.round(x)
     scale = jnp.asarray(10.0 ** abs(decimals), x.dtype)
     if decimals < 0:
-        return jnp.round(_true_div(x, scale)) * scale
-    return _true_div(jnp.round(x * scale), scale)
+        return jnp.round(true_div(x, scale)) * scale
+    return true_div(jnp.round(x * scale), scale)
 
 
 @register("frac.default", promote=DEFAULT)
@@ -583,7 +545,7 @@ def logit(self, eps=None):
     if eps is not None:
         lo = r(jnp.asarray(eps, x.dtype))
         x = jnp.clip(x, lo, r(1 - lo))
-    return jnp.log(r(_true_div(x, r(1 - x))))
+    return jnp.log(r(true_div(x, r(1 - x))))
 
 
 @register("nan_to_num.default")
@@ -925,30 +887,30 @@ def mish_backward(g, x):
 
 @register("hardsigmoid.default", opmath=True)
 def hardsigmoid(x):
-    return _true_div(jnp.minimum(jnp.maximum(x + 3, 0), 6), 6)
+    return true_div(jnp.minimum(jnp.maximum(x + 3, 0), 6), 6)
 
 
 @register("hardsigmoid_backward.default", opmath=True)
 def hardsigmoid_backward(g, x):
-    return jnp.where((x > -3) & (x < 3), _true_div(g, 6), jnp.zeros_like(g))
+    return jnp.where((x > -3) & (x < 3), true_div(g, 6), jnp.zeros_like(g))
 
 
 @register("hardswish.default", opmath=True)
 def hardswish(x):
-    return _true_div(x * jnp.minimum(jnp.maximum(x + 3, 0), 6), 6)
+    return true_div(x * jnp.minimum(jnp.maximum(x + 3, 0), 6), 6)
 
 
 @register("hardswish_backward.default", opmath=True)
 def hardswish_backward(g, x):
     # PyTorch's kinks: 0 at x = -3, the full gradient at x = 3
-    return jnp.where(x <= -3, jnp.zeros_like(g), jnp.where(x < 3, g * (_true_div(x, 3) + 0.5), g))
+    return jnp.where(x <= -3, jnp.zeros_like(g), jnp.where(x < 3, g * (true_div(x, 3) + 0.5), g))
 
 
 @register("softplus.default")
 def softplus(self, beta=1, threshold=20):
     x, b, t = _cast(_ct(), self, beta, threshold)
     # above the threshold softplus is the identity (and exp would overflow)
-    return jnp.where(x * b > t, x, _true_div(jnp.log1p(jnp.exp(x * b)), b))
+    return jnp.where(x * b > t, x, true_div(jnp.log1p(jnp.exp(x * b)), b))
 
 
 @register("softplus_backward.default", opmath=True)
@@ -989,7 +951,7 @@ def logit_backward(grad_output, self, eps=None):
     lo = _round_to(jnp.asarray(0.0 if eps is None else eps, x.dtype), self.dtype)
     hi = _round_to(1 - lo, self.dtype)
     edge = (x == 0) | (x == 1)
-    d = jnp.where(edge, g * jnp.inf, _true_div(g, jnp.where(edge, 1, x * (1 - x))))
+    d = jnp.where(edge, g * jnp.inf, true_div(g, jnp.where(edge, 1, x * (1 - x))))
     outside = jnp.full_like(g, jnp.nan) if eps is None else jnp.zeros_like(g)
     return jnp.where((x < lo) | (x > hi), outside, d)
 

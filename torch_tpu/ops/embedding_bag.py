@@ -23,6 +23,7 @@ import torch
 
 from ..dtypes import to_opmath
 from . import indexing
+from .division import true_div
 from .registry import guard, register, register_raw
 
 SUM, MEAN, MAX = 0, 1, 2
@@ -78,8 +79,7 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=SUM, 
             summed = keep & (jnp.arange(n) < offsets[-1])
         out = jax.ops.segment_sum(jnp.where(summed[:, None], rows, 0), bag, num_bags)
         if mode == MEAN:
-            from .elementwise import _true_div  # (late: elementwise registers after this module)
-            out = _true_div(out, jnp.maximum(counts, 1).astype(out.dtype)[:, None])  # (not "* 1/count")
+            out = true_div(out, jnp.maximum(counts, 1).astype(out.dtype)[:, None])  # (not "* 1/count")
     return out.astype(weight.dtype), bag, bag_size, max_indices
 
 

@@ -11,6 +11,7 @@ import torch
 
 from ..dtypes import to_opmath
 from . import elementwise, reduction
+from .division import true_div
 from .registry import _ROUNDED_SCALAR_OVERLOADS, _UNROUNDED_SCALAR_OPS, _trace, in_place, register
 
 
@@ -96,7 +97,7 @@ def _refuse_complex_clamp(args, kwargs):
 
 # div: correctly rounded, as the single-tensor kernel (XLA turns a division by
 # one number into a multiplication by its reciprocal: 1 ulp off the CPU's)
-for _name, _fn in {"add": jnp.add, "mul": jnp.multiply, "div": elementwise._true_div,
+for _name, _fn in {"add": jnp.add, "mul": jnp.multiply, "div": true_div,
                    "pow": elementwise._pow}.items():
     _binary(_name, _fn)
 # (the CPU computes a list's maximum/minimum with numbers as clamp_min/clamp_max: its refusals too)

@@ -26,6 +26,7 @@ from ..eager import access, checks
 from ..eager.launch import launch
 from ..storage import buffers
 from . import core, errors, host_mirror, out_checks
+from .division import true_div
 from .registry import KERNELS, guard, out_dtype, register, register_raw, resolve
 
 _aten = torch.ops.aten
@@ -390,8 +391,7 @@ def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
     if jnp.issubdtype(self.dtype, jnp.integer):
         mean = total // count
     else:  # the CPU's division (complex: c10's scaled formula, not XLA's); imported late: elementwise
-        from .elementwise import _true_div  # registers after this module, to override some kernels
-        mean = _true_div(total, count)
+        mean = true_div(total, count)
     return jnp.where(hit, mean, self)
 
 
@@ -465,8 +465,7 @@ def index_reduce(self, dim, index, source, reduce, *, include_self=True):
         counts = counts + int(include_self)
         counts = jnp.where(counts == 0, 1, counts).reshape((-1,) + (1,) * (out.ndim - dim - 1))
         if jnp.issubdtype(out.dtype, jnp.inexact):  # the CPU's division (XLA's of a broadcast count: an ulp off)
-            from .elementwise import _true_div  # (late: elementwise registers after this module)
-            out = _true_div(out, counts.astype(out.dtype))
+            out = true_div(out, counts.astype(out.dtype))
         else:
             out = jnp.floor_divide(out, counts.astype(out.dtype))
     return out.reshape(self.shape)

@@ -19,6 +19,7 @@ from ..dtypes import opmath, to_opmath
 from ..eager import access, checks
 from ..storage import views
 from . import host_mirror, indexing, random_bits
+from .division import true_div
 from .registry import guard, kernel, register, register_raw, rng_key
 
 HIGHEST = lax.Precision.HIGHEST
@@ -331,8 +332,7 @@ def _avg_pool(x, nsp, kernel_size, stride, padding, ceil_mode, count_include_pad
     div = divisor_override if div is None else jnp.asarray(div, total.dtype)
     if not exact:  # (linear in x, for the backward's transpose)
         return (total / div).astype(x.dtype)
-    from .elementwise import _true_div  # (late: elementwise registers after this module)
-    return _true_div(total, div).astype(x.dtype)  # (XLA turns "/ table" into "* 1/table": an ulp off)
+    return true_div(total, div).astype(x.dtype)  # (XLA turns "/ table" into "* 1/table": an ulp off)
 
 
 def _avg_pool_backward(grad_output, x, nsp, *config):

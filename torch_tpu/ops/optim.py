@@ -17,7 +17,7 @@ from .. import dtypes, target
 from ..dtypes import to_opmath
 from ..eager import access
 from ..eager.launch import launch
-from . import elementwise
+from .division import true_div
 from .registry import register_raw
 
 
@@ -55,7 +55,7 @@ def _adam_fn(adamw: bool, amsgrad: bool, maximize: bool, scaled: bool, decay: bo
             bc2_sqrt = jnp.sqrt(1 - b2 ** t)
             step_size = lr64 / (1 - b1 ** t)
             if scaled:  # (the float scale, widened for a double parameter)
-                g32 = elementwise._true_div(g32, grad_scale.astype(np.float32).astype(ct))
+                g32 = true_div(g32, grad_scale.astype(np.float32).astype(ct))
                 outs[4].append(g32.astype(g.dtype))
             if maximize:
                 g32 = -g32
@@ -72,7 +72,7 @@ def _adam_fn(adamw: bool, amsgrad: bool, maximize: bool, scaled: bool, decay: bo
                 outs[3].append(vmax.astype(max_sqs[i].dtype))
             else:
                 vmax = v32
-            denom = elementwise._true_div(jnp.sqrt(vmax), bc2_sqrt.astype(ct)) + eps64.astype(ct)
+            denom = true_div(jnp.sqrt(vmax), bc2_sqrt.astype(ct)) + eps64.astype(ct)
             p32 = p32 + (-step_size).astype(ct) * m32 / denom
             outs[0].append(p32.astype(p.dtype))
             outs[1].append(m32.astype(m.dtype))
