@@ -219,6 +219,11 @@ def fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_g
         return False
 
 
+def _causal_merges(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa) -> bool:
+    """Whether a mask with is_causal is computed as one mask (where the CPU's flash kernel takes the pair)."""
+    return is_causal and attn_mask is not None and _flash_takes(query, key, value, attn_mask, dropout_p, enable_gqa)
+
+
 def _flash_takes(query, key, value, attn_mask, dropout_p, enable_gqa) -> bool:
     """Whether the CPU's flash kernel takes this call with both a mask and is_causal (PyTorch's
     math path refuses the pair; so does the CPU for a call its flash kernel does not cover, or
@@ -258,7 +263,7 @@ def fused_sdp_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causal
     ``SDPBackend`` value: the out-of-tree backends' overload where the fused kernels
     cover the call, else the math composite (the CPU's choice, which answered before,
     names its own flash kernel)."""
-    if is_causal and attn_mask is not None and _flash_takes(query, key, value, attn_mask, dropout_p, enable_gqa):
+    if _causal_merges(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
         is_causal = False  # (merged into the mask, which keeps its shape and dtype)
     if fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
         return SDPBackend.OVERRIDEABLE.value
@@ -279,7 +284,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     on a real TPU), else the fused overload, else PyTorch's composite.  A mask
     with is_causal, which the CPU's flash kernel takes and PyTorch's math path
     refuses, becomes one mask where the CPU would take its flash kernel."""
-    if is_causal and attn_mask is not None and _flash_takes(query, key, value, attn_mask, dropout_p, enable_gqa):
+    if _causal_merges(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
         attn_mask, is_causal = _causal_into_mask(query, key, attn_mask), False
     for covers, run in accelerated:
         if covers(query, key, value, attn_mask, dropout_p, enable_gqa):
