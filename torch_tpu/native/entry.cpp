@@ -622,9 +622,9 @@ PyObject* intern(const char* s) {
 //               profiler_module, get_default_dtype, note, own_new,
 //               (lazy_type, resolve, on_device, floats, ints), identity_groups, can_donate): once
 PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 12 || !PyCallable_Check(args[11]) || !PyDict_Check(args[0]) || !PyDict_Check(args[3]) || !PyDict_Check(args[4]) ||
+  if (nargs != 12 || !PyDict_Check(args[0]) || !PyDict_Check(args[3]) || !PyDict_Check(args[4]) ||
       !PyTuple_Check(args[9]) || PyTuple_GET_SIZE(args[9]) != 5 || !PyDict_Check(PyTuple_GET_ITEM(args[9], 3)) ||
-      !PyDict_Check(PyTuple_GET_ITEM(args[9], 4)) || !PyDict_Check(args[10])) {
+      !PyDict_Check(PyTuple_GET_ITEM(args[9], 4)) || !PyDict_Check(args[10]) || !PyCallable_Check(args[11])) {
     PyErr_SetString(PyExc_TypeError, "entry_context(modes, fused, strict, fusion, precision, profiler, "
                                      "get_default_dtype, note, own_new, (lazy_type, resolve, on_device, floats, "
                                      "ints), identity_groups, can_donate)");

@@ -185,7 +185,8 @@ def arange_out(end, *, out):
 # ``torch.arange(n, device="tpu")`` without out= is PyTorch's composite: empty,
 # then arange.out with its checks and its constant (~60 Python calls).  A
 # small ramp seen before is wrapped straight from the constant it got then.
-class _Ramp:
+class _Constant:
+    """A tensor's array, metadata and host values, wrapped again by later calls (_wrap_constant)."""
     __slots__ = ("value", "dtype", "nbytes", "shape", "host")
 
     def __init__(self, t):
@@ -195,7 +196,7 @@ class _Ramp:
         self.host = kept[2] if kept is not None and kept[0] is self.value else None
 
 
-_RAMPS: dict = {}  # (start, end, step value keys, dtype or the default, layout, device, pin_memory) -> _Ramp
+_RAMPS: dict = {}  # (start, end, step value keys, dtype or the default, layout, device, pin_memory) -> _Constant
 _MAX_RAMPS = 1024
 
 
@@ -211,13 +212,13 @@ def _arange_new(start, end, step, dtype, layout, device, pin_memory):
         t = _aten.arange.start_out(start, end, step, out=out)
         if (None not in key[:3] and t.layout is torch.strided and t.numel() * t.element_size() <= _CONSTANT_BYTES
                 and len(_RAMPS) < _MAX_RAMPS):
-            _RAMPS[key] = _Ramp(t)
+            _RAMPS[key] = _Constant(t)
         return t
     return _wrap_constant(ramp)
 
 
 def _wrap_constant(made):
-    """A new tensor over the array ``made`` (a _Ramp) holds, with its host values."""
+    """A new tensor over the array ``made`` (a _Constant) holds, with its host values."""
     if tpu_dtypes.active:  # on a TPU: float64 warns, complex128 is refused (as empty does)
         tpu_dtypes.entering(made.dtype)
     t = buffers.wrap_as(made.value, made.dtype, made.nbytes, made.shape, None)
@@ -230,7 +231,7 @@ def _wrap_constant(made):
 # every other op that takes a number as a tensor: PyTorch's scalar_tensor is
 # empty + fill_, two ops' host work and a launch).  A number seen before is
 # wrapped from the array its first call made.
-_SCALARS: dict = {}  # (value key, dtype or the default, layout, device, pin_memory) -> _Ramp
+_SCALARS: dict = {}  # (value key, dtype or the default, layout, device, pin_memory) -> _Constant
 
 
 @register_raw("scalar_tensor.default")
@@ -240,7 +241,7 @@ def scalar_tensor(s, dtype=None, layout=None, device=None, pin_memory=None):
     if made is None:
         t = torch.empty((), dtype=dtype, layout=layout, device=device, pin_memory=pin_memory).fill_(s)
         if key[0] is not None and t.layout is torch.strided and len(_SCALARS) < _MAX_RAMPS:
-            _SCALARS[key] = _Ramp(t)
+            _SCALARS[key] = _Constant(t)
         return t
     return _wrap_constant(made)
 
