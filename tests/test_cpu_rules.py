@@ -280,7 +280,8 @@ def test_uint8_mask_warns_once_per_line():
     lambda: torch.tensor([0, 10]).to("tpu"),
     lambda: torch.tensor([0, -11], device="tpu"),
     lambda: torch.tensor([0, 10]).to("tpu").clone(),  # (clone, one launch, keeps them known)
-], ids=["list", "to_tpu", "tensor_on_tpu", "clone"])
+    lambda: torch.tensor([[0], [10]]).to("tpu").t().contiguous(),  # (the row-major clone, too)
+], ids=["list", "to_tpu", "tensor_on_tpu", "clone", "contiguous"])
 def test_index_from_host_values_raises_at_the_op(make_index):
     x = torch.zeros(10, device="tpu")
     with pytest.raises(IndexError, match="out of bounds for dimension 0 with size 10"):

@@ -206,6 +206,14 @@ def test_views_and_copies():
     run_both(lambda a: torch.diag(a[0], 1), x, exact=True)
     run_both(lambda a: torch.diag_embed(a), x, exact=True)
     y = _x(2, 3, 4, 5)
+    # contiguous() of permuted, strided, expanded and 0-d/empty views: one
+    # row-major launch (ops/shape.py), PyTorch's strides and values
+    for view in (lambda a: a.permute(0, 2, 3, 1), lambda a: a[:, :, ::2], lambda a: a[:, :1].expand(2, 3, 4, 5),
+                 lambda a: a[0, 0, 0, 0], lambda a: a[:, :0].transpose(1, 3)):
+        for fmt in (torch.contiguous_format, torch.preserve_format):
+            got, want = view(y.to("tpu")).clone(memory_format=fmt), view(y).clone(memory_format=fmt)
+            assert got.stride() == want.stride()
+            assert_same(got, want, exact=True)
     cl = y.to("tpu").clone(memory_format=torch.channels_last)
     assert cl.stride() == y.clone(memory_format=torch.channels_last).stride()
     assert_same(cl, y, exact=True)
