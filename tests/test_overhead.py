@@ -252,6 +252,51 @@ def test_python_calls_per_cached_elementwise_op(mode, budget):
     torch.testing.assert_close(results[-1].cpu(), x.cpu() * 1.0001 + y.cpu(), **exact)
 
 
+# A list argument holding views read at run-time offsets: Llama's
+# rotate_half, torch.cat((-x[..., d:], x[..., :d]), -1), per layer and
+# direction.  The native entry finds each list view's offset itself (its
+# matcher's leaves laid out): 27 calls before (all of Kernel.__call__), 0 after.
+LIST_OF_VIEWS_CALLS = 0
+# In-place ops and copies into a strided view (x[:, ::2].add_(1); the
+# backward of that cat, copying into half of each row): ATen's overlap check
+# finds such a destination "too hard" and lets it pass; the native entry
+# now does too (it sent them to Kernel.__call__): 30 and 40 calls before,
+# 0 and 6 after (copy_'s own checks around the entry).
+STRIDED_IN_PLACE_CALLS = 0
+STRIDED_COPY_CALLS = 7
+
+
+def test_python_calls_per_cached_cat_of_views():
+    a = torch.randn(2, 4, 32, 8).to("tpu")
+    x1, x2 = a[..., :4], a[..., 4:]
+    for _ in range(3):
+        torch.cat((-x2, x1), dim=-1)
+    calls = calls_in_torch_tpu(lambda: torch.cat((-x2, x1), dim=-1))
+    assert calls <= LIST_OF_VIEWS_CALLS, f"{calls} calls per cat of views, budget {LIST_OF_VIEWS_CALLS}"
+    c = a.cpu()
+    assert torch.equal(torch.cat((-x2, x1), dim=-1).cpu(), torch.cat((-c[..., 4:], c[..., :4]), dim=-1))
+
+
+def test_python_calls_per_cached_write_into_a_strided_view():
+    x = torch.zeros(4, 6).to("tpu")
+    dst = torch.zeros(2, 2, 32, 16).to("tpu")
+    src = torch.randn(2, 32, 2, 8).to("tpu").transpose(1, 2)
+    every_other, right_half = x[:, ::2], dst[..., 8:]
+    for _ in range(3):
+        every_other.add_(1)
+        right_half.copy_(src)
+    calls = calls_in_torch_tpu(lambda: every_other.add_(1))
+    assert calls <= STRIDED_IN_PLACE_CALLS, f"{calls} calls per add_ into a strided view"
+    calls = calls_in_torch_tpu(lambda: right_half.copy_(src))
+    assert calls <= STRIDED_COPY_CALLS, f"{calls} calls per copy into a strided view"
+    want = torch.zeros(4, 6)
+    want[:, ::2] = 4
+    assert torch.equal(x.cpu(), want)
+    assert torch.equal(dst.cpu()[..., 8:], src.cpu()) and not dst.cpu()[..., :8].any()
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        torch.zeros(4, 1).to("tpu").expand(4, 3).add_(1)  # (an expanded one still refused)
+
+
 # In-place TensorIterator ops (x.add_(y), x.relu_(), copy_) on their cached
 # path, and copies into and out of a view of a large buffer (DDP's gradient
 # buckets, a KV cache): the native entry checks the destination's overlap

@@ -24,6 +24,7 @@ LOOPS = {
     "x[i:i+k].sum()": lambda x, i, e: x[i:i + K].sum(),
     "narrow @ w": lambda x, i, e: x.narrow(0, i, K) @ e["w"],
     "x[i].sort()": lambda x, i, e: x[i].sort(),
+    "cat([x[i], x[i + 1]])": lambda x, i, e: torch.cat([x[i], x[i + 1]]),  # (views in a list)
     "x[i].mul_(2)": lambda x, i, e: x[i].mul_(2),
     "x[i] = v": lambda x, i, e: x.__setitem__(i, e["v"]),
     "x[:, i] = c": lambda x, i, e: x[:, i].copy_(e["c"]),

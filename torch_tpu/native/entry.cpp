@@ -142,6 +142,28 @@ int writes_distinct(const Context& c, PyObject* groups, PyObject* args, PyObject
   return 1;
 }
 
+// The leaf at ``index`` of a call laid out as its matcher lays it out
+// (Matcher.offsets: each list argument's elements in turn; ``list_lens``
+// None: the arguments themselves), borrowed; nullptr (no error) if none.
+PyObject* leaf_of(PyObject* args, PyObject* list_lens, Py_ssize_t index) {
+  if (list_lens == Py_None) {
+    return index >= 0 && index < PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, index) : nullptr;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args) && i < PyTuple_GET_SIZE(list_lens) && index >= 0; ++i) {
+    const Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(list_lens, i));  // (-1: not a list)
+    PyObject* a = PyTuple_GET_ITEM(args, i);
+    if (n < 0 && index == 0) {
+      return a;
+    }
+    if (n >= 0 && index < n) {
+      return (PyList_CheckExact(a) || PyTuple_CheckExact(a)) && PySequence_Fast_GET_SIZE(a) == n
+                 ? PySequence_Fast_GET_ITEM(a, index) : nullptr;
+    }
+    index -= n < 0 ? 1 : n;
+  }
+  return nullptr;
+}
+
 // The entry for a call a matcher took (a new reference): the hit's own, or
 // for views read at run-time offsets (the matcher's ``moving`` leaves) the
 // offset-free entry's entry at the call's offsets (_Entry.at), when made
@@ -152,13 +174,10 @@ PyObject* entry_at(const Context& c, PyObject* entry, PyObject* checks, PyObject
     Py_INCREF(entry);
     return entry;
   }
-  if (PyTuple_GET_ITEM(checks, 4) != Py_None) {
-    return nullptr;  // (a list's leaves: Matcher.offsets)
-  }
+  PyObject* list_lens = PyTuple_GET_ITEM(checks, 4);
   PyObject* offsets = PyTuple_New(PyTuple_GET_SIZE(moving));
   for (Py_ssize_t k = 0; offsets != nullptr && k < PyTuple_GET_SIZE(moving); ++k) {
-    const Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(moving, k));
-    PyObject* x = i >= 0 && i < PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, i) : nullptr;
+    PyObject* x = leaf_of(args, list_lens, PyLong_AsSsize_t(PyTuple_GET_ITEM(moving, k)));
     PyObject* offset = x != nullptr && THPVariable_Check(x)
                            ? PyLong_FromLongLong(THPVariable_Unpack(x).storage_offset()) : nullptr;
     if (offset == nullptr) {
@@ -410,7 +429,8 @@ bool overlap_free(PyObject* const* argv, Py_ssize_t nargs) {
     return false;
   }
   const at::Tensor& dst = THPVariable_Unpack(argv[0]);
-  if (!dst.has_storage() || at::has_internal_overlap(dst) != at::MemOverlap::No) {
+  // (TooHard -- a strided view -- passes, as TensorIterator's check lets it)
+  if (!dst.has_storage() || at::has_internal_overlap(dst) == at::MemOverlap::Yes) {
     return false;
   }
   for (Py_ssize_t k = 1; k < nargs; ++k) {

@@ -1042,6 +1042,10 @@ def _slow_match(pos, groups, args, inputs, fused):
 _MAX_MATCHERS = 2  # per signature
 _MAX_SHAPES = 256  # argument shapes a kernel keeps recent signatures for (_shapes_of)
 _RECENT = 4  # signatures a kernel checks a strict call against before it builds the call's
+# ... and those it keeps per argument shapes (_Cache.by_shape): a model's
+# layers call mm with one pair of shapes in many layouts (a transposed
+# weight, a flattened batch, a gradient's view: 8 in a 2-layer Llama step)
+_SAME_SHAPES = 16
 
 
 def _remember(cache, hit, args):
@@ -1060,7 +1064,7 @@ def _remember(cache, hit, args):
             cache.by_shape.clear()
         same = cache.by_shape.setdefault(_shapes_of(args), [])
         if not same or same[0] is not hit:
-            same[:] = [hit, *(h for h in same if h is not hit)][:_RECENT]
+            same[:] = [hit, *(h for h in same if h is not hit)][:_SAME_SHAPES]
 
 
 def _shapes_of(args):
