@@ -256,8 +256,8 @@ def test_fused_predicted_op_is_checked_against_its_signature(monkeypatch):
     outcomes = []
     matched = registry.Kernel._matched
 
-    def spy(self, hit, args, inputs, fused):
-        entry = matched(self, hit, args, inputs, fused)
+    def spy(self, hit, args, inputs, fused, names=()):
+        entry = matched(self, hit, args, inputs, fused, names)
         outcomes.append(entry is not None)
         return entry
     monkeypatch.setattr(registry.Kernel, "_matched", spy)

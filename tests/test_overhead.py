@@ -297,6 +297,28 @@ def test_python_calls_per_cached_write_into_a_strided_view():
         torch.zeros(4, 1).to("tpu").expand(4, 3).add_(1)  # (an expanded one still refused)
 
 
+# A kernel called with keywords (a kwarg-only argument given: HF's SDPA
+# scale=, gelu(approximate="tanh"), sum(dtype=)) is matched like a positional
+# call, its keywords' values as leaves under their names, in C++: gelu 31
+# calls before (Kernel.__call__ built the signature every call), 0 after;
+# sum(1, dtype=) 43 -> 0.
+KEYWORD_CALLS = 0
+
+
+@pytest.mark.parametrize("op", ["gelu", "sum"])
+def test_python_calls_per_cached_call_with_keywords(op):
+    x = torch.randn(64, 64).to("tpu")
+    f = {"gelu": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+         "sum": lambda t: t.sum(1, dtype=torch.float64)}[op]
+    for _ in range(3):
+        f(x)
+    calls = calls_in_torch_tpu(lambda: f(x))
+    assert calls <= KEYWORD_CALLS, f"{calls} calls per {op} with keywords, budget {KEYWORD_CALLS}"
+    got, want = f(x).cpu(), f(x.cpu())
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want)
+
+
 # In-place TensorIterator ops (x.add_(y), x.relu_(), copy_) on their cached
 # path, and copies into and out of a view of a large buffer (DDP's gradient
 # buckets, a KV cache): the native entry checks the destination's overlap

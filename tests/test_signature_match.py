@@ -433,3 +433,18 @@ def test_native_graph_input_check_answers_as_the_python_loop(monkeypatch):
                         taken += 1
                         assert len(want) == len(got) and all(w is g for w, g in zip(want, got))
     assert taken >= 8 and seen > 100, (seen, taken)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_keyword_calls_match_only_their_own_names(mode):
+    """searchsorted's out_int32=True and right=True are both one bool after
+    the same two tensors: a call's keyword values are matched as leaves only
+    against a signature with the same keyword names, or one would run the
+    other's executable (int32 where int64 is due, left where right is)."""
+    s, v = torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([2.0, 3.5, 0.5])
+    st, vt = s.to("tpu"), v.to("tpu")
+    with torch.tpu.set_eager_mode(mode):
+        for _ in range(3):
+            for kw in ({"out_int32": True}, {"right": True}, {}):
+                got, want = torch.searchsorted(st, vt, **kw).cpu(), torch.searchsorted(s, v, **kw)
+                assert got.dtype == want.dtype and torch.equal(got, want), (kw, got, want)

@@ -1,6 +1,7 @@
 // A registered kernel's entry from PyTorch's dispatcher in C++: the cached
-// path of ops/registry.py's Kernel.__call__.  A call with positional
-// arguments only, in strict or fused mode, is checked against the kernel's
+// path of ops/registry.py's Kernel.__call__.  A call in strict or fused
+// mode (its keywords' values matched after its positional arguments, under
+// their names, for a kernel with no checked scalar) is checked against the kernel's
 // recent signatures (strict; then its last ones of the call's shapes) or the
 // op the recorder predicts (fused), as Kernel._matched checks it: here, from
 // each matcher's checks (leaves.cpp's matcher_inputs: what the matcher's own
@@ -16,7 +17,7 @@
 // its storage with another argument goes to the Kernel, which raises or runs
 // it.  A strict write into part of a large buffer donates the buffer when
 // access.can_donate says it may.  Anything
-// else -- keywords, debug mode, a profiler, a miss, a fused write into part
+// else -- other keywords, debug mode, a profiler, a miss, a fused write into part
 // of a large buffer, a launch that raises -- is handed to the Kernel itself,
 // which does all of it as before (a failed launch then runs again there and
 // raises its error).
@@ -85,6 +86,7 @@ struct Entry {
   bool inplace = false;      // its mode is "inplace": the written tensors take the results
   bool writes_list = false;  // ... a _foreach_*_ op's list of them
   bool checks_overlap = false;  // its destination checked as out_checks.check_overlap does
+  bool keywords = false;     // a call with keywords is matched too (Kernel.keywords)
 };
 
 constexpr const char* kCapsule = "torch_tpu.native.Entry";
@@ -198,12 +200,39 @@ PyObject* entry_at(const Context& c, PyObject* entry, PyObject* checks, PyObject
   return at;
 }
 
+// Whether a signature's keywords ``kw`` (((name, encoding), ...), as
+// Kernel._fast_key makes them) are the call's keyword ``names`` (a tuple of
+// str, or nullptr: none), in order: 1 if so, 0 if not, -1 when only Python
+// can say (an odd key).
+int keywords_named(PyObject* kw, PyObject* names) {
+  const Py_ssize_t n = names == nullptr ? 0 : PyTuple_GET_SIZE(names);
+  if (!PyTuple_CheckExact(kw)) {
+    return -1;
+  }
+  if (PyTuple_GET_SIZE(kw) != n) {
+    return 0;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* pair = PyTuple_GET_ITEM(kw, i);
+    if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+      return -1;
+    }
+    const int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(names, i), Py_EQ);
+    if (same <= 0) {
+      PyErr_Clear();
+      return same < 0 ? -1 : 0;
+    }
+  }
+  return 1;
+}
+
 // Kernel._matched: the entry (a new reference) of ``hit`` if a matcher takes
 // ``args`` (a tuple), its inputs in ``*inputs`` (new); nullptr with no error
 // when none does; ``*python`` set when only the Python path can say (a list
 // signature's written-storage groups, but for their common case).  nullptr
 // with an error on an error.
-PyObject* matched(const Context& c, PyObject* hit, PyObject* args, bool fused, PyObject** inputs, bool* python) {
+PyObject* matched(const Context& c, PyObject* hit, PyObject* args, PyObject* names, bool fused, PyObject** inputs,
+                  bool* python) {
   if (!PyTuple_CheckExact(hit) || PyTuple_GET_SIZE(hit) != 3) {
     *python = true;
     return nullptr;
@@ -221,6 +250,11 @@ PyObject* matched(const Context& c, PyObject* hit, PyObject* args, bool fused, P
   Py_DECREF(dtype);  // (dtypes are singletons: compared by identity, as _matched does)
   PyObject* current = borrowed(c.precision, c.s_current);
   if (PyTuple_GET_ITEM(key, 3) != dtype || PyTuple_GET_ITEM(key, 4) != current) {
+    return nullptr;
+  }
+  const int same_names = keywords_named(PyTuple_GET_ITEM(key, 1), names);
+  if (same_names <= 0) {
+    *python = same_names < 0;
     return nullptr;
   }
   PyObject* groups = PyTuple_GET_ITEM(key, 2);
@@ -284,8 +318,8 @@ PyObject* shape_of(PyObject* x, PyObject* name) {
 // checked against the kernel's last signatures with its first two
 // arguments' shapes (_Cache.by_shape; a training step's many matmul shapes).
 // Unlike the Kernel, a hit found so is not moved first among the recent ones.
-PyObject* shape_matched(const Context& c, const Entry& e, PyObject* recent, PyObject* args, PyObject** inputs,
-                        bool* python) {
+PyObject* shape_matched(const Context& c, const Entry& e, PyObject* recent, PyObject* args, PyObject* names,
+                        PyObject** inputs, bool* python) {
   PyObject* by_shape = PyObject_GetAttr(e.cache, c.s_by_shape);
   if (by_shape == nullptr || !PyDict_CheckExact(by_shape) || PyDict_GET_SIZE(by_shape) == 0) {
     Py_XDECREF(by_shape);
@@ -311,7 +345,7 @@ PyObject* shape_matched(const Context& c, const Entry& e, PyObject* recent, PyOb
       }
       if (!seen) {
         Py_INCREF(hit);
-        entry = matched(c, hit, args, false, inputs, python);
+        entry = matched(c, hit, args, names, false, inputs, python);
         Py_DECREF(hit);
       }
     }
@@ -471,7 +505,7 @@ PyObject* donating(const Context& c, PyObject* donor, PyObject* fn, PyObject* in
 
 // The call's result, or nullptr with no error set when the Kernel must take
 // the call, or nullptr with an error.
-PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, Py_ssize_t nargs) {
+PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, Py_ssize_t nargs, PyObject* names) {
   PyObject* mode = borrowed(c.modes, c.s_mode);
   const bool fused = mode == c.fused;
   if (mode == nullptr || (!fused && mode != c.strict) || nargs > e.plain_arity) {
@@ -491,11 +525,13 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
       return nullptr;  // (a profiler range: launch's)
     }
   }
-  PyObject* args = PyTuple_New(nargs);
+  // the leaves matched: the positional arguments, then the keywords' values (Kernel.__call__'s)
+  const Py_ssize_t nleaves = nargs + (names == nullptr ? 0 : PyTuple_GET_SIZE(names));
+  PyObject* args = PyTuple_New(nleaves);
   if (args == nullptr) {
     return nullptr;
   }
-  for (Py_ssize_t k = 0; k < nargs; ++k) {
+  for (Py_ssize_t k = 0; k < nleaves; ++k) {
     Py_INCREF(argv[k]);
     PyTuple_SET_ITEM(args, k, argv[k]);
   }
@@ -509,7 +545,7 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
                         ? borrowed(by_fn, PyTuple_GET_ITEM(guess, 0)) : nullptr;
     if (hit != nullptr) {
       Py_INCREF(hit);
-      entry = matched(c, hit, args, true, &inputs, &python);
+      entry = matched(c, hit, args, names, true, &inputs, &python);
       Py_DECREF(hit);
     }
     Py_XDECREF(by_fn);
@@ -519,11 +555,11 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
       for (Py_ssize_t k = 0; k < PyList_GET_SIZE(recent) && entry == nullptr && !python && !PyErr_Occurred(); ++k) {
         PyObject* hit = PyList_GET_ITEM(recent, k);
         Py_INCREF(hit);  // (held while its matchers' Python runs)
-        entry = matched(c, hit, args, false, &inputs, &python);
+        entry = matched(c, hit, args, names, false, &inputs, &python);
         Py_DECREF(hit);
       }
       if (entry == nullptr && !python && !PyErr_Occurred() && nargs > 0) {
-        entry = shape_matched(c, e, recent, args, &inputs, &python);
+        entry = shape_matched(c, e, recent, args, names, &inputs, &python);
       }
     }
     Py_XDECREF(recent);
@@ -619,8 +655,9 @@ PyObject* entry_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
   }
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   // (PyTorch passes an empty dict of keywords: no names)
-  if ((kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0) && context != nullptr) {
-    PyObject* result = cached_call(*context, *e, args, nargs);
+  PyObject* names = kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0 ? nullptr : kwnames;
+  if ((names == nullptr || e->keywords) && context != nullptr) {
+    PyObject* result = cached_call(*context, *e, args, nargs, names);
     if (result != nullptr || PyErr_Occurred()) {
       return result;
     }
@@ -710,12 +747,12 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
-// kernel_entry(kernel, cache, plain_arity, returns_one, inplace, writes_list, checks_overlap) -> the
-// callable to register for the kernel
+// kernel_entry(kernel, cache, plain_arity, returns_one, inplace, writes_list, checks_overlap, keywords)
+// -> the callable to register for the kernel
 PyObject* kernel_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 7) {
-    PyErr_SetString(PyExc_TypeError,
-                    "kernel_entry(kernel, cache, plain_arity, returns_one, inplace, writes_list, checks_overlap)");
+  if (nargs != 8) {
+    PyErr_SetString(PyExc_TypeError, "kernel_entry(kernel, cache, plain_arity, returns_one, inplace, writes_list, "
+                                     "checks_overlap, keywords)");
     return nullptr;
   }
   const Py_ssize_t arity = PyLong_AsSsize_t(args[2]);
@@ -732,6 +769,7 @@ PyObject* kernel_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   e->inplace = PyObject_IsTrue(args[4]) == 1;
   e->writes_list = PyObject_IsTrue(args[5]) == 1;
   e->checks_overlap = PyObject_IsTrue(args[6]) == 1;
+  e->keywords = PyObject_IsTrue(args[7]) == 1;
   PyObject* capsule = PyCapsule_New(e, kCapsule, drop_entry);
   if (capsule == nullptr) {
     Py_DECREF(e->kernel);

@@ -353,7 +353,7 @@ def entry_of(kernel):
             or kernel.indexed_overlap is not None):
         return kernel
     return _native_entry(kernel, kernel.cache, kernel.plain_arity, kernel.returns_one, kernel.mode == "inplace",
-                         kernel.writes_list, kernel.check_overlap)
+                         kernel.writes_list, kernel.check_overlap, kernel.keywords)
 
 
 # ---- the kernel wrapper -----------------------------------------------------
@@ -464,6 +464,12 @@ class Kernel:
         self.indexed_overlap = out_checks.indexed_overlap_rule(self)
         self.checked_scalars = tuple(sorted((self.arg_names.index(n), n) for n in opts.checked_scalars
                                             if n in self.arg_names))
+        # a call with keywords (SDPA's scale=, _to_copy's dtype=) takes the
+        # fast path too, its keyword values matched as leaves after the
+        # positional ones, under their names (never a checked scalar: those
+        # are checked per call)
+        self.keywords = self.fast and not self.checked_scalars
+        self._traced_named = {}  # (positional count, keyword names) -> traced flags of the leaves
         # outputs _finish returns as the one wrapped tensor
         self.returns_one = mode == "functional" and not self.returns_list
         # a predicted fused op goes straight to recording: no rng material, no
@@ -503,14 +509,16 @@ class Kernel:
             return None
         return x
 
-    def _fast_key(self, args, inputs):
-        """The signature ``__call__``'s general encoding gives positional
-        arguments that are tpu tensors seen plainly through their own storage,
-        traced numbers or static values, built with no call per argument; or
-        None for anything else (then the general path starts over)."""
+    def _fast_key(self, args, inputs, names=()):
+        """The signature ``__call__``'s general encoding gives arguments that
+        are tpu tensors seen plainly through their own storage, traced numbers
+        or static values, built with no call per argument; or None for
+        anything else (then the general path starts over).  ``args``: the
+        positional arguments, then the values of the keywords ``names``."""
         pos = []
         fused = modes._mode is _FUSED  # (modes.is_fused, without the call: every op)
-        for x, traced in zip(args, self.traced_positions):
+        traced_at = self.traced_positions if not names else self._traced_leaves(len(args) - len(names), names)
+        for x, traced in zip(args, traced_at):
             if isinstance(x, Tensor):
                 buf = getattr(x.untyped_storage(), "_tpu_buf", None)  # None: a C++-made alias (storage_of)
                 if buf is None:
@@ -535,9 +543,21 @@ class Kernel:
             else:  # CPU tensors, generators, ...
                 return None
         groups = written_lists.groups(args) if self.writes_list else None
+        if names:
+            n = len(args) - len(names)
+            return (tuple(pos[:n]), tuple(zip(names, pos[n:])), groups, torch.get_default_dtype(), precision.current)
         return (tuple(pos), (), groups, torch.get_default_dtype(), precision.current)
 
-    def _matched(self, hit, args, inputs, fused):
+    def _traced_leaves(self, nargs, names):
+        """Whether each leaf of a call with ``nargs`` positional arguments and
+        keywords ``names`` is traced (``traced_positions``, then by name)."""
+        flags = self._traced_named.get((nargs, names))
+        if flags is None:
+            flags = self._traced_named[nargs, names] = (self.traced_positions[:nargs]
+                                                        + tuple(n in self.dynamic for n in names))
+        return flags
+
+    def _matched(self, hit, args, inputs, fused, names=()):
         """``hit``'s entry if ``args`` have its signature (``hit``: a
         ``_Cache.by_fn`` value: in fused mode the op recording predicts,
         in strict mode the kernel's last signature), with the inputs appended
@@ -545,8 +565,10 @@ class Kernel:
         (signature_match.py); a call they refuse is checked the slow way, and
         then gets a matcher of its own."""
         entry, key, matchers = hit
-        pos, _, groups, default_dtype, matmul_precision = key
+        pos, kw, groups, default_dtype, matmul_precision = key
         if default_dtype is not torch.get_default_dtype() or matmul_precision is not precision.current:
+            return None
+        if (kw or names) and tuple(n for n, _ in kw) != names:  # (the leaves of another call's keywords)
             return None
         for m in matchers:
             found = m.check(args, fused)
@@ -559,22 +581,22 @@ class Kernel:
                 return entry
         # strict mode builds the key next (its matchers come from there); a
         # prediction is worth checking the slow way
-        if not fused or not _slow_match(pos, groups, args, inputs, fused):
+        if not fused or not _slow_match(_leaf_key(key), groups, args, inputs, fused):
             return None
         if len(matchers) < _MAX_MATCHERS:  # (another context: inside inference_mode, say)
-            m = signature_match.make(pos, args, TENSOR, NUMBER)
+            m = signature_match.make(_leaf_key(key), args, TENSOR, NUMBER)
             if m is not None:
                 matchers.append(m)
         return entry
 
-    def _shape_matched(self, args, inputs):
+    def _shape_matched(self, args, inputs, names=()):
         """(entry, signature) of a strict call that none of the kernel's last
         signatures took, by the last signatures it had with these first two
         arguments' shapes (a training step's many matmul shapes), else (None, None)."""
         recent = self.cache.recent
         for hit in self.cache.by_shape.get(_shapes_of(args), ()):
             if not any(h is hit for h in recent):  # (recent ones were refused already)
-                entry = self._matched(hit, args, inputs, False)
+                entry = self._matched(hit, args, inputs, False, names)
                 if entry is not None:
                     return entry, hit[1]
         return None, None
@@ -585,21 +607,25 @@ class Kernel:
         elif self.indexed_overlap is not None:
             out_checks.check_indexed_overlap(self, self.indexed_overlap, args, kwargs)
         inputs, entry, key, fast = [], None, None, False
-        if self.fast and not kwargs:
+        quick = self.fast and not kwargs
+        leaves, names = args, ()  # what the fast path matches: the arguments, then any keywords' values
+        if kwargs and self.keywords:
+            quick, leaves, names = True, args + tuple(kwargs.values()), tuple(kwargs)
+        if quick:
             if modes._mode is _FUSED:  # the op recording predicts (fusion._guess: its executable first), checked
                 guess = fusion._guess
                 hit = self.cache.by_fn.get(guess[0]) if guess is not None and self.cache.by_fn else None
                 if hit is not None:
-                    entry = self._matched(hit, args, inputs, True)
+                    entry = self._matched(hit, leaves, inputs, True, names)
             else:  # strict: the signatures of this kernel's last calls, checked by their matchers
                 for hit in self.cache.recent:
-                    entry = self._matched(hit, args, inputs, False)
+                    entry = self._matched(hit, leaves, inputs, False, names)
                     if entry is not None:
                         key = hit[1]
                         break
                 else:
-                    if self.cache.by_shape and args:
-                        entry, key = self._shape_matched(args, inputs)
+                    if self.cache.by_shape and leaves:
+                        entry, key = self._shape_matched(leaves, inputs, names)
         if (entry is not None and not entry.offsets and self.records_plainly
                 and len(args) <= self.plain_arity):  # fused: the predicted op, recorded
             results = launch(self.name, entry.fn, inputs, entry.out_buffers)
@@ -607,8 +633,8 @@ class Kernel:
             if metas is not None and entry.single and self.returns_one:
                 return _wrap_as(results[0], *metas[0])
             return self._finish(entry, results, args, kwargs)
-        if entry is None and self.fast and not kwargs:
-            key = self._fast_key(args, inputs)
+        if entry is None and quick:
+            key = self._fast_key(leaves, inputs, names)
             fast = key is not None
         if key is None and entry is None:
             inputs = []
@@ -636,7 +662,7 @@ class Kernel:
         if fast and modes._mode is not _FUSED:  # the next calls check against this one first
             hit = self.cache.by_fn.get(entry.fn)
             if hit is not None and hit[0] is entry:
-                _remember(self.cache, hit, args)
+                _remember(self.cache, hit, leaves)
         if self.checked_scalars and (kwargs or len(args) > self.plain_arity):  # (add's alpha: keyword only)
             scalar_checks.check(self, entry, args, kwargs)
         if entry.offsets:  # views read at run-time offsets
@@ -1054,7 +1080,7 @@ def _remember(cache, hit, args):
     a matcher made from ``args`` if it has room."""
     matchers = hit[2]
     if len(matchers) < _MAX_MATCHERS:
-        m = signature_match.make(hit[1][0], args, TENSOR, NUMBER)
+        m = signature_match.make(_leaf_key(hit[1]), args, TENSOR, NUMBER)
         if m is not None:
             matchers.append(m)
     recent = cache.recent
@@ -1065,6 +1091,12 @@ def _remember(cache, hit, args):
         same = cache.by_shape.setdefault(_shapes_of(args), [])
         if not same or same[0] is not hit:
             same[:] = [hit, *(h for h in same if h is not hit)][:_SAME_SHAPES]
+
+
+def _leaf_key(key):
+    """A fast signature's encoding of each leaf the matchers check: the
+    positional arguments', then its keywords' (``_fast_key``)."""
+    return key[0] + tuple(e for _, e in key[1]) if key[1] else key[0]
 
 
 def _shapes_of(args):

@@ -1,8 +1,8 @@
 """Shape and layout ops: fill/zero, cat, flip, roll, tril/triu, searching and
 sorting helpers (searchsorted, bucketize, unique, histc), tril/triu_indices.
 
-Views (split, unbind, narrow, diagonal...) and clone/contiguous need no kernel
-here: PyTorch builds them from view metadata, empty_like and copy_.
+Views (split, unbind, narrow, diagonal...) need no kernel here: PyTorch
+builds them from view metadata.  clone (and so contiguous()) is one launch.
 """
 import functools
 import math
