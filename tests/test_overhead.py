@@ -319,6 +319,33 @@ def test_python_calls_per_cached_call_with_keywords(op):
     torch.testing.assert_close(got, want)
 
 
+# A random kernel (dropout in training: GPT-2 and BERT apply it 3 times a
+# layer) is matched by its native entry in strict mode, which then asks
+# Python only for its random words (registry._draw_words): 47 calls before,
+# 21 after (the words' draw and launch, and native_dropout's two outputs).
+DROPOUT_CALLS = 22
+
+
+def test_python_calls_per_cached_dropout_and_its_stream():
+    x = torch.randn(64, 64).to("tpu")
+
+    def drop():
+        return torch.nn.functional.dropout(x, 0.25, training=True)
+    for _ in range(3):
+        drop()
+    calls = calls_in_torch_tpu(drop)
+    assert calls <= DROPOUT_CALLS, f"{calls} calls per dropout, budget {DROPOUT_CALLS}"
+    # the entry draws as the Kernel does: one stream, each call its own mask
+    torch.manual_seed(7)
+    native = [drop().cpu() for _ in range(3)]
+    torch.manual_seed(7)
+    with torch.tpu.set_eager_mode("debug"):  # (Kernel.__call__ itself)
+        kernel = [drop().cpu() for _ in range(3)]
+    for a, b in zip(native, kernel):
+        assert torch.equal(a, b)
+    assert not torch.equal(native[0], native[1])
+
+
 # In-place TensorIterator ops (x.add_(y), x.relu_(), copy_) on their cached
 # path, and copies into and out of a view of a large buffer (DDP's gradient
 # buckets, a KV cache): the native entry checks the destination's overlap

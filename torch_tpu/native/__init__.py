@@ -36,7 +36,7 @@ _why_not = None  # why the helper is not in use (None: in use, or not asked yet)
 # repeats, leaves, list_lens, moving), as the helper's kernel entry reads them.
 MATCHER_CHECKS = 6
 # The arguments of the helper's entry_context and kernel_entry (entry.cpp).
-ENTRY_INTERFACE = 3
+ENTRY_INTERFACE = 4
 
 
 def _helper():
@@ -122,7 +122,7 @@ def storage_owner(by_address: dict, ref_type):
 def kernel_entries(modes, fusion, precision, note, own_new, numbers, identity_groups, can_donate):
     """The maker of a registered kernel's C++ entry (entry.cpp:
     ``kernel_entry(kernel, cache, plain_arity, returns_one, inplace,
-    writes_list, checks_overlap, keywords)``), its shared context set up from the modules the cached
+    writes_list, checks_overlap, keywords, draw)``), its shared context set up from the modules the cached
     path reads; or None (also without the native output maker ``own_new``)."""
     helper = _helper()
     # (a helper built before the entry made the matchers' checks itself, or

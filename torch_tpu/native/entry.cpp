@@ -87,6 +87,7 @@ struct Entry {
   bool writes_list = false;  // ... a _foreach_*_ op's list of them
   bool checks_overlap = false;  // its destination checked as out_checks.check_overlap does
   bool keywords = false;     // a call with keywords is matched too (Kernel.keywords)
+  PyObject* draw = nullptr;  // a random kernel's draw(entry, args) -> its words input (strict only), else nullptr
 };
 
 constexpr const char* kCapsule = "torch_tpu.native.Entry";
@@ -95,6 +96,7 @@ void drop_entry(PyObject* capsule) {
   auto* e = static_cast<Entry*>(PyCapsule_GetPointer(capsule, kCapsule));
   Py_XDECREF(e->kernel);
   Py_XDECREF(e->cache);
+  Py_XDECREF(e->draw);
   delete e;
 }
 
@@ -508,7 +510,7 @@ PyObject* donating(const Context& c, PyObject* donor, PyObject* fn, PyObject* in
 PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, Py_ssize_t nargs, PyObject* names) {
   PyObject* mode = borrowed(c.modes, c.s_mode);
   const bool fused = mode == c.fused;
-  if (mode == nullptr || (!fused && mode != c.strict) || nargs > e.plain_arity) {
+  if (mode == nullptr || (!fused && mode != c.strict) || nargs > e.plain_arity || (fused && e.draw != nullptr)) {
     return nullptr;
   }
   if (e.checks_overlap && !overlap_free(argv, nargs)) {
@@ -582,6 +584,21 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
     plain = PyList_SetSlice(inputs, PyList_GET_SIZE(inputs), PyList_GET_SIZE(inputs), offsets) == 0;
   }
   PyErr_Clear();  // (an error here: the Kernel's path)
+  if (plain && e.draw != nullptr) {  // a random kernel: its words last (drawn once per call, as the Kernel does)
+    PyObject* words = PyObject_CallFunctionObjArgs(e.draw, entry, args, nullptr);
+    plain = words != nullptr && PyList_Append(inputs, words) == 0;
+    Py_XDECREF(words);
+    if (!plain) {  // (the draw's own error: raised, as on the Kernel's path)
+      Py_XDECREF(donor);
+      Py_XDECREF(offsets);
+      Py_XDECREF(fn);
+      Py_XDECREF(out_buffers);
+      Py_DECREF(entry);
+      Py_DECREF(inputs);
+      Py_DECREF(args);
+      return nullptr;
+    }
+  }
   if (plain && donor != Py_None) {  // a write into part of a large buffer
     PyObject* chosen = donating(c, donor, fn, inputs, argv[0]);
     plain = chosen != nullptr;  // (else can_donate's error, raised as on the Kernel's path)
@@ -747,12 +764,12 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
-// kernel_entry(kernel, cache, plain_arity, returns_one, inplace, writes_list, checks_overlap, keywords)
-// -> the callable to register for the kernel
+// kernel_entry(kernel, cache, plain_arity, returns_one, inplace, writes_list, checks_overlap, keywords,
+// draw) -> the callable to register for the kernel
 PyObject* kernel_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 8) {
+  if (nargs != 9) {
     PyErr_SetString(PyExc_TypeError, "kernel_entry(kernel, cache, plain_arity, returns_one, inplace, writes_list, "
-                                     "checks_overlap, keywords)");
+                                     "checks_overlap, keywords, draw)");
     return nullptr;
   }
   const Py_ssize_t arity = PyLong_AsSsize_t(args[2]);
@@ -770,10 +787,15 @@ PyObject* kernel_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   e->writes_list = PyObject_IsTrue(args[5]) == 1;
   e->checks_overlap = PyObject_IsTrue(args[6]) == 1;
   e->keywords = PyObject_IsTrue(args[7]) == 1;
+  if (args[8] != Py_None) {
+    Py_INCREF(args[8]);
+    e->draw = args[8];
+  }
   PyObject* capsule = PyCapsule_New(e, kCapsule, drop_entry);
   if (capsule == nullptr) {
     Py_DECREF(e->kernel);
     Py_DECREF(e->cache);
+    Py_XDECREF(e->draw);
     delete e;
     return nullptr;
   }

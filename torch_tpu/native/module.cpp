@@ -65,7 +65,7 @@ PyMODINIT_FUNC PyInit__native(void) {
   }
   // the arguments entry_context and kernel_entry take (entry.cpp): a build
   // that takes others is not used
-  if (m != nullptr && PyModule_AddIntConstant(m, "entry_interface", 3) < 0) {
+  if (m != nullptr && PyModule_AddIntConstant(m, "entry_interface", 4) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

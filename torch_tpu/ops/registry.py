@@ -348,12 +348,23 @@ _native_entry = native.kernel_entries(modes, fusion, precision, pending.note, bu
 
 def entry_of(kernel):
     """What the dispatcher calls for ``kernel``: its C++ entry when its cached
-    path is the plain one, else itself."""
-    if (_native_entry is None or not isinstance(kernel, Kernel) or not kernel.fast or not kernel.records_plainly
-            or kernel.indexed_overlap is not None):
+    path is the plain one (a random kernel's: in strict mode, its words drawn
+    by ``_draw_words``), else itself."""
+    if (_native_entry is None or not isinstance(kernel, Kernel) or not kernel.fast
+            or not (kernel.records_plainly or kernel.opts.rng) or kernel.indexed_overlap is not None):
         return kernel
     return _native_entry(kernel, kernel.cache, kernel.plain_arity, kernel.returns_one, kernel.mode == "inplace",
-                         kernel.writes_list, kernel.check_overlap, kernel.keywords)
+                         kernel.writes_list, kernel.check_overlap, kernel.keywords,
+                         _draw_words if kernel.opts.rng else None)
+
+
+def _draw_words(entry, args):
+    """A random kernel's words input for a call its native entry matched
+    (Kernel.__call__'s own draw: the same material, in the same order; the
+    default generator's, as a call passing a generator is never matched:
+    _fast_key refuses it)."""
+    from ..device import rng
+    return entry.rng.words(rng.next_key_material(None), launch)
 
 
 # ---- the kernel wrapper -----------------------------------------------------
