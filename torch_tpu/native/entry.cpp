@@ -586,18 +586,8 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
   PyErr_Clear();  // (an error here: the Kernel's path)
   if (plain && e.draw != nullptr) {  // a random kernel: its words last (drawn once per call, as the Kernel does)
     PyObject* words = PyObject_CallFunctionObjArgs(e.draw, entry, args, nullptr);
-    plain = words != nullptr && PyList_Append(inputs, words) == 0;
+    plain = words != nullptr && PyList_Append(inputs, words) == 0;  // (else the draw's error, raised below)
     Py_XDECREF(words);
-    if (!plain) {  // (the draw's own error: raised, as on the Kernel's path)
-      Py_XDECREF(donor);
-      Py_XDECREF(offsets);
-      Py_XDECREF(fn);
-      Py_XDECREF(out_buffers);
-      Py_DECREF(entry);
-      Py_DECREF(inputs);
-      Py_DECREF(args);
-      return nullptr;
-    }
   }
   if (plain && donor != Py_None) {  // a write into part of a large buffer
     PyObject* chosen = donating(c, donor, fn, inputs, argv[0]);
