@@ -47,30 +47,17 @@ def cat(tensors, dim=0):
 
 
 # clone as one cached launch (PyTorch's composite is empty_strided + copy_:
-# two ops' host work).  The meta kernel gives clone's layout (the input's,
-# made dense); contiguous() of a non-contiguous tensor, clone(memory_format=
-# torch.contiguous_format), has its own kernel laid out row-major and called
-# positionally (a keyword call would build its signature every time).  Other
-# formats (channels_last) stay PyTorch's composite.
-def _row_major(args, out_specs):
-    return [s._replace(stride=buffers.contiguous_strides(s.size)) for s in out_specs]
-
-
-_clone_kernel = kernel("clone.default", lambda self, memory_format=None: self)
-_clone_enter = entry_of(_clone_kernel)
-_contiguous_enter = entry_of(kernel("clone.default", lambda self, memory_format=None: self, layout=_row_major))
+# two ops' host work).  The meta kernel gives the result's layout for every
+# memory_format (a keyword call is matched by the native entry as a
+# positional one is: contiguous() of a transposed tensor, channels_last).
+_clone_enter = entry_of(kernel("clone.default", lambda self, memory_format=None: self))
 
 
 @register_raw("clone.default")
 def clone(self, memory_format=None):
     if not self.numel():  # (an empty view keeps strides no buffer layout has: empty_like's)
         return torch.empty_like(self, memory_format=memory_format or torch.preserve_format)
-    if memory_format is None or memory_format is torch.preserve_format:
-        out = _clone_enter(self)
-    elif memory_format is torch.contiguous_format:
-        out = _contiguous_enter(self)
-    else:
-        return torch.empty_like(self, memory_format=memory_format).copy_(self)
+    out = _clone_enter(self) if memory_format is None else _clone_enter(self, memory_format=memory_format)
     host_mirror.copy_known(self, out)  # (an index's clone stays range-checked at the op)
     return out
 
