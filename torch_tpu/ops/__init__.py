@@ -30,5 +30,5 @@ buckets.mark("max.default", kind="max")
 buckets.mark("min.default", kind="min")
 buckets.mark("uniform_.default", "normal_.default", kind="fill")
 buckets.mark("index_put.default", "index_put_.default", kind="put")
-buckets.mark(core.same_device_cast, core.contiguous_cast)  # t.long(), t.float(): a cast
+buckets.mark(core.same_device_cast)  # t.long(), t.float(): a cast
 host_mirror.follow_fills()  # fill_ is registered by shape above

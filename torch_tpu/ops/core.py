@@ -277,13 +277,9 @@ def _copy_from_and_resize(self, dst):
     return copy_(dst, self)
 
 
-same_device_cast = _same_device_cast = kernel("_to_copy.default", lambda self, **_: convert(self, out_dtype()))
-# A contiguous tensor's cast (x.to(torch.bfloat16), autocast's casts) as the
-# prim that takes its dtype positionally, so that a cached cast takes the
-# native entry; _to_copy's dtype is keyword-only, and its kernel builds its
-# signature from the keywords on every call.  Both give a contiguous result.
-contiguous_cast = kernel(torch.ops.prims.convert_element_type.default, lambda a, dtype: convert(a, out_dtype()))
-_cast_enter = entry_of(contiguous_cast)
+same_device_cast = kernel("_to_copy.default", lambda self, **_: convert(self, out_dtype()))
+# (a cached cast, keywords and all, is matched by the native entry)
+_cast_enter = entry_of(same_device_cast)
 
 
 @register_raw("_to_copy.default")
@@ -296,9 +292,7 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
     if target.type == "tpu":
         _check_dtype(dtype)
         if self.device.type == "tpu":  # the meta kernel picks the strides memory_format asks for
-            if memory_format in (None, torch.preserve_format, torch.contiguous_format) and self.is_contiguous():
-                return _cast_enter(self, dtype)
-            return _same_device_cast(self, dtype=dtype, memory_format=memory_format)
+            return _cast_enter(self, dtype=dtype, memory_format=memory_format)
         host = dtypes.numpy_from_cpu_tensor(_numpy_ranked(self.to(dtype)))  # (a dtype a TPU refuses raises here)
         value = launch("aten::_to_copy", _put_on_device, (host,))
         if value.ndim != self.dim():  # past NumPy's 64 dims: moved flat, shaped on the device
