@@ -390,14 +390,14 @@ def test_python_calls_per_cached_in_place_op_and_view_copy(mode):
 # x.clone() as one cached launch (ops/shape.py): 41 calls before (PyTorch's
 # composite: empty_strided's checks and allocation, then copy_), 4 after
 # (the raw clone's frame and its host-values check around the entry).  A
-# contiguous tensor's cast, x.to(torch.bfloat16) (ops/core.py: the prim with
-# a positional dtype, through its native entry): 42 before (_to_copy's
-# keyword path built its signature every call), 6 after (_to_copy's checks).
+# contiguous tensor's cast, x.to(torch.bfloat16) (ops/core.py: the cast
+# kernel, its keywords matched by its native entry): 42 before (_to_copy's
+# keyword path built its signature every call), 5 after (_to_copy's checks).
 CLONE_CALLS = 5
 CAST_CALLS = 7
 # x.transpose(1, 2).contiguous(), clone(memory_format=torch.contiguous_format)
-# as HF attention calls it per layer: 32 before (PyTorch's composite), 4 after
-# (the same raw clone, its row-major kernel through its native entry)
+# as HF attention calls it per layer: 32 before (PyTorch's composite), 5 after
+# (the same raw clone, its memory_format matched by the native entry)
 CONTIGUOUS_CALLS = 5
 
 
