@@ -439,6 +439,28 @@ def test_python_calls_per_cached_ones_like(mode, budget):
     assert len({r.untyped_storage().data_ptr() for r in results}) == len(results)  # no shared storage
 
 
+# torch_tpu's own calls per cached step of torch.optim.AdamW(fused=True) (the
+# Hugging Face Trainer's default), per parameter: its lists read in one C++
+# pass (ops/tensor_lists.py), so what grows with the parameters is one C call
+# per written tensor (its storage, to take its new buffer): 3 a parameter
+# (94 through access.read and access.write, which also launched a reshape of
+# each bias gradient's (1, n) buffer).
+FUSED_ADAMW_CALLS_PER_PARAMETER = 3
+
+
+def test_python_calls_per_fused_adamw_step_grow_only_by_its_writes():
+    def step_calls(layers):
+        torch.manual_seed(0)
+        model = nn.Sequential(*[nn.Linear(8, 8) for _ in range(layers)]).to("tpu")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+        model(torch.randn(2, 8).to("tpu")).sum().backward()
+        for _ in range(2):
+            opt.step()
+        return calls_in_torch_tpu(opt.step), 2 * layers
+    (few, n_few), (many, n_many) = step_calls(2), step_calls(6)
+    assert (many - few) / (n_many - n_few) <= FUSED_ADAMW_CALLS_PER_PARAMETER, (few, many)
+
+
 @pytest.mark.parametrize("mode,budget", [("compiled", COMPILED_STEP_CALLS), ("strict", STRICT_STEP_CALLS),
                                          ("fused", FUSED_STEP_CALLS)])
 def test_python_calls_per_training_step(mode, budget):

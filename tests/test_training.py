@@ -179,6 +179,47 @@ def test_fused_optimizer_steps_match_cpu(case, dtype, scaled):
             torch.testing.assert_close(t.cpu(), c, **exact)
 
 
+_GROUPED = {
+    "adamw": lambda groups: torch.optim.AdamW(groups, lr=1e-2, fused=True),
+    "sgd": lambda groups: torch.optim.SGD(groups, lr=0.1, momentum=0.9, fused=True),
+    "adagrad": lambda groups: torch.optim.Adagrad(groups, lr=0.1, fused=True),
+}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("name", list(_GROUPED))
+def test_fused_optimizer_lists_read_in_one_pass_match_cpu(name, mode, monkeypatch):
+    # After the first steps a fused optimizer's lists are read and written in
+    # one pass (ops/tensor_lists.py): two parameter groups of one length (two
+    # layouts for one key), bias gradients in (1, n) buffers (their sums,
+    # reshaped inside the program), five steps; the values stay the CPU's, and
+    # no layout is worked out again in the last steps.
+    from torch_tpu.ops import tensor_lists
+    built = []
+    layout = tensor_lists._layout
+    monkeypatch.setattr(tensor_lists, "_layout", lambda tensors: built.append(1) or layout(tensors))
+
+    def run(device):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)).to(device)
+        opt = _GROUPED[name]([{"params": model[0].parameters()},
+                              {"params": model[2].parameters(), "weight_decay": 0.1}])
+        x = torch.randn(5, 4).to(device)
+        with torch.tpu.set_eager_mode(mode if device == "tpu" else "strict"):
+            for step in range(5):
+                if step == 3:
+                    built.clear()
+                opt.zero_grad()
+                model(x).square().mean().backward()
+                opt.step()
+        return [p.detach().cpu() for p in model.parameters()]
+    cpu_params = run("cpu")
+    tpu_params = run("tpu")
+    for t, c in zip(tpu_params, cpu_params):
+        torch.testing.assert_close(t, c)
+    assert built == []
+
+
 def test_fused_sgd_with_grad_scaler_skips_an_overflowing_step():
     def run(device):
         torch.manual_seed(0)
@@ -247,7 +288,8 @@ def test_fused_adam_traced_for_a_tpu_keeps_its_tensors_in_float32():
 
     def float64_arrays(platform):
         with target.kernels_for(platform):
-            fn = tpu_optim._adam_flat(False, False, False, True, True, target.kernel_platform() == "cpu", n, 0)
+            step = tpu_optim._adam_fn(False, False, False, True, True, target.kernel_platform() == "cpu")
+            fn = tpu_optim._flat(step, (n, n, n, n, 0, n))
             jaxpr = jax.make_jaxpr(fn.__wrapped__)(*args)
         return sum(1 for eqn in jaxpr.jaxpr.eqns for v in eqn.outvars
                    if v.aval.dtype == np.float64 and v.aval.shape == (8,))

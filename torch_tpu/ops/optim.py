@@ -4,9 +4,11 @@ is updated by one jitted XLA executable, then every state tensor gets its new
 buffer.
 
 The registry's in-place wrapper writes only one list argument, and these ops
-write four or five, so they are raw kernels over ``eager.access``.
+write four or five, so they are raw kernels over ``eager.access``, their
+lists read and written in one pass where they can be (``tensor_lists``).
 """
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -15,8 +17,9 @@ import torch
 
 from .. import dtypes, target
 from ..dtypes import to_opmath
-from ..eager import access
+from ..eager import access, modes
 from ..eager.launch import launch
+from . import tensor_lists
 from .division import true_div
 from .registry import register_raw
 
@@ -37,8 +40,9 @@ def _fma(a, b, c, wide):
     return once.astype(a.dtype)
 
 
+@functools.lru_cache(maxsize=None)
 def _adam_fn(adamw: bool, amsgrad: bool, maximize: bool, scaled: bool, decay: bool, wide: bool):
-    """The Adam(W) update over lists, traced inside ``_adam_flat``'s jit: the
+    """The Adam(W) update over lists, traced inside ``_flat``'s jit: the
     CPU kernel's vectorized arithmetic (FusedAdamKernel.cpp): the coefficients
     computed in double from the step read as a float, then each rounded to the
     opmath type; exp_avg by lerp's fused multiply-add, and the products the
@@ -81,38 +85,42 @@ def _adam_fn(adamw: bool, amsgrad: bool, maximize: bool, scaled: bool, decay: bo
     return step
 
 
-def _read_all(tensors):
-    return [access.read(t) for t in tensors]
-
-
 @functools.lru_cache(maxsize=None)
-def _adam_flat(adamw: bool, amsgrad: bool, maximize: bool, scaled: bool, decay: bool, wide: bool,
-               n: int, n_max: int):
-    """``_adam_fn`` over one flat argument list with one flat result list (what
-    ``launch`` records in fused mode): params, grads, exp_avgs, exp_avg_sqs
-    (``n`` each), max_exp_avg_sqs (``n_max``), steps (``n``), the six scalars ->
-    new params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, grads (when scaled)."""
-    step = _adam_fn(adamw, amsgrad, maximize, scaled, decay, wide)
-
+def _flat(step, sizes, reshapes=()):
+    """``step`` (lists of ``sizes`` lengths, then scalars -> lists of results)
+    as one jitted function of one flat argument list with one flat result list:
+    what ``launch`` records in fused mode.  ``reshapes``: the arguments to
+    reshape first (``tensor_lists.Layout``)."""
     def flat(*xs):
-        lists = [list(xs[i * n:(i + 1) * n]) for i in range(4)]
-        max_sqs, steps = list(xs[4 * n:4 * n + n_max]), list(xs[4 * n + n_max:5 * n + n_max])
-        new_p, new_m, new_v, new_max, new_g = step(*lists, max_sqs, steps, *xs[5 * n + n_max:])
-        return (*new_p, *new_m, *new_v, *new_max, *new_g)
+        if reshapes:
+            xs = list(xs)
+            for i, shape in reshapes:
+                xs[i] = xs[i].reshape(shape)
+        lists, at = [], 0
+        for k in sizes:
+            lists.append(list(xs[at:at + k]))
+            at += k
+        return tuple(r for results in step(*lists, *xs[at:]) for r in results)
     return jax.jit(flat)
-
-
-def _write_all(pairs):
-    """Give each tensor of each (tensors, new values) pair its new buffer."""
-    for tensors, values in pairs:
-        for t, v in zip(tensors, values):
-            access.write(t, v)
 
 
 def _scalar(x):
     if isinstance(x, torch.Tensor):
         return access.read(x) if x.device.type == "tpu" else jnp.asarray(x.item())
-    return jnp.asarray(float(x))
+    return tensor_lists.scalar(x)
+
+
+def _run_fused(name, step, lists, scalars, written):
+    """Launch ``step`` (see ``_flat``) over the tensor ``lists`` read flat, then
+    the ``scalars``; the results, flat, go into the ``written`` tensors (in
+    their order)."""
+    sizes = tuple(map(len, lists))
+    arrays, layout = tensor_lists.read((name, *sizes), list(itertools.chain.from_iterable(lists)))
+    fn = _flat(step, sizes, layout.reshapes if layout is not None else ())
+    arrays.extend(scalars)
+    # (the results' shapes only for fused mode to record them: ~0.5 us a tensor)
+    out_buffers = [(tuple(t.shape), dtypes.TORCH_TO_NP[t.dtype]) for t in written] if modes.is_fused() else None
+    tensor_lists.write(written, launch(name, fn, arrays, out_buffers), layout)
 
 
 def _fused_adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1,
@@ -120,19 +128,14 @@ def _fused_adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, stat
     if not self or _skipped(found_inf):  # GradScaler: a step with inf/nan gradients does nothing
         return
     scaled = grad_scale is not None
-    n, maxes = len(self), list(max_exp_avg_sqs) if amsgrad else []
-    written = (self, exp_avgs, exp_avg_sqs, maxes, list(grads) if scaled else [])
-    inputs = [access.read(t, keep_pending=True) for group in (self, grads, exp_avgs, exp_avg_sqs, maxes, state_steps) for t in group]
-    inputs += [_scalar(lr), _scalar(beta1), _scalar(beta2), _scalar(weight_decay), _scalar(eps),
-               _scalar(grad_scale) if scaled else jnp.asarray(1.0)]
-    out_buffers = [(tuple(t.shape), dtypes.TORCH_TO_NP[t.dtype]) for group in written for t in group]
+    maxes = list(max_exp_avg_sqs) if amsgrad else []
+    written = list(itertools.chain(self, exp_avgs, exp_avg_sqs, maxes, grads if scaled else ()))
+    scalars = [_scalar(lr), _scalar(beta1), _scalar(beta2), _scalar(weight_decay), _scalar(eps),
+               _scalar(grad_scale) if scaled else _scalar(1.0)]
     wide = target.kernel_platform() == "cpu"  # (part of the cache key: a TPU lowering check traces anew)
-    fn = _adam_flat(adamw, bool(amsgrad), bool(maximize), scaled, float(weight_decay) != 0, wide, n, len(maxes))
-    results = launch("aten::_fused_adamw_" if adamw else "aten::_fused_adam_", fn, inputs, out_buffers)
-    offsets = [0]
-    for group in written:
-        offsets.append(offsets[-1] + len(group))
-    _write_all((group, results[offsets[k]:offsets[k + 1]]) for k, group in enumerate(written))
+    step = _adam_fn(adamw, bool(amsgrad), bool(maximize), scaled, float(weight_decay) != 0, wide)
+    _run_fused("aten::_fused_adamw_" if adamw else "aten::_fused_adam_", step,
+               (self, grads, exp_avgs, exp_avg_sqs, maxes, state_steps), scalars, written)
 
 
 @register_raw("_fused_adamw_.default", "_fused_adamw_.tensor_lr")
@@ -185,7 +188,7 @@ def _sgd_fn(momentum: bool, nesterov: bool, maximize: bool, first: bool, scaled:
                 g32 = g32 + b * m if nesterov else b
             new_p.append((p32 + g32 * (-lr).astype(p32.dtype)).astype(p.dtype))
         return new_p, new_g, new_b
-    return jax.jit(step)
+    return step
 
 
 @register_raw("_fused_sgd_.default", "_fused_sgd_.tensor_lr")
@@ -195,13 +198,13 @@ def fused_sgd_(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr,
         raise RuntimeError("Expected momentum_buffer_list.empty() to be true, but got false.")
     if not self or _skipped(found_inf):
         return
-    fn = _sgd_fn(momentum != 0, bool(nesterov), bool(maximize), bool(is_first_step), grad_scale is not None,
-                 weight_decay != 0)
-    new_p, new_g, new_b = launch("aten::_fused_sgd_", fn, (
-        _read_all(self), _read_all(grads), _read_all(momentum_buffer_list),
-        _scalar(lr), jnp.asarray(float(weight_decay)), jnp.asarray(float(momentum)), jnp.asarray(float(dampening)),
-        _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0)))
-    _write_all(((self, new_p), (grads, new_g), (momentum_buffer_list, new_b)))
+    scaled = grad_scale is not None
+    step = _sgd_fn(momentum != 0, bool(nesterov), bool(maximize), bool(is_first_step), scaled, weight_decay != 0)
+    lists = (self, grads, momentum_buffer_list)
+    written = [*self, *(grads if scaled else ()), *(momentum_buffer_list if momentum != 0 else ())]
+    _run_fused("aten::_fused_sgd_", step, lists,
+               [_scalar(lr), _scalar(weight_decay), _scalar(momentum), _scalar(dampening),
+                _scalar(grad_scale) if scaled else _scalar(1.0)], written)
 
 
 @functools.lru_cache(maxsize=None)
@@ -217,7 +220,7 @@ def _adagrad_fn(maximize: bool, scaled: bool, decay: bool):
             std = jnp.sqrt(total) + _as_param_dtype(eps, p)
             new_p.append((p32 - _as_param_dtype(clr, p) * g32 / std).astype(p.dtype))
         return new_p, new_g, new_s
-    return jax.jit(step)
+    return step
 
 
 @register_raw("_fused_adagrad_.default", "_fused_adagrad_.tensor_lr")
@@ -225,12 +228,13 @@ def fused_adagrad_(self, grads, state_sums, state_steps, *, lr, lr_decay, weight
                    grad_scale=None, found_inf=None):
     if not self or _skipped(found_inf):
         return
-    fn = _adagrad_fn(bool(maximize), grad_scale is not None, weight_decay != 0)
-    new_p, new_g, new_s = launch("aten::_fused_adagrad_", fn, (
-        _read_all(self), _read_all(grads), _read_all(state_sums), _read_all(state_steps), _scalar(lr),
-        jnp.asarray(float(lr_decay)), jnp.asarray(float(weight_decay)), jnp.asarray(float(eps)),
-        _scalar(grad_scale) if grad_scale is not None else jnp.asarray(1.0)))
-    _write_all(((self, new_p), (grads, new_g), (state_sums, new_s)))
+    scaled = grad_scale is not None
+    step = _adagrad_fn(bool(maximize), scaled, weight_decay != 0)
+    lists = (self, grads, state_sums, state_steps)
+    written = [*self, *(grads if scaled else ()), *state_sums]
+    _run_fused("aten::_fused_adagrad_", step, lists,
+               [_scalar(lr), _scalar(lr_decay), _scalar(weight_decay), _scalar(eps),
+                _scalar(grad_scale) if scaled else _scalar(1.0)], written)
 
 
 # ---- GradScaler (torch.amp): unscale-and-check, and the scale update --------------
