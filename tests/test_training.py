@@ -153,12 +153,13 @@ def test_foreach_optimizer_on_half_params_matches_cpu(name, dtype):
         torch.testing.assert_close(t, c, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("scaled", [False, True], ids=["plain", "grad_scale"])
+@pytest.mark.parametrize("scaled", [False, True, "overflow"], ids=["plain", "grad_scale", "overflow"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("case", list(_FUSED_STEPS))
 def test_fused_optimizer_steps_match_cpu(case, dtype, scaled):
     # torch.optim.SGD/Adagrad(fused=True): params, grads (unscaled in place
-    # under a GradScaler) and state as the CPU kernels leave them
+    # under a GradScaler) and state as the CPU kernels leave them; with
+    # found_inf set, all of them as they were
     op, lists, kwargs = _FUSED_STEPS[case]
     g = torch.Generator().manual_seed(0)
     tensors = [[torch.randn(n, generator=g, dtype=dtype) for n in (7, 33, 64)] for _ in range(lists)]
@@ -166,7 +167,7 @@ def test_fused_optimizer_steps_match_cpu(case, dtype, scaled):
         tensors = [tensors[0], tensors[1], [s.abs() for s in tensors[2]], [torch.tensor(3.0)] * 3]
     elif lists == 2:
         tensors.append([])  # no momentum buffers without momentum
-    extra = dict(grad_scale=torch.tensor(4.0), found_inf=torch.tensor(0.0)) if scaled else {}
+    extra = dict(grad_scale=torch.tensor(4.0), found_inf=torch.tensor(float(scaled == "overflow"))) if scaled else {}
     on_cpu = [[t.clone() for t in ts] for ts in tensors]
     on_tpu = [[t.to("tpu") for t in ts] for ts in tensors]
     op(*on_cpu, **kwargs, **extra)
@@ -177,6 +178,41 @@ def test_fused_optimizer_steps_match_cpu(case, dtype, scaled):
     for cpu_list, tpu_list in zip(on_cpu, on_tpu):
         for c, t in zip(cpu_list, tpu_list):
             torch.testing.assert_close(t.cpu(), c, **exact)
+
+
+@pytest.mark.parametrize("name", ["AdamW", "SGD", "Adagrad"])
+def test_fused_optimizer_skips_an_overflowing_step_without_a_host_read(name, monkeypatch):
+    # GradScaler with a fused optimizer: whether the gradients overflowed is
+    # decided on the device, inside the optimizer's program (as CUDA's kernels
+    # decide it), so its step reads nothing back to the host; an overflowing
+    # step still leaves parameters and state as they were, as on the CPU
+    from torch_tpu.ops import core
+    reads = []
+    read_for_host = core._read_for_host
+    monkeypatch.setattr(core, "_read_for_host", lambda t, what: reads.append(what) or read_for_host(t, what))
+
+    def run(device):
+        torch.manual_seed(0)
+        model = nn.Linear(4, 4).to(device)
+        opt = getattr(torch.optim, name)(model.parameters(), lr=0.1, fused=True)
+        scaler = torch.amp.GradScaler(device, init_scale=2.0 ** 4, growth_interval=2)
+        stepped = []
+        for i in range(4):
+            x = torch.full((2, 4), 1e30 if i == 2 else 1.0, device=device)  # step 2 overflows
+            scaler.scale(model(x).pow(2).mean()).backward()
+            reads.clear()
+            scaler.step(opt)
+            stepped.append(reads[:])
+            scaler.update()
+            opt.zero_grad()
+        state = [v.cpu() for p in model.parameters() for v in opt.state[p].values()]
+        return [p.detach().cpu() for p in model.parameters()] + state, scaler.get_scale(), stepped
+    cpu_values, cpu_scale, _ = run("cpu")
+    tpu_values, tpu_scale, stepped = run("tpu")
+    assert tpu_scale == cpu_scale
+    for t, c in zip(tpu_values, cpu_values, strict=True):
+        torch.testing.assert_close(t, c)
+    assert stepped == [[]] * 4
 
 
 _GROUPED = {

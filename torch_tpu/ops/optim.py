@@ -86,11 +86,14 @@ def _adam_fn(adamw: bool, amsgrad: bool, maximize: bool, scaled: bool, decay: bo
 
 
 @functools.lru_cache(maxsize=None)
-def _flat(step, sizes, reshapes=()):
+def _flat(step, sizes, reshapes=(), sources=None):
     """``step`` (lists of ``sizes`` lengths, then scalars -> lists of results)
     as one jitted function of one flat argument list with one flat result list:
     what ``launch`` records in fused mode.  ``reshapes``: the arguments to
-    reshape first (``tensor_lists.Layout``)."""
+    reshape first (``tensor_lists.Layout``).  ``sources``: per list of results,
+    the list of arguments it replaces; then the last argument is GradScaler's
+    found_inf, and where it is not 0 every result is its argument unchanged
+    (the CPU kernels return at once: the step skipped without a host read)."""
     def flat(*xs):
         if reshapes:
             xs = list(xs)
@@ -100,7 +103,11 @@ def _flat(step, sizes, reshapes=()):
         for k in sizes:
             lists.append(list(xs[at:at + k]))
             at += k
-        return tuple(r for results in step(*lists, *xs[at:]) for r in results)
+        if sources is None:
+            return tuple(r for results in step(*lists, *xs[at:]) for r in results)
+        skip = xs[-1].reshape(-1)[0] != 0
+        return tuple(jnp.where(skip, old, new) for results, source in zip(step(*lists, *xs[at:-1]), sources)
+                     for old, new in zip(lists[source], results))
     return jax.jit(flat)
 
 
@@ -110,14 +117,18 @@ def _scalar(x):
     return tensor_lists.scalar(x)
 
 
-def _run_fused(name, step, lists, scalars, written):
+def _run_fused(name, step, lists, scalars, written, sources, found_inf):
     """Launch ``step`` (see ``_flat``) over the tensor ``lists`` read flat, then
-    the ``scalars``; the results, flat, go into the ``written`` tensors (in
+    the ``scalars`` (and ``found_inf``, when given: results replace the lists
+    ``sources`` name); the results, flat, go into the ``written`` tensors (in
     their order)."""
     sizes = tuple(map(len, lists))
     arrays, layout = tensor_lists.read((name, *sizes), list(itertools.chain.from_iterable(lists)))
-    fn = _flat(step, sizes, layout.reshapes if layout is not None else ())
+    fn = _flat(step, sizes, layout.reshapes if layout is not None else (), None if found_inf is None else sources)
     arrays.extend(scalars)
+    if found_inf is not None:  # (a pending fused result as it is: read in the program, not first)
+        arrays.append(access.read(found_inf, keep_pending=True) if found_inf.device.type == "tpu"
+                      else _scalar(found_inf))
     # (the results' shapes only for fused mode to record them: ~0.5 us a tensor)
     out_buffers = [(tuple(t.shape), dtypes.TORCH_TO_NP[t.dtype]) for t in written] if modes.is_fused() else None
     tensor_lists.write(written, launch(name, fn, arrays, out_buffers), layout)
@@ -125,7 +136,7 @@ def _run_fused(name, step, lists, scalars, written):
 
 def _fused_adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1,
                 beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
-    if not self or _skipped(found_inf):  # GradScaler: a step with inf/nan gradients does nothing
+    if not self:
         return
     scaled = grad_scale is not None
     maxes = list(max_exp_avg_sqs) if amsgrad else []
@@ -135,7 +146,7 @@ def _fused_adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, stat
     wide = target.kernel_platform() == "cpu"  # (part of the cache key: a TPU lowering check traces anew)
     step = _adam_fn(adamw, bool(amsgrad), bool(maximize), scaled, float(weight_decay) != 0, wide)
     _run_fused("aten::_fused_adamw_" if adamw else "aten::_fused_adam_", step,
-               (self, grads, exp_avgs, exp_avg_sqs, maxes, state_steps), scalars, written)
+               (self, grads, exp_avgs, exp_avg_sqs, maxes, state_steps), scalars, written, (0, 2, 3, 4, 1), found_inf)
 
 
 @register_raw("_fused_adamw_.default", "_fused_adamw_.tensor_lr")
@@ -146,11 +157,6 @@ def fused_adamw_(*args, **kwargs):
 @register_raw("_fused_adam_.default", "_fused_adam_.tensor_lr")
 def fused_adam_(*args, **kwargs):
     _fused_adam(False, *args, **kwargs)
-
-
-def _skipped(found_inf):
-    """GradScaler found inf/nan gradients: the fused step does nothing (as on the CPU)."""
-    return found_inf is not None and float(found_inf.cpu().item()) != 0.0
 
 
 def _as_param_dtype(value, p):
@@ -196,7 +202,7 @@ def fused_sgd_(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr,
                maximize, is_first_step, grad_scale=None, found_inf=None):
     if momentum == 0 and momentum_buffer_list:
         raise RuntimeError("Expected momentum_buffer_list.empty() to be true, but got false.")
-    if not self or _skipped(found_inf):
+    if not self:
         return
     scaled = grad_scale is not None
     step = _sgd_fn(momentum != 0, bool(nesterov), bool(maximize), bool(is_first_step), scaled, weight_decay != 0)
@@ -204,7 +210,7 @@ def fused_sgd_(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr,
     written = [*self, *(grads if scaled else ()), *(momentum_buffer_list if momentum != 0 else ())]
     _run_fused("aten::_fused_sgd_", step, lists,
                [_scalar(lr), _scalar(weight_decay), _scalar(momentum), _scalar(dampening),
-                _scalar(grad_scale) if scaled else _scalar(1.0)], written)
+                _scalar(grad_scale) if scaled else _scalar(1.0)], written, (0, 1, 2), found_inf)
 
 
 @functools.lru_cache(maxsize=None)
@@ -226,7 +232,7 @@ def _adagrad_fn(maximize: bool, scaled: bool, decay: bool):
 @register_raw("_fused_adagrad_.default", "_fused_adagrad_.tensor_lr")
 def fused_adagrad_(self, grads, state_sums, state_steps, *, lr, lr_decay, weight_decay, eps, maximize,
                    grad_scale=None, found_inf=None):
-    if not self or _skipped(found_inf):
+    if not self:
         return
     scaled = grad_scale is not None
     step = _adagrad_fn(bool(maximize), scaled, weight_decay != 0)
@@ -234,7 +240,7 @@ def fused_adagrad_(self, grads, state_sums, state_steps, *, lr, lr_decay, weight
     written = [*self, *(grads if scaled else ()), *state_sums]
     _run_fused("aten::_fused_adagrad_", step, lists,
                [_scalar(lr), _scalar(lr_decay), _scalar(weight_decay), _scalar(eps),
-                _scalar(grad_scale) if scaled else _scalar(1.0)], written)
+                _scalar(grad_scale) if scaled else _scalar(1.0)], written, (0, 1, 2), found_inf)
 
 
 # ---- GradScaler (torch.amp): unscale-and-check, and the scale update --------------
