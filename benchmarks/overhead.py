@@ -8,7 +8,10 @@ same run.
   the JAX device torch_tpu uses: the engine's own cost per launch, the floor
   of any backend that launches op by op (strict mode);
 - micro step: a 2-layer GPT (d_model 32, 2 heads, seq 16, vocab 64, batch 2;
-  tied embedding; AdamW), the "tiny" model's code, with one ``.item()`` per step.
+  tied embedding; AdamW), the "tiny" model's code, with one ``.item()`` per step;
+- optimizer step: ``AdamW(fused=True).step()`` (the Hugging Face Trainer's
+  default) over the 148 parameters of the micro GPT made 12 layers deep, its
+  gradients in place: a list op's host cost per step, per tensor.
 
 CPU time is the whole process's (``time.process_time()``, all threads: XLA's
 executables run on the same cores); wall time is shown too but is noisy on a
@@ -27,6 +30,7 @@ between rounds cancels out.
     python benchmarks/overhead.py [--rounds 5] [--steps 20] [--plot overhead.png]
 """
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -47,6 +51,8 @@ MICRO = GPTConfig(layers=2, d_model=32, heads=2, seq=16, vocab=64, batch=2)
 CHAIN_OPS = 200
 CHAIN_VARIANTS = ["cpu-eager", "jax-jit", "tpu-strict", "tpu-fused"]
 STEP_VARIANTS = ["cpu-eager", "cpu-inductor", "tpu-strict", "tpu-fused", "tpu-compiled"]
+OPTIMIZER_VARIANTS = ["cpu-eager", "tpu-strict"]
+OPTIMIZER_LAYERS = 12
 
 
 def _mode(variant):
@@ -104,6 +110,16 @@ def micro_step_fn(variant):
     return lambda: step().item()
 
 
+def optimizer_step_fn(variant):
+    """One ``AdamW(fused=True)`` step over the deep micro GPT's parameters (a callable)."""
+    torch.manual_seed(0)
+    config = dataclasses.replace(MICRO, layers=OPTIMIZER_LAYERS)
+    device = "tpu" if variant.startswith("tpu") else "cpu"
+    model = GPT(config).to(device)
+    model(*(b.to(device) for b in gpt_batch(config, torch.Generator().manual_seed(0)))).backward()
+    return torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True).step
+
+
 class HostClock:
     """CPU time of the threads that run PyTorch: this one and autograd's tpu
     thread (found by a hook in one tpu backward), not XLA's executors."""
@@ -154,9 +170,9 @@ def measure(makers, calls, warmup, rounds):
 
 
 def run(rounds=5, chain_calls=20, steps=20, warmup=3, chain_variants=CHAIN_VARIANTS,
-        step_variants=STEP_VARIANTS):
-    """{"chain": {variant: (CPU s/op, wall s/op, host CPU s/op)}, "micro": {variant: (... per step)}},
-    on one torch thread."""
+        step_variants=STEP_VARIANTS, optimizer_variants=OPTIMIZER_VARIANTS):
+    """{"chain": {variant: (CPU s/op, wall s/op, host CPU s/op)}, "micro" and
+    "optimizer": {variant: (... per step)}, "ratios": each's ratios}, on one torch thread."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -164,16 +180,19 @@ def run(rounds=5, chain_calls=20, steps=20, warmup=3, chain_variants=CHAIN_VARIA
             warnings.simplefilter("ignore")
             chain, chain_ratios = measure({v: chain_fn for v in chain_variants}, chain_calls, warmup, rounds)
             micro, micro_ratios = measure({v: micro_step_fn for v in step_variants}, steps, warmup, rounds)
+            optimizer, optimizer_ratios = measure({v: optimizer_step_fn for v in optimizer_variants},
+                                                  steps, warmup, rounds)
     finally:
         torch.set_num_threads(threads)
     return {"chain": {v: tuple(t / CHAIN_OPS for t in times) for v, times in chain.items()}, "micro": micro,
-            "ratios": {"chain": chain_ratios, "micro": micro_ratios}}
+            "optimizer": optimizer,
+            "ratios": {"chain": chain_ratios, "micro": micro_ratios, "optimizer": optimizer_ratios}}
 
 
 def rows(results):
     """Table rows: benchmark, variant, CPU and wall time, CPU ratio to CPU eager."""
     out = []
-    for name, unit, scale in (("chain", "µs/op", 1e6), ("micro", "ms/step", 1e3)):
+    for name, unit, scale in (("chain", "µs/op", 1e6), ("micro", "ms/step", 1e3), ("optimizer", "ms/step", 1e3)):
         ratios = results["ratios"][name]
         for variant, (cpu, wall, host) in results[name].items():
             cpu_ratio, host_ratio = ratios.get(variant, (None, None))
@@ -189,11 +208,11 @@ HEADERS = ["benchmark", "variant", "CPU time", "wall time", "CPU time vs CPU eag
 
 def plot(results, path, bar_chart):
     """The CPU-time ratios as a bar chart (``bar_chart``: report.py's)."""
-    groups = ["chain (per op)", "micro step"]
-    variants = [v for v in dict.fromkeys(CHAIN_VARIANTS + STEP_VARIANTS)
-                if v in results["chain"] or v in results["micro"]]
+    groups = ["chain (per op)", "micro step", "AdamW(fused) step"]
+    variants = [v for v in dict.fromkeys(CHAIN_VARIANTS + STEP_VARIANTS + OPTIMIZER_VARIANTS)
+                if any(v in results[name] for name in ("chain", "micro", "optimizer"))]
     values = {}
-    for group, name in zip(groups, ("chain", "micro")):
+    for group, name in zip(groups, ("chain", "micro", "optimizer")):
         for variant, (ratio, _) in results["ratios"][name].items():
             values[(group, variant)] = ratio
     bar_chart(path, groups, variants, values, "CPU time / PyTorch CPU eager (log)",
@@ -206,13 +225,14 @@ def main():
     parser.add_argument("--steps", type=int, default=20, help="micro steps per round")
     parser.add_argument("--chains", type=int, default=20, help="chains per round")
     parser.add_argument("--warmup", type=int, default=3)
-    every = list(dict.fromkeys(CHAIN_VARIANTS + STEP_VARIANTS))
+    every = list(dict.fromkeys(CHAIN_VARIANTS + STEP_VARIANTS + OPTIMIZER_VARIANTS))
     parser.add_argument("--variants", nargs="+", default=every, choices=every,
                         help="the variants to run (default: all)")
     parser.add_argument("--plot", metavar="PNG", help="also draw the ratios (needs matplotlib)")
     args = parser.parse_args()
     results = run(args.rounds, args.chains, args.steps, args.warmup,
-                  [v for v in CHAIN_VARIANTS if v in args.variants], [v for v in STEP_VARIANTS if v in args.variants])
+                  [v for v in CHAIN_VARIANTS if v in args.variants], [v for v in STEP_VARIANTS if v in args.variants],
+                  [v for v in OPTIMIZER_VARIANTS if v in args.variants])
     from torch_tpu import native
     print(f"platform: {torch.tpu.get_device_name()}; torch threads: 1; native helper: {native.status()}; "
           "CPU time: all threads of the process; host CPU: the threads running PyTorch (not XLA's executors)")

@@ -520,7 +520,7 @@ def test_overhead_benchmark_counts_host_threads_apart():
     clock = overhead.HostClock()
     assert len(clock.clocks) == 2  # (tpu backward runs on a thread of its own)
     results = overhead.run(rounds=1, chain_calls=1, steps=1, warmup=1,
-                           chain_variants=["cpu-eager", "tpu-fused"], step_variants=[])
+                           chain_variants=["cpu-eager", "tpu-fused"], step_variants=[], optimizer_variants=[])
     for cpu, wall, host in results["chain"].values():
         assert 0 < host <= cpu * 1.05 and wall > 0
     assert [r[:2] for r in overhead.rows(results)] == [["chain (µs/op)", "cpu-eager"], ["chain (µs/op)", "tpu-fused"]]
