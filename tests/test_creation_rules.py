@@ -318,6 +318,18 @@ def test_arange_seen_before_gives_the_cpus_ramp_again(args, kwargs):
         assert torch.equal(tpu.cpu(), cpu)
 
 
+@pytest.mark.parametrize("first,then", [(dict(dtype=torch.float32), {}), ({}, dict(dtype=torch.float32)),
+                                        ({}, dict(dtype=torch.int32))], ids=["float_first", "int_first", "int32"])
+def test_remembered_aranges_of_one_length_keep_their_dtypes(first, then):
+    # a remembered ramp is found by the dtype of its result: torch.arange(16,
+    # dtype=torch.float32) (a diffusers timestep embedding's) once made the
+    # next torch.arange(16) (a GPT's positions) a float tensor, which its
+    # position embedding then refused
+    for kwargs in (first, then, first, then):
+        tpu, cpu = torch.arange(16, device="tpu", **kwargs), torch.arange(16, **kwargs)
+        assert tpu.dtype == cpu.dtype and torch.equal(tpu.cpu(), cpu)
+
+
 def test_arange_seen_before_keeps_its_host_values_and_errors():
     # positions from a remembered arange are still range-checked at the op, as on the CPU
     emb = torch.nn.Embedding(8, 2).to("tpu")

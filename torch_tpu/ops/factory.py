@@ -200,14 +200,17 @@ _RAMPS: dict = {}  # (start, end, step value keys, dtype or the default, layout,
 _MAX_RAMPS = 1024
 
 
+_INTEGRAL = (int, bool)
+
+
 def _arange_new(start, end, step, dtype, layout, device, pin_memory):
-    key = (_value_key(start), _value_key(end), _value_key(step), dtype or torch.get_default_dtype(), layout, device,
-           pin_memory)  # (no dtype: float ends take the default dtype, which may change)
+    if dtype is None:  # the composite's: int64 for integral (and bool) ends, else the default dtype (which may change)
+        integral = type(start) in _INTEGRAL and type(end) in _INTEGRAL and type(step) in _INTEGRAL
+        dtype = torch.int64 if integral else torch.get_default_dtype()
+    # (keyed by the result's dtype: arange(16) and arange(16, dtype=torch.float32) are two ramps)
+    key = (_value_key(start), _value_key(end), _value_key(step), dtype, layout, device, pin_memory)
     ramp = _RAMPS.get(key)
     if ramp is None:
-        if dtype is None:  # the composite's: int64 for integral (and bool) ends, else the default dtype
-            integral = all(type(x) in (int, bool) for x in (start, end, step))
-            dtype = torch.int64 if integral else torch.get_default_dtype()
         out = torch.empty(0, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
         t = _aten.arange.start_out(start, end, step, out=out)
         if (None not in key[:3] and t.layout is torch.strided and t.numel() * t.element_size() <= _CONSTANT_BYTES
