@@ -215,6 +215,39 @@ def test_fused_optimizer_skips_an_overflowing_step_without_a_host_read(name, mon
     assert stepped == [[]] * 4
 
 
+def test_fused_adamw_updates_in_place_unless_a_buffer_is_held():
+    # In strict mode a fused optimizer donates its parameters' and state's
+    # buffers to its program when nothing else holds them: the update happens
+    # in place, as on a GPU, with no second copy of parameters and state at
+    # the step's peak.  A buffer someone holds (torch_tpu.pallas.to_jax's
+    # array) is kept, with its values.
+    import numpy as np
+
+    from torch_tpu.eager import access
+    from torch_tpu.pallas import to_jax
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)).to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    x = torch.randn(5, 4).to("tpu")
+
+    def step():
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+    step()
+    before = access.donations
+    step()
+    step()
+    assert access.donations == before + 2
+    held = to_jax(model[0].weight)
+    values = np.asarray(held).copy()
+    before = access.donations
+    step()
+    assert access.donations == before and not held.is_deleted()
+    np.testing.assert_array_equal(np.asarray(held), values)
+    assert not np.array_equal(np.asarray(to_jax(model[0].weight)), values)
+
+
 _GROUPED = {
     "adamw": lambda groups: torch.optim.AdamW(groups, lr=1e-2, fused=True),
     "sgd": lambda groups: torch.optim.SGD(groups, lr=0.1, momentum=0.9, fused=True),

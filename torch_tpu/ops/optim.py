@@ -86,14 +86,16 @@ def _adam_fn(adamw: bool, amsgrad: bool, maximize: bool, scaled: bool, decay: bo
 
 
 @functools.lru_cache(maxsize=None)
-def _flat(step, sizes, reshapes=(), sources=None):
+def _flat(step, sizes, reshapes=(), skip_sources=None, donate=()):
     """``step`` (lists of ``sizes`` lengths, then scalars -> lists of results)
     as one jitted function of one flat argument list with one flat result list:
     what ``launch`` records in fused mode.  ``reshapes``: the arguments to
-    reshape first (``tensor_lists.Layout``).  ``sources``: per list of results,
-    the list of arguments it replaces; then the last argument is GradScaler's
-    found_inf, and where it is not 0 every result is its argument unchanged
-    (the CPU kernels return at once: the step skipped without a host read)."""
+    reshape first (``tensor_lists.Layout``).  ``skip_sources``: per list of
+    results, the list of arguments it replaces (None: an empty one); then the
+    last argument is GradScaler's found_inf, and where it is not 0 every result
+    is its argument unchanged (the CPU kernels return at once: the step
+    skipped without a host read).  ``donate``: the argument positions whose
+    buffers the results may take."""
     def flat(*xs):
         if reshapes:
             xs = list(xs)
@@ -103,12 +105,13 @@ def _flat(step, sizes, reshapes=(), sources=None):
         for k in sizes:
             lists.append(list(xs[at:at + k]))
             at += k
-        if sources is None:
+        if skip_sources is None:
             return tuple(r for results in step(*lists, *xs[at:]) for r in results)
         skip = xs[-1].reshape(-1)[0] != 0
-        return tuple(jnp.where(skip, old, new) for results, source in zip(step(*lists, *xs[at:-1]), sources)
-                     for old, new in zip(lists[source], results))
-    return jax.jit(flat)
+        return tuple(jnp.where(skip, old, new)
+                     for results, source in zip(step(*lists, *xs[at:-1]), skip_sources)
+                     for old, new in zip(lists[source] if source is not None else (), results))
+    return jax.jit(flat, donate_argnums=donate)
 
 
 def _scalar(x):
@@ -117,14 +120,23 @@ def _scalar(x):
     return tensor_lists.scalar(x)
 
 
-def _run_fused(name, step, lists, scalars, written, sources, found_inf):
+def _run_fused(name, step, lists, scalars, sources, found_inf):
     """Launch ``step`` (see ``_flat``) over the tensor ``lists`` read flat, then
-    the ``scalars`` (and ``found_inf``, when given: results replace the lists
-    ``sources`` name); the results, flat, go into the ``written`` tensors (in
-    their order)."""
+    the ``scalars`` (and ``found_inf``, when given); its lists of results go
+    into the lists ``sources`` names (one per list of results, None where the
+    step makes none).  In strict mode the written tensors' buffers are donated
+    when nothing else holds them: the update happens in place, as on a GPU,
+    instead of needing a second copy of parameters and state at its peak."""
     sizes = tuple(map(len, lists))
     arrays, layout = tensor_lists.read((name, *sizes), list(itertools.chain.from_iterable(lists)))
-    fn = _flat(step, sizes, layout.reshapes if layout is not None else (), None if found_inf is None else sources)
+    written = [t for source in sources if source is not None for t in lists[source]]
+    donate = ()
+    if layout is not None and not modes.is_fused():
+        positions = layout.written_positions(sizes, sources)
+        if positions and tensor_lists.donatable(arrays, positions):
+            donate = positions
+    fn = _flat(step, sizes, layout.reshapes if layout is not None else (),
+               None if found_inf is None else sources, donate)
     arrays.extend(scalars)
     if found_inf is not None:  # (a pending fused result as it is: read in the program, not first)
         arrays.append(access.read(found_inf, keep_pending=True) if found_inf.device.type == "tpu"
@@ -140,13 +152,13 @@ def _fused_adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, stat
         return
     scaled = grad_scale is not None
     maxes = list(max_exp_avg_sqs) if amsgrad else []
-    written = list(itertools.chain(self, exp_avgs, exp_avg_sqs, maxes, grads if scaled else ()))
     scalars = [_scalar(lr), _scalar(beta1), _scalar(beta2), _scalar(weight_decay), _scalar(eps),
                _scalar(grad_scale) if scaled else _scalar(1.0)]
     wide = target.kernel_platform() == "cpu"  # (part of the cache key: a TPU lowering check traces anew)
     step = _adam_fn(adamw, bool(amsgrad), bool(maximize), scaled, float(weight_decay) != 0, wide)
     _run_fused("aten::_fused_adamw_" if adamw else "aten::_fused_adam_", step,
-               (self, grads, exp_avgs, exp_avg_sqs, maxes, state_steps), scalars, written, (0, 2, 3, 4, 1), found_inf)
+               (self, grads, exp_avgs, exp_avg_sqs, maxes, state_steps), scalars,
+               (0, 2, 3, 4, 1 if scaled else None), found_inf)
 
 
 @register_raw("_fused_adamw_.default", "_fused_adamw_.tensor_lr")
@@ -206,11 +218,10 @@ def fused_sgd_(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr,
         return
     scaled = grad_scale is not None
     step = _sgd_fn(momentum != 0, bool(nesterov), bool(maximize), bool(is_first_step), scaled, weight_decay != 0)
-    lists = (self, grads, momentum_buffer_list)
-    written = [*self, *(grads if scaled else ()), *(momentum_buffer_list if momentum != 0 else ())]
-    _run_fused("aten::_fused_sgd_", step, lists,
+    _run_fused("aten::_fused_sgd_", step, (self, grads, momentum_buffer_list),
                [_scalar(lr), _scalar(weight_decay), _scalar(momentum), _scalar(dampening),
-                _scalar(grad_scale) if scaled else _scalar(1.0)], written, (0, 1, 2), found_inf)
+                _scalar(grad_scale) if scaled else _scalar(1.0)],
+               (0, 1 if scaled else None, 2 if momentum != 0 else None), found_inf)
 
 
 @functools.lru_cache(maxsize=None)
@@ -236,11 +247,9 @@ def fused_adagrad_(self, grads, state_sums, state_steps, *, lr, lr_decay, weight
         return
     scaled = grad_scale is not None
     step = _adagrad_fn(bool(maximize), scaled, weight_decay != 0)
-    lists = (self, grads, state_sums, state_steps)
-    written = [*self, *(grads if scaled else ()), *state_sums]
-    _run_fused("aten::_fused_adagrad_", step, lists,
+    _run_fused("aten::_fused_adagrad_", step, (self, grads, state_sums, state_steps),
                [_scalar(lr), _scalar(lr_decay), _scalar(weight_decay), _scalar(eps),
-                _scalar(grad_scale) if scaled else _scalar(1.0)], written, (0, 1, 2), found_inf)
+                _scalar(grad_scale) if scaled else _scalar(1.0)], (0, 1 if scaled else None, 2), found_inf)
 
 
 # ---- GradScaler (torch.amp): unscale-and-check, and the scale update --------------

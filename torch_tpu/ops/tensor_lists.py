@@ -9,13 +9,17 @@ whole buffer, row-major (parameters, gradients and optimizer state are), a
 ``GraphMatcher`` made from the first call checks a later call's tensors in one
 C++ pass and gives their buffers, and each written tensor takes its new value
 as its buffer, as ``access.write`` would find (``becomes_buffer``) for each.
+The old buffers can then be donated to the program (``donatable``): an
+update in place, with no second copy of parameters and state at its peak.
 """
 import math
+import sys
 
 import jax.numpy as jnp
+from jax._src.array import ArrayImpl as _ArrayImpl  # the concrete jax.Array type
 
 from .. import dtypes
-from ..eager import access
+from ..eager import access, pending
 from ..storage import views
 from . import signature_match
 
@@ -26,13 +30,45 @@ _layouts: dict = {}  # key -> [Layout], the most recent first
 class Layout:
     """A call's tensors, each its storage's whole buffer, row-major: what a
     later call's tensors must look like to be read and written in one pass."""
-    __slots__ = ("matcher", "reshapes")
+    __slots__ = ("matcher", "reshapes", "_written")
 
     def __init__(self, matcher, reshapes):
         self.matcher = matcher
         # ((position, the tensor's shape), ...) of the buffers shaped otherwise
         # (a bias gradient's (1, n) sum seen as (n,)): the program reshapes them
         self.reshapes = reshapes
+        self._written = {}
+
+    def written_positions(self, sizes, sources):
+        """The positions of the written lists' tensors (the lists ``sources``
+        names, of ``sizes``) whose buffers a result can take: not the ones
+        reshaped (a result of another shape cannot reuse their buffer)."""
+        key = (sizes, sources)
+        positions = self._written.get(key)
+        if positions is None:
+            starts = [sum(sizes[:k]) for k in range(len(sizes))]
+            reshaped = {i for i, _ in self.reshapes}
+            positions = self._written[key] = tuple(
+                starts[s] + i for s in sources if s is not None for i in range(sizes[s])
+                if starts[s] + i not in reshaped)
+        return positions
+
+
+def donatable(arrays, positions) -> bool:
+    """Whether the buffers at ``positions`` of ``arrays`` (read through a
+    Layout: each its tensor's storage's buffer) may be donated: device arrays
+    that nothing holds but their storage, ``arrays`` and the launch queue
+    (which only waits for them; ``access.can_donate``'s rule, with the
+    references counted in one pass)."""
+    held = [arrays[p] for p in positions]
+    if set(map(type, held)) != {_ArrayImpl}:  # (fused mode's recorded buffers)
+        return False
+    # the references counted: its storage's, ``arrays``', ``held``'s, getrefcount's argument
+    for a, refs in zip(held, list(map(sys.getrefcount, held))):
+        if refs != 4 and not pending.holds(a, refs - 4):
+            return False
+    access.donations += 1
+    return True
 
 
 def read(key, tensors):
