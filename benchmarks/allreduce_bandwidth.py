@@ -17,8 +17,8 @@ in the same two processes:
 - ``gloo``: ``torch.distributed`` on CPU tensors through a Gloo subgroup.
 
 Per size (the bytes each rank contributes): milliseconds per call over
-``--iters`` calls issued back to back with one wait at the end (a sync
-c10d call waits anyway), with the CPU milliseconds per call of rank 0's
+``--iters`` calls (4x as many below 1 MB) issued back to back with one wait
+at the end (a sync c10d call waits anyway), with the CPU milliseconds per call of rank 0's
 process in parentheses (all its threads: the figure to trust when others
 load the machine), and the bandwidth.  The floor is also timed with each
 call waited for; the ratio and the bandwidth use the better of the two
@@ -137,6 +137,16 @@ def _median(rows):
     return tuple(statistics.median(col) for col in zip(*rows))
 
 
+# Below 1 MB a call takes well under a millisecond here: 10 calls make a 3-10
+# ms window, which the machine's load swings by 2x (64 KB all_reduce read
+# 1.24x the floor with 10 calls, 0.51x with 40).  Small sizes take more calls.
+SMALL_KB, SMALL_CALLS = 1024, 4
+
+
+def _calls_for(kb, iters):
+    return iters * SMALL_CALLS if kb < SMALL_KB else iters
+
+
 def _bench_collectives(engines, ops, sizes_kb, iters, rounds, barrier):
     """{(op, kb, engine): (wall ms, CPU ms)} per call."""
     results = {}
@@ -153,7 +163,7 @@ def _bench_collectives(engines, ops, sizes_kb, iters, rounds, barrier):
             for _ in range(rounds):  # engines interleaved round by round: load drift hits all alike
                 for name, call in calls.items():
                     barrier()
-                    samples[name].append(_timed(*call, iters))
+                    samples[name].append(_timed(*call, _calls_for(kb, iters)))
             for name, rows in samples.items():
                 results[(op, kb, name)] = _median(rows)
             del calls
@@ -169,7 +179,7 @@ def _bench_latency(engines, sizes_kb, iters, rounds, barrier):
             samples = []
             for _ in range(rounds):
                 barrier()
-                samples.append(_timed(_waited(call, finish), lambda: None, iters))
+                samples.append(_timed(_waited(call, finish), lambda: None, _calls_for(kb, iters)))
             results[(kb, e.name)] = _median(samples)
     return results
 
@@ -306,7 +316,8 @@ def _size(kb):
 
 def _report(args, sizes, coll, lat, ddp):
     names = ("jax", "tpu_dist", "gloo")
-    print(f"\n{args.iters} calls back to back per figure, median of {args.rounds} rounds; "
+    print(f"\n{args.iters} calls back to back per figure ({args.iters * SMALL_CALLS} below "
+          f"{_size(SMALL_KB)}), median of {args.rounds} rounds; "
           "ms per call (CPU ms of rank 0's process per call)\n")
     for op in args.ops:
         print(f"### {op}\n")
