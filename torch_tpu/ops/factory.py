@@ -196,7 +196,7 @@ class _Constant:
         self.host = kept[2] if kept is not None and kept[0] is self.value else None
 
 
-_RAMPS: dict = {}  # (start, end, step value keys, dtype or the default, layout, device, pin_memory) -> _Constant
+_RAMPS: dict = {}  # (start, end, step value keys, the result's dtype, layout, device, pin_memory) -> _Constant
 _MAX_RAMPS = 1024
 
 
