@@ -9,6 +9,9 @@ same run.
   of any backend that launches op by op (strict mode);
 - micro step: a 2-layer GPT (d_model 32, 2 heads, seq 16, vocab 64, batch 2;
   tied embedding; AdamW), the "tiny" model's code, with one ``.item()`` per step;
+- host-to-device copy: a (2, 16) int64 CPU tensor (a token batch) moved with
+  ``.to("tpu")``, against PyTorch's own copy of it on the CPU
+  (``.to("cpu", copy=True)``);
 - optimizer step: ``AdamW(fused=True).step()`` (the Hugging Face Trainer's
   default) over the 148 parameters of the micro GPT made 12 layers deep, its
   gradients in place: a list op's host cost per step, per tensor.
@@ -52,6 +55,8 @@ CHAIN_OPS = 200
 CHAIN_VARIANTS = ["cpu-eager", "jax-jit", "tpu-strict", "tpu-fused"]
 STEP_VARIANTS = ["cpu-eager", "cpu-inductor", "tpu-strict", "tpu-fused", "tpu-compiled"]
 OPTIMIZER_VARIANTS = ["cpu-eager", "tpu-strict"]
+COPY_VARIANTS = ["cpu-eager", "tpu-strict"]
+COPIES = 50  # per timed call
 OPTIMIZER_LAYERS = 12
 
 
@@ -108,6 +113,17 @@ def micro_step_fn(variant):
     elif variant == "tpu-compiled":
         step = torch.compile(step, backend="tpu")
     return lambda: step().item()
+
+
+def copy_fn(variant):
+    """COPIES host-to-device copies of a small batch (a callable)."""
+    x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+    device = "tpu" if variant.startswith("tpu") else "cpu"
+
+    def copies():
+        for _ in range(COPIES):
+            x.to(device, copy=True)
+    return copies
 
 
 def optimizer_step_fn(variant):
@@ -170,9 +186,10 @@ def measure(makers, calls, warmup, rounds):
 
 
 def run(rounds=5, chain_calls=20, steps=20, warmup=3, chain_variants=CHAIN_VARIANTS,
-        step_variants=STEP_VARIANTS, optimizer_variants=OPTIMIZER_VARIANTS):
-    """{"chain": {variant: (CPU s/op, wall s/op, host CPU s/op)}, "micro" and
-    "optimizer": {variant: (... per step)}, "ratios": each's ratios}, on one torch thread."""
+        step_variants=STEP_VARIANTS, optimizer_variants=OPTIMIZER_VARIANTS, copy_variants=COPY_VARIANTS):
+    """{"chain": {variant: (CPU s/op, wall s/op, host CPU s/op)}, "copy": (... per
+    copy), "micro" and "optimizer": {variant: (... per step)}, "ratios": each's
+    ratios}, on one torch thread."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -182,17 +199,22 @@ def run(rounds=5, chain_calls=20, steps=20, warmup=3, chain_variants=CHAIN_VARIA
             micro, micro_ratios = measure({v: micro_step_fn for v in step_variants}, steps, warmup, rounds)
             optimizer, optimizer_ratios = measure({v: optimizer_step_fn for v in optimizer_variants},
                                                   steps, warmup, rounds)
+            copy, copy_ratios = measure({v: copy_fn for v in copy_variants}, chain_calls, warmup, rounds)
     finally:
         torch.set_num_threads(threads)
     return {"chain": {v: tuple(t / CHAIN_OPS for t in times) for v, times in chain.items()}, "micro": micro,
-            "optimizer": optimizer,
-            "ratios": {"chain": chain_ratios, "micro": micro_ratios, "optimizer": optimizer_ratios}}
+            "optimizer": optimizer, "copy": {v: tuple(t / COPIES for t in times) for v, times in copy.items()},
+            "ratios": {"chain": chain_ratios, "micro": micro_ratios, "optimizer": optimizer_ratios,
+                       "copy": copy_ratios}}
 
 
 def rows(results):
     """Table rows: benchmark, variant, CPU and wall time, CPU ratio to CPU eager."""
     out = []
-    for name, unit, scale in (("chain", "µs/op", 1e6), ("micro", "ms/step", 1e3), ("optimizer", "ms/step", 1e3)):
+    for name, unit, scale in (("chain", "µs/op", 1e6), ("copy", "µs/copy", 1e6), ("micro", "ms/step", 1e3),
+                              ("optimizer", "ms/step", 1e3)):
+        if name not in results:  # (a report from before the row existed)
+            continue
         ratios = results["ratios"][name]
         for variant, (cpu, wall, host) in results[name].items():
             cpu_ratio, host_ratio = ratios.get(variant, (None, None))
@@ -225,14 +247,14 @@ def main():
     parser.add_argument("--steps", type=int, default=20, help="micro steps per round")
     parser.add_argument("--chains", type=int, default=20, help="chains per round")
     parser.add_argument("--warmup", type=int, default=3)
-    every = list(dict.fromkeys(CHAIN_VARIANTS + STEP_VARIANTS + OPTIMIZER_VARIANTS))
+    every = list(dict.fromkeys(CHAIN_VARIANTS + STEP_VARIANTS + OPTIMIZER_VARIANTS + COPY_VARIANTS))
     parser.add_argument("--variants", nargs="+", default=every, choices=every,
                         help="the variants to run (default: all)")
     parser.add_argument("--plot", metavar="PNG", help="also draw the ratios (needs matplotlib)")
     args = parser.parse_args()
     results = run(args.rounds, args.chains, args.steps, args.warmup,
                   [v for v in CHAIN_VARIANTS if v in args.variants], [v for v in STEP_VARIANTS if v in args.variants],
-                  [v for v in OPTIMIZER_VARIANTS if v in args.variants])
+                  [v for v in OPTIMIZER_VARIANTS if v in args.variants], [v for v in COPY_VARIANTS if v in args.variants])
     from torch_tpu import native
     print(f"platform: {torch.tpu.get_device_name()}; torch threads: 1; native helper: {native.status()}; "
           "CPU time: all threads of the process; host CPU: the threads running PyTorch (not XLA's executors)")

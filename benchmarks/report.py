@@ -233,8 +233,10 @@ options: `python benchmarks/generate.py --help`.
 
 CPU time of the whole process (all threads: XLA's executables run on the same
 cores) per op of a 200-op elementwise chain on 64x64, per training step of
-a "micro" GPT (2 layers, d_model 32), whose compute is negligible, and per
-`AdamW(fused=True)` step over 148 small parameters, against
+a "micro" GPT (2 layers, d_model 32), whose compute is negligible, per
+host-to-device copy of a small batch (`.to("tpu")`, against PyTorch's own
+copy of it on the CPU), and per `AdamW(fused=True)` step over 148 small
+parameters, against
 PyTorch CPU eager on one thread (`benchmarks/overhead.py`): the host work each
 mode adds over a native backend's dispatch. "Host CPU" counts only the threads
 that run PyTorch (the caller and autograd's tpu thread), not XLA:CPU's

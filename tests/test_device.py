@@ -9,10 +9,14 @@ import subprocess
 import sys
 import threading
 
+import jax
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+
+import torch_tpu
 
 from helpers import assert_same, run_both, to_cpu
 
@@ -290,6 +294,39 @@ def test_copies_keep_layouts_like_cpu():
     assert y.to("tpu").stride() == y.stride() and torch.equal(y.to("tpu").cpu(), y)
     # a view that is not dense comes back row-major (or channels_last), as PyTorch copies it
     assert x[:, :, ::2].to("tpu").cpu().stride() == x[:, :, ::2].clone().stride()
+
+
+def test_host_copies_are_private_and_resolve_lazy_views():
+    x = torch.randn(3, 4)
+    before = x.clone()
+    t = x.to("tpu")
+    x.add_(1)  # the source changing afterwards changes nothing on the device
+    assert torch.equal(t.cpu(), before)
+    z = torch.randn(3, 4, dtype=torch.complex64)
+    assert torch.equal(z.conj().to("tpu").cpu(), z.conj().resolve_conj())
+    assert torch.equal(torch._neg_view(z).to("tpu").cpu(), -z)
+    f8 = torch.randn(5).to(torch.float8_e4m3fn)
+    assert torch.equal(f8.to("tpu").cpu().view(torch.uint8), f8.view(torch.uint8))
+    empty = torch.tensor([], device="tpu")
+    assert empty.shape == (0,) and empty.dtype == torch.float32 and empty.cpu().numel() == 0
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_host_transfers_match_jax_device_put(fast, monkeypatch):
+    from torch_tpu.storage import transfer
+    transfer.put(np.zeros(1))  # (the fast path set up, or not, on first use)
+    if not fast:
+        monkeypatch.setattr(transfer, "_target", False)  # JAX's own device_put
+    assert bool(transfer._target) == fast
+    device = torch_tpu.runtime.jax_device()
+    for host in (np.arange(6, dtype=np.int64).reshape(2, 3), np.float32(2.5), np.zeros((0, 4), np.bool_),
+                 np.ones(3, ml_dtypes.bfloat16)):
+        got, want = transfer.put(host), jax.device_put(host, device)
+        assert (got.shape, got.dtype, got.committed, got.devices()) == \
+            (want.shape, want.dtype, want.committed, want.devices())
+        assert np.array_equal(np.asarray(got), np.asarray(want))
+    x = torch.arange(5.)
+    assert torch.equal(x.to("tpu").cpu(), x)
 
 
 def test_host_values():

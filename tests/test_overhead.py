@@ -520,10 +520,12 @@ def test_overhead_benchmark_counts_host_threads_apart():
     clock = overhead.HostClock()
     assert len(clock.clocks) == 2  # (tpu backward runs on a thread of its own)
     results = overhead.run(rounds=1, chain_calls=1, steps=1, warmup=1,
-                           chain_variants=["cpu-eager", "tpu-fused"], step_variants=[], optimizer_variants=[])
-    for cpu, wall, host in results["chain"].values():
+                           chain_variants=["cpu-eager", "tpu-fused"], step_variants=[], optimizer_variants=[],
+                           copy_variants=["cpu-eager", "tpu-strict"])
+    for cpu, wall, host in [*results["chain"].values(), *results["copy"].values()]:
         assert 0 < host <= cpu * 1.05 and wall > 0
-    assert [r[:2] for r in overhead.rows(results)] == [["chain (µs/op)", "cpu-eager"], ["chain (µs/op)", "tpu-fused"]]
+    assert [r[:2] for r in overhead.rows(results)] == [["chain (µs/op)", "cpu-eager"], ["chain (µs/op)", "tpu-fused"],
+                                                      ["copy (µs/copy)", "cpu-eager"], ["copy (µs/copy)", "tpu-strict"]]
     # ratios pair each round's runs (the machine's speed drifts between rounds)
     ratios = results["ratios"]["chain"]
     assert ratios["cpu-eager"] == (1.0, 1.0) and all(r > 0 for r in ratios["tpu-fused"])
@@ -572,3 +574,38 @@ def test_import_torch_leaves_dynamo_unimported():
                          env=dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="1"))
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split("\n")[:3] == ["before []", "registered True", "[2.0, 2.0]"], out.stdout
+
+
+def calls_anywhere(fn):
+    """Every Python function call and C call made while ``fn()`` runs on this
+    thread, JAX's and PyTorch's included."""
+    count = [0]
+
+    def profile(frame, event, arg):
+        if event in ("call", "c_call"):
+            count[0] += 1
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return count[0]
+
+
+# A small CPU tensor's .to("tpu"), or torch.tensor(..., device="tpu"): 194
+# Python calls before (~130 us), 130 of them jax.device_put's own layers; 47
+# after (storage/transfer.py calls JAX's batched put directly).  Counted in
+# every package, as the cost was JAX's Python.
+HOST_TO_DEVICE_CALLS = 60
+
+
+@pytest.mark.parametrize("source", ["to", "tensor"])
+def test_python_calls_per_host_to_device_copy(source):
+    x = torch.randn(4, 4)
+    make = (lambda: x.to("tpu")) if source == "to" else (lambda: torch.tensor([[1.5, 2.0]], device="tpu"))
+    for _ in range(3):
+        make()
+    calls = calls_anywhere(make)
+    assert calls <= HOST_TO_DEVICE_CALLS, f"{calls} calls per host-to-device copy, budget {HOST_TO_DEVICE_CALLS}"
+    expected = x if source == "to" else torch.tensor([[1.5, 2.0]])
+    assert torch.equal(make().cpu(), expected)

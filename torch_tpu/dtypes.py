@@ -63,12 +63,17 @@ def numpy_from_cpu_tensor(t: torch.Tensor) -> np.ndarray:
         tpu_dtypes.entering(t.dtype)
     if t.dim() == 0:  # scalars (step counts, CPU scalar operands): .item() is exact in every dtype
         return np.array(t.item(), dtype=TORCH_TO_NP[t.dtype])
-    t = t.detach().resolve_conj().resolve_neg().contiguous()
+    # Copied by PyTorch into a NumPy array of our own (~2 us less than a DLPack
+    # view copied by NumPy; and .numpy() would mark the user's storage as not
+    # resizable).  copy_ resolves lazy conjugate and negative views.
+    t = t.detach()
+    host = np.empty(tuple(t.shape), TORCH_TO_NP[t.dtype])
     carrier = _BITS_CARRIER.get(t.dtype)
-    src = t.view(carrier) if carrier is not None else t
-    # DLPack, not .numpy(): .numpy() marks the user's storage as not resizable.
-    host = np.array(np.from_dlpack(src), copy=True)
-    return host.view(TORCH_TO_NP[t.dtype]) if carrier is not None else host
+    if carrier is None:
+        torch.from_numpy(host).copy_(t)
+    else:  # a dtype NumPy-to-torch cannot name (bfloat16, float8): its bits
+        torch.from_numpy(host.view(TORCH_TO_NP[carrier])).copy_(t.resolve_neg().view(carrier))
+    return host
 
 
 def cpu_tensor_from_numpy(a: np.ndarray) -> torch.Tensor:

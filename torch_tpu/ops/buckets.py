@@ -23,14 +23,13 @@ import functools
 import itertools
 import math
 
-import jax
 import numpy as np
 import torch
 from torch import Tensor
 
 from .. import runtime
 from ..eager import fusion, modes
-from ..storage import buffers
+from ..storage import buffers, transfer
 from .registry import KERNELS, NUMBER, TENSOR, Kernel, resolve
 
 _FUSED = modes.EagerMode.FUSED
@@ -96,11 +95,11 @@ def _host_flat(t):
     return np.asarray(fusion.resolve(buffers.get_buffer(t.untyped_storage()))).reshape(-1)
 
 
-def _padded(values, length, fill, device):
+def _padded(values, length, fill):
     """A new tpu tensor of ``length`` elements: ``values``, then ``fill``."""
     flat = np.full((length,), fill, values.dtype)
     flat[:values.shape[0]] = values
-    return buffers.wrap(jax.device_put(flat, device))
+    return buffers.wrap(transfer.put(flat))
 
 
 def _bucketed_put(kernel, key, args, kwargs):
@@ -127,16 +126,15 @@ def _bucketed_put(kernel, key, args, kwargs):
         return None
     if not _take_bucket_call(kernel, key):
         return None
-    device = runtime.jax_device()
     bm, bi = bucket_of(m + 1), bucket_of(i)
 
     index = _host_flat(args[1][0])
     index = np.where(index < 0, index + m, index)
-    out = kernel(_padded(_host_flat(args[0]), bm, 0, device), [_padded(index, bi, m, device)],
-                 _padded(_host_flat(args[2]), bi, 0, device), *args[3:])
+    out = kernel(_padded(_host_flat(args[0]), bm, 0), [_padded(index, bi, m)],
+                 _padded(_host_flat(args[2]), bi, 0), *args[3:])
     global bucketed_calls
     bucketed_calls += 1
-    value = jax.device_put(_host_flat(out)[:m], device)
+    value = transfer.put(_host_flat(out)[:m])
     if kernel.mode == "inplace":
         buffers.set_buffer(args[0].untyped_storage(), value)
         return args[0]
@@ -178,10 +176,9 @@ def _bucketed(kind, kernel, key, args, kwargs):
         return None
     if not _take_bucket_call(kernel, key):
         return None
-    device = runtime.jax_device()
 
     def padded(x):
-        return _padded(_host_flat(x), b, fill, device) if isinstance(x, Tensor) else x
+        return _padded(_host_flat(x), b, fill) if isinstance(x, Tensor) else x
 
     out = kernel(*[padded(a) for a in args], **{k: padded(v) for k, v in kwargs.items()})
     global bucketed_calls
@@ -189,7 +186,7 @@ def _bucketed(kind, kernel, key, args, kwargs):
     if kind in ("max", "min"):  # the 0-d result itself
         return out
     host = _host_flat(out)[:n].reshape(size)
-    value = jax.device_put(host, device)
+    value = transfer.put(host)
     if kind == "fill":  # in place: the tensor's storage takes the bucket's first n values
         buffers.set_buffer(args[0].untyped_storage(), value)
         return args[0]

@@ -1,7 +1,6 @@
 """Tensor plumbing: views, allocation, copies between devices, scalars."""
 import functools
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -11,7 +10,7 @@ from .. import dtypes, logs, native, runtime
 from ..casting import convert
 from ..eager import access, checks, fusion
 from ..eager.launch import launch
-from ..storage import buffers, views
+from ..storage import buffers, transfer, views
 from . import errors, host_mirror
 from .registry import entry_of, kernel, out_dtype, register_raw, resolve
 
@@ -187,7 +186,7 @@ def to_device_array(cpu_tensor):
 
 
 def _put_on_device(host: np.ndarray):
-    return jax.device_put(host, runtime.jax_device())
+    return transfer.put(host)
 
 
 _NUMPY_MAX_DIMS = 64  # PyTorch and XLA go further; NumPy (and DLPack into it) stop here
@@ -293,13 +292,18 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
         _check_dtype(dtype)
         if self.device.type == "tpu":  # the meta kernel picks the strides memory_format asks for
             return _cast_enter(self, dtype=dtype, memory_format=memory_format)
-        host = dtypes.numpy_from_cpu_tensor(_numpy_ranked(self.to(dtype)))  # (a dtype a TPU refuses raises here)
+        host = dtypes.numpy_from_cpu_tensor(  # (a dtype a TPU refuses raises here)
+            _numpy_ranked(self if self.dtype == dtype else self.to(dtype)))
         value = launch("aten::_to_copy", _put_on_device, (host,))
         if value.ndim != self.dim():  # past NumPy's 64 dims: moved flat, shaped on the device
             value = launch("aten::_to_copy", functools.partial(jnp.reshape, shape=tuple(self.shape)), (value,))
+        shape = tuple(self.shape)
         strides = _copy_strides(self, memory_format)
-        spec = views.OutSpec(tuple(self.shape), strides, value.dtype)
-        out = views.wrap_result(views.to_storage_layout(value, spec), spec)
+        if strides == buffers.contiguous_strides(shape):  # (the common case: as it came)
+            out = buffers.wrap(value)
+        else:
+            spec = views.OutSpec(shape, strides, value.dtype)
+            out = views.wrap_result(views.to_storage_layout(value, spec), spec)
         host_mirror.remember(out, host)
         return out
     host = to_cpu_tensor(self)

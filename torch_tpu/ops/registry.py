@@ -41,7 +41,7 @@ from ..casting import convert
 from ..eager import access, fusion, modes, pending
 from ..eager.fusion import LazyBuffer
 from ..eager.launch import failure, launch
-from ..storage import buffers, numbers, views
+from ..storage import buffers, numbers, transfer, views
 from ..storage.views import OutSpec, ViewSpec
 from . import (dtype_support, errors, list_numbers, map_limit, out_checks, random_bits, scalar_checks, signature_match,
                written_lists)
@@ -422,7 +422,7 @@ _MAX_OFFSET_ENTRIES = 4096
 def _offset_arg(offset):
     """A view's storage offset as the executable's argument: a device int64
     scalar, put there once (jit would copy a Python int on every call)."""
-    return jax.device_put(np.int64(offset))
+    return transfer.put(np.int64(offset))
 
 
 def _out_tensors(results, layouts):

@@ -15,7 +15,7 @@ import torch
 from torch._C import DispatchKey, DispatchKeySet
 
 from .. import dtypes, native, runtime, tpu_dtypes
-from . import memory
+from . import memory, transfer
 
 DEVICE = torch.device("privateuseone", 0)  # renamed to tpu at registration
 
@@ -130,8 +130,8 @@ def wrap(arr, shape=None, strides=None) -> torch.Tensor:
     # them itself).  Per-op code reads them this way.
     aval = getattr(arr, "aval", arr)
     dtype, arr_shape = aval.dtype, aval.shape
-    st = new_storage(math.prod(arr_shape) * dtype.itemsize, arr)
-    return new_tensor(st, dtypes.NP_TO_TORCH[dtype], arr_shape if shape is None else shape, strides)
+    return wrap_as(arr, dtypes.NP_TO_TORCH[dtype], math.prod(arr_shape) * dtype.itemsize,
+                   arr_shape if shape is None else shape, strides)
 
 
 # A row-major output is made at its shape and its own (empty) storage is
@@ -224,14 +224,14 @@ def own_zero_buffer(shape, npdtype):
     not a transfer per step)."""
     if math.prod(shape) * npdtype.itemsize > _OWN_ZEROS_BYTES:
         return None
-    return jax.device_put(np.zeros(shape, npdtype), runtime.jax_device())
+    return transfer.put(np.zeros(shape, npdtype))
 
 
 @functools.lru_cache(maxsize=256)
 def _shared_zeros(n, npdtype):
     # A host copy, not a jitted jnp.zeros: that is an XLA compile for every
     # new size (an eager program's new shapes); a few MB move in far less.
-    return jax.device_put(np.zeros((n,), npdtype), runtime.jax_device())
+    return transfer.put(np.zeros((n,), npdtype))
 
 
 @functools.lru_cache(maxsize=None)
