@@ -41,8 +41,23 @@ def batched_vector_jacobian(device):
     return rows, jac
 
 
+def slicing_gradients(device):
+    # slice_backward and select_backward (one padded launch on tpu): steps,
+    # negative and out-of-range bounds, empty slices, negative indices, and
+    # twice differentiated
+    x = on(device, 4, 7, 3)
+    parts = [x[:, 1:3], x[:, -3:], x[:, ::2], x[:, 5:2], x[:, 1::3], x[-100:100], x[:, 10:20],
+             x[1], x[:, -1], x[..., 2], x[2:, :, 1:2]]
+    y = sum((p.sin() * (k + 1)).sum() for k, p in enumerate(parts))
+    (g,) = torch.autograd.grad(y, x, create_graph=True)
+    (gg,) = torch.autograd.grad((g[:, 1::2] * g[:, ::3].cos().sum()).sum(), x)
+    h = sample(6, 5, dtype=torch.bfloat16).to(device).requires_grad_()
+    (hg,) = torch.autograd.grad(h[1:5:3, -2].float().sum() + h[:, 2:].float().pow(2).sum(), h)
+    return g.detach(), gg, hg
+
+
 @pytest.mark.parametrize("case", [second_derivative_through_a_view, forward_mode_tangent,
-                                  batched_vector_jacobian], ids=lambda f: f.__name__)
+                                  batched_vector_jacobian, slicing_gradients], ids=lambda f: f.__name__)
 def test_gradients_match_cpu(case):
     assert_same(case("tpu"), case("cpu"))
 

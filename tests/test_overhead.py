@@ -609,3 +609,29 @@ def test_python_calls_per_host_to_device_copy(source):
     assert calls <= HOST_TO_DEVICE_CALLS, f"{calls} calls per host-to-device copy, budget {HOST_TO_DEVICE_CALLS}"
     expected = x if source == "to" else torch.tensor([[1.5, 2.0]])
     assert torch.equal(make().cpu(), expected)
+
+
+# The gradient of a slice or a select: PyTorch's composite is a zeros and a
+# copy into its slice (2 launches, 20 Python calls on autograd's thread);
+# ops/shape.py pads it into place in one cached launch.
+SLICE_BACKWARD_CALLS = 0
+
+
+@pytest.mark.parametrize("op", ["slice", "select"])
+def test_python_calls_per_cached_slice_gradient(op):
+    grad = torch.randn(4, 2, 3).to("tpu")
+    if op == "slice":
+        def backward():
+            return torch.ops.aten.slice_backward(grad, [4, 7, 3], 1, 1, 5, 2)
+        expected = torch.zeros(4, 7, 3)
+        expected[:, 1:5:2] = grad.cpu()
+    else:
+        def backward():
+            return torch.ops.aten.select_backward(grad[:, 0], [4, 5, 3], 1, -2)
+        expected = torch.zeros(4, 5, 3)
+        expected[:, -2] = grad.cpu()[:, 0]
+    for _ in range(3):
+        backward()
+    calls = calls_in_torch_tpu(backward)
+    assert calls <= SLICE_BACKWARD_CALLS, f"{calls} calls per {op}_backward, budget {SLICE_BACKWARD_CALLS}"
+    assert torch.equal(backward().cpu(), expected)

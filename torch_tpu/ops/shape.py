@@ -453,3 +453,36 @@ def unfold_backward(grad_in, input_sizes, dim, size, step):
     where = np.arange(g.shape[-2])[:, None] * step + np.arange(size)[None, :]
     out = jnp.zeros(g.shape[:-2] + (int(input_sizes[dim]),), grad_in.dtype)
     return jnp.moveaxis(out.at[..., where].add(g), -1, dim)
+
+
+# ---- the gradients of slicing ------------------------------------------------------
+# PyTorch's composites are a zeros and a copy into its slice (two launches,
+# and two trips through Python on autograd's thread for every slice in a
+# forward: Llama's rotate_half, a split of q, k and v); here the gradient is
+# padded into place, a data move exact in every dtype, in one launch.
+
+def _placed(grad, input_sizes, dim, start, count, step):
+    """``grad`` (``count`` elements along ``dim``) at ``start``, ``start +
+    step``, ... of a zero tensor of ``input_sizes``."""
+    if count == 0:
+        return jnp.zeros(tuple(input_sizes), grad.dtype)
+    high = input_sizes[dim] - (start + (count - 1) * step + 1)
+    config = [(0, 0, 0)] * grad.ndim
+    config[dim] = (start, high, step - 1)
+    return jax.lax.pad(grad, jnp.zeros((), grad.dtype), config)
+
+
+@register("slice_backward.default")
+def slice_backward(grad_output, input_sizes, dim, start, end, step):
+    input_sizes = [int(s) for s in input_sizes]
+    dim = canonicalize_dim(len(input_sizes), dim)
+    first, stop, step = slice(start, end, step).indices(input_sizes[dim])  # aten::slice's clamping
+    return _placed(grad_output, input_sizes, dim, first, len(range(first, stop, step)), step)
+
+
+@register("select_backward.default")
+def select_backward(grad_output, input_sizes, dim, index):
+    input_sizes = [int(s) for s in input_sizes]
+    dim = canonicalize_dim(len(input_sizes), dim)
+    index = index + input_sizes[dim] if index < 0 else index
+    return _placed(jnp.expand_dims(grad_output, dim), input_sizes, dim, index, 1, 1)
