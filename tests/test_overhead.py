@@ -18,14 +18,15 @@ from torch_tpu.ops import registry
 PACKAGE = os.path.dirname(os.path.abspath(torch_tpu.__file__))
 
 
-def calls_in_torch_tpu(fn):
+def calls_in_torch_tpu(fn, prefix=PACKAGE):
     """The Python function calls and C calls that torch_tpu's own code makes
     while ``fn()`` runs on this thread (PyTorch's and JAX's internals not
-    counted, so a budget does not depend on their versions)."""
+    counted, so a budget does not depend on their versions); ``prefix=""``:
+    every package's."""
     count = [0]
 
     def profile(frame, event, arg):
-        if event in ("call", "c_call") and frame.f_code.co_filename.startswith(PACKAGE):
+        if event in ("call", "c_call") and frame.f_code.co_filename.startswith(prefix):
             count[0] += 1
     sys.setprofile(profile)
     try:
@@ -576,22 +577,6 @@ def test_import_torch_leaves_dynamo_unimported():
     assert out.stdout.split("\n")[:3] == ["before []", "registered True", "[2.0, 2.0]"], out.stdout
 
 
-def calls_anywhere(fn):
-    """Every Python function call and C call made while ``fn()`` runs on this
-    thread, JAX's and PyTorch's included."""
-    count = [0]
-
-    def profile(frame, event, arg):
-        if event in ("call", "c_call"):
-            count[0] += 1
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return count[0]
-
-
 # A small CPU tensor's .to("tpu"), or torch.tensor(..., device="tpu"): 194
 # Python calls before (~130 us), 130 of them jax.device_put's own layers; 47
 # after (storage/transfer.py calls JAX's batched put directly).  Counted in
@@ -605,7 +590,7 @@ def test_python_calls_per_host_to_device_copy(source):
     make = (lambda: x.to("tpu")) if source == "to" else (lambda: torch.tensor([[1.5, 2.0]], device="tpu"))
     for _ in range(3):
         make()
-    calls = calls_anywhere(make)
+    calls = calls_in_torch_tpu(make, prefix="")
     assert calls <= HOST_TO_DEVICE_CALLS, f"{calls} calls per host-to-device copy, budget {HOST_TO_DEVICE_CALLS}"
     expected = x if source == "to" else torch.tensor([[1.5, 2.0]])
     assert torch.equal(make().cpu(), expected)
