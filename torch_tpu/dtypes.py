@@ -77,10 +77,12 @@ def numpy_from_cpu_tensor(t: torch.Tensor) -> np.ndarray:
 
 
 def cpu_tensor_from_numpy(a: np.ndarray) -> torch.Tensor:
-    """A new (resizable) CPU tensor holding a copy of ``a``."""
+    """A new (resizable, row-major) CPU tensor holding a copy of ``a``."""
     dtype = to_torch(a.dtype)
-    out = torch.empty(a.shape, dtype=dtype)
     carrier = _BITS_CARRIER.get(dtype)
+    if carrier is None and a.flags.c_contiguous:  # (torch.tensor copies without a read-only warning)
+        return torch.tensor(a)
+    out = torch.empty(a.shape, dtype=dtype)
     if carrier is not None:
         a = a.view(TORCH_TO_NP[carrier])
     if not a.flags.writeable:  # a read-only view of a device buffer: torch would warn

@@ -217,7 +217,7 @@ def to_cpu_tensor(t):
     except Exception as e:
         raise RuntimeError(f"tpu: reading a tensor back failed: {e}") from None
     out = dtypes.cpu_tensor_from_numpy(host)
-    return out.reshape(tuple(t.shape))
+    return out if out.shape == t.shape else out.reshape(tuple(t.shape))
 
 
 # dst[...] = src through dst's view, cast and broadcast: one jitted write (or
@@ -310,6 +310,8 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
     strides = _copy_strides(self, memory_format)
     if strides != buffers.contiguous_strides(tuple(self.shape)):  # e.g. channels_last stays so
         host = torch.empty_strided(self.shape, strides, dtype=host.dtype).copy_(host)
+    if target.type == "cpu" and host.dtype == dtype:  # (the common case: nothing left to do)
+        return host
     return host.to(device=target, dtype=dtype)
 
 

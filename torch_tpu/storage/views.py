@@ -390,6 +390,12 @@ def host_read(spec, buf):
     dtype), cut on the host from the whole buffer: no executable is compiled
     for the view's shape and offset, as ``reader`` needs.  Read-only."""
     buf_shape, buf_dtype, size, stride, offset, dtype = spec
+    if size == buf_shape and not offset and stride == contiguous_strides(size):  # the whole buffer, as stored
+        whole = np.asarray(buf)
+        if whole.flags.writeable:  # (a host copy: the caller gets it read-only, as every view)
+            whole = whole.view()
+            whole.flags.writeable = False
+        return whole
     flat = np.asarray(buf).reshape(-1)
     if not size:  # one element (``.item()``, a loop over a tensor): no strided view to build
         one = flat[offset:offset + 1].reshape(())
