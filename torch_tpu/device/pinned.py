@@ -3,7 +3,7 @@
 PyTorch pins host memory through the backend hook's pinned-memory allocator,
 which the Python hooks of torch 2.13 cannot provide, so ``DataLoader(pin_memory=True)``
 (the Trainer's default) raises.  Pinning buys nothing here: host->tpu copies go
-through ``jax.device_put`` from ordinary memory.  So pinning for tpu is a copy
+through JAX's transfer (``storage/transfer.py``) from ordinary memory.  So pinning for tpu is a copy
 into ordinary host memory; pinning for any other device keeps PyTorch's kernel.
 """
 import torch
