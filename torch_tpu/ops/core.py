@@ -1,6 +1,7 @@
 """Tensor plumbing: views, allocation, copies between devices, scalars."""
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -248,16 +249,35 @@ def _plain(t):
         else t.as_subclass(torch.Tensor)
 
 
+def _takes_host_value(dst, src):
+    """Whether copy_ from CPU tensor ``src`` is its values becoming all of ``dst``'s
+    storage as they are (a CPU state dict loaded, a staging buffer filled):
+    no cast, broadcast or view to write through."""
+    npdtype = dtypes.TORCH_TO_NP.get(src.dtype)
+    return (src.dtype == dst.dtype and src.shape == dst.shape and npdtype is not None
+            and access.becomes_buffer(dst, buffers.get_buffer(dst.untyped_storage()),
+                                      jax.ShapeDtypeStruct(tuple(src.shape), npdtype)))
+
+
+def _copy_from_host(dst, src):
+    """``dst.copy_(src)`` for ``_takes_host_value``: one transfer, the storage's new buffer."""
+    value = launch("aten::copy_", _put_on_device, (dtypes.numpy_from_cpu_tensor(_numpy_ranked(src)),))
+    if value.ndim != dst.dim():  # past NumPy's 64 dims: moved flat, shaped on the device
+        value = launch("aten::copy_", functools.partial(jnp.reshape, shape=tuple(dst.shape)), (value,))
+    access.write(dst, value)
+
+
 @register_raw("copy_.default")
 def copy_(self, src, non_blocking=False):
     self, src = _plain(self), _plain(src)
     if self.device.type == "tpu":
         if src.is_complex() and not self.is_complex():
             _warn_complex_to_real()
+        write = _copy_from_host if src.device.type == "cpu" and _takes_host_value(self, src) else _copy_enter
         if self.is_floating_point():  # (no host values are kept for floats: host_mirror)
-            _copy_enter(self, src)
+            write(self, src)
         else:
-            host_mirror.write_known(self, src, lambda: _copy_enter(self, src))
+            host_mirror.write_known(self, src, lambda: write(self, src))
         return self
     # tpu -> CPU (or another device): bring the value to the host, then PyTorch copies.
     self.copy_(to_cpu_tensor(src))
