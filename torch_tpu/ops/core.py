@@ -190,6 +190,16 @@ def _put_on_device(host: np.ndarray):
     return transfer.put(host)
 
 
+def _moved_to_device(name, t):
+    """CPU tensor ``t``'s values as a device array of its shape, one transfer
+    launched as op ``name``; and the host array moved."""
+    host = dtypes.numpy_from_cpu_tensor(_numpy_ranked(t))
+    value = launch(name, _put_on_device, (host,))
+    if value.ndim != t.dim():  # past NumPy's 64 dims: moved flat, shaped on the device
+        value = launch(name, functools.partial(jnp.reshape, shape=tuple(t.shape)), (value,))
+    return value, host
+
+
 _NUMPY_MAX_DIMS = 64  # PyTorch and XLA go further; NumPy (and DLPack into it) stop here
 
 
@@ -260,11 +270,9 @@ def _takes_host_value(dst, src):
 
 
 def _copy_from_host(dst, src):
-    """``dst.copy_(src)`` for ``_takes_host_value``: one transfer, the storage's new buffer."""
-    value = launch("aten::copy_", _put_on_device, (dtypes.numpy_from_cpu_tensor(_numpy_ranked(src)),))
-    if value.ndim != dst.dim():  # past NumPy's 64 dims: moved flat, shaped on the device
-        value = launch("aten::copy_", functools.partial(jnp.reshape, shape=tuple(dst.shape)), (value,))
-    access.write(dst, value)
+    """``dst.copy_(src)`` for ``_takes_host_value``: one transfer, the storage's
+    new buffer (``access.write``'s whole-buffer case, already checked)."""
+    buffers.set_buffer(dst.untyped_storage(), _moved_to_device("aten::copy_", src)[0])
 
 
 @register_raw("copy_.default")
@@ -312,11 +320,8 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
         _check_dtype(dtype)
         if self.device.type == "tpu":  # the meta kernel picks the strides memory_format asks for
             return _cast_enter(self, dtype=dtype, memory_format=memory_format)
-        host = dtypes.numpy_from_cpu_tensor(  # (a dtype a TPU refuses raises here)
-            _numpy_ranked(self if self.dtype == dtype else self.to(dtype)))
-        value = launch("aten::_to_copy", _put_on_device, (host,))
-        if value.ndim != self.dim():  # past NumPy's 64 dims: moved flat, shaped on the device
-            value = launch("aten::_to_copy", functools.partial(jnp.reshape, shape=tuple(self.shape)), (value,))
+        value, host = _moved_to_device(  # (a dtype a TPU refuses raises here)
+            "aten::_to_copy", self if self.dtype == dtype else self.to(dtype))
         shape = tuple(self.shape)
         strides = _copy_strides(self, memory_format)
         if strides == buffers.contiguous_strides(shape):  # (the common case: as it came)
