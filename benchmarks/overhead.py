@@ -213,8 +213,6 @@ def rows(results):
     out = []
     for name, unit, scale in (("chain", "µs/op", 1e6), ("copy", "µs/copy", 1e6), ("micro", "ms/step", 1e3),
                               ("optimizer", "ms/step", 1e3)):
-        if name not in results:  # (a report from before the row existed)
-            continue
         ratios = results["ratios"][name]
         for variant, (cpu, wall, host) in results[name].items():
             cpu_ratio, host_ratio = ratios.get(variant, (None, None))
@@ -230,11 +228,12 @@ HEADERS = ["benchmark", "variant", "CPU time", "wall time", "CPU time vs CPU eag
 
 def plot(results, path, bar_chart):
     """The CPU-time ratios as a bar chart (``bar_chart``: report.py's)."""
-    groups = ["chain (per op)", "micro step", "AdamW(fused) step"]
-    variants = [v for v in dict.fromkeys(CHAIN_VARIANTS + STEP_VARIANTS + OPTIMIZER_VARIANTS)
-                if any(v in results[name] for name in ("chain", "micro", "optimizer"))]
+    groups = ["chain (per op)", "copy to tpu", "micro step", "AdamW(fused) step"]
+    names = ("chain", "copy", "micro", "optimizer")
+    variants = [v for v in dict.fromkeys(CHAIN_VARIANTS + COPY_VARIANTS + STEP_VARIANTS + OPTIMIZER_VARIANTS)
+                if any(v in results[name] for name in names)]
     values = {}
-    for group, name in zip(groups, ("chain", "micro", "optimizer")):
+    for group, name in zip(groups, names):
         for variant, (ratio, _) in results["ratios"][name].items():
             values[(group, variant)] = ratio
     bar_chart(path, groups, variants, values, "CPU time / PyTorch CPU eager (log)",
