@@ -18,7 +18,7 @@ else:
         ["torch_tpu/native/module.cpp", "torch_tpu/native/views.cpp", "torch_tpu/native/device_guard.cpp",
          "torch_tpu/native/leaves.cpp", "torch_tpu/native/tensors.cpp",
          "torch_tpu/native/recorder.cpp", "torch_tpu/native/storages.cpp",
-         "torch_tpu/native/entry.cpp"],
+         "torch_tpu/native/entry.cpp", "torch_tpu/native/boxed.cpp"],
         define_macros=[("TORCH_TPU_BUILT_FOR", f'"{built_for}"')],
         extra_compile_args=["-O2"],
         optional=True))  # a failed compile leaves the pure-Python package

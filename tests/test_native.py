@@ -68,7 +68,8 @@ def test_built_helper_serves_the_views():
     assert native.status().startswith("C++"), native.status()
     for op in ("aten::view", "aten::as_strided", "aten::_unsafe_view", "aten::unfold"):
         assert "views.cpp" in _tpu_kernel(op), _tpu_kernel(op)
-    assert "registry.py" in _tpu_kernel("aten::set_.source_Storage")  # (not a view: stays in Python)
+    # (not a view: a Python kernel, called from the helper's boxed kernel)
+    assert "boxed.cpp" in _tpu_kernel("aten::set_.source_Storage")
 
 
 def test_without_the_helper_python_serves_the_views():
@@ -418,3 +419,89 @@ def test_entry_takes_views_at_run_time_offsets_and_strict_shapes_past_the_recent
     want = [base[i] * 2.0 for i in at] + [base[2] + base[0]] + [m @ weight for m in mats]
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
+
+
+# ---- kernels called from the helper's boxed kernel (native/boxed.cpp) ----
+
+_PROBE_SCHEMA = ("(Tensor x, Tensor? other=None, Scalar s=1, int[] sizes=[], *, ScalarType? dtype=None, "
+                 "Layout? layout=None, MemoryFormat? memory_format=None, float scale=1.0) -> (Tensor, Tensor)")
+_probe_lib = None
+
+
+def _probes():
+    """Two ops of one schema, their tpu kernels recording what they are
+    called with: one registered through the helper, one through torch.library."""
+    global _probe_lib
+    seen = {}
+
+    def recorder(tag):
+        def kernel(*args, **kwargs):
+            if kwargs.get("scale") == -1.0:
+                raise ValueError(f"probe {tag} refused")
+            described = [("tensor", tuple(a.shape)) if isinstance(a, torch.Tensor) else a for a in args]
+            seen[tag] = (described, {k: type(v).__name__ + repr(v) for k, v in kwargs.items()},
+                         [type(a).__name__ for a in args])
+            return args[0], args[0] * 2
+        return kernel
+    if _probe_lib is None:
+        _probe_lib = [torch.library.Library("tpu_native_probe", "DEF"),
+                      torch.library.Library("tpu_native_probe", "IMPL")]
+        for name in ("boxed", "holder"):
+            _probe_lib[0].define(name + _PROBE_SCHEMA)
+    from torch_tpu.ops import registry
+    registry._native_register(torch.ops.tpu_native_probe.boxed.default, recorder("boxed"))
+    _probe_lib[1].impl("holder", recorder("holder"), "PrivateUse1")
+    return seen
+
+
+@pytest.mark.skipif(not BUILT, reason="native helper not built (a pure-Python install: see README, Install)")
+@pytest.mark.parametrize("args, kwargs", [
+    ((), {}),
+    ((None, 2.5), {}),                                  # a defaulted argument before a given one stays
+    (("other", 1, [2, 3]), {}),                         # a trailing argument equal to its default is left out
+    ((None, True), {"dtype": torch.float16, "scale": 0.5}),
+    ((None, 1 + 2j), {"layout": torch.strided, "memory_format": torch.channels_last}),
+    ((None, 3), {"scale": 1.0}),                        # a keyword at its default is left out
+], ids=["tensor", "scalar", "list", "dtype", "layout-format", "default-keyword"])
+def test_boxed_kernel_calls_python_kernels_as_torch_library_does(args, kwargs):
+    seen = _probes()
+    x = torch.ones(2, 3, device="tpu")
+    args = tuple(x[0] if a == "other" else a for a in args)
+    boxed = torch.ops.tpu_native_probe.boxed(x, *args, **kwargs)
+    holder = torch.ops.tpu_native_probe.holder(x, *args, **kwargs)
+    assert seen["boxed"] == seen["holder"]
+    assert "boxed.cpp" in _tpu_kernel("tpu_native_probe::boxed")
+    for got, want in zip(boxed, holder):
+        assert torch.equal(got.cpu(), want.cpu())
+
+
+@pytest.mark.skipif(not BUILT, reason="native helper not built (a pure-Python install: see README, Install)")
+def test_boxed_kernel_raises_the_python_kernels_error():
+    _probes()
+    x = torch.ones(2, device="tpu")
+    for op in (torch.ops.tpu_native_probe.boxed, torch.ops.tpu_native_probe.holder):
+        with pytest.raises(ValueError, match="refused"):
+            op(x, scale=-1.0)
+
+
+@pytest.mark.skipif(not BUILT, reason="native helper not built (a pure-Python install: see README, Install)")
+def test_registered_kernels_are_called_from_the_helper():
+    # (torch.library's holder costs ~2 us a call, ~3 us more a Python number in a tensor position)
+    for op in ("aten::mul.Tensor", "aten::add.Tensor", "aten::_foreach_add_.List", "aten::index.Tensor"):
+        assert "boxed.cpp" in _tpu_kernel(op), _tpu_kernel(op)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float16, torch.bool, torch.bfloat16, torch.complex64])
+def test_python_numbers_in_tensor_positions_keep_their_kind(dtype):
+    # ``x * 2`` passes a "wrapped number" tensor: the kernel must see the
+    # number's Python type (int, float, bool, complex), which decides the
+    # result's dtype
+    x = torch.tensor([1, 0, 3], dtype=dtype)
+    numbers = (2, 2.5, True, -3) + ((1 + 2j,) if dtype != torch.float16 else ())  # (complex32: not on tpu)
+    for number in numbers:
+        subtracts = dtype != torch.bool and not isinstance(number, bool)  # (PyTorch refuses bool subtraction)
+        for fn in (torch.mul, torch.add) + ((torch.sub,) if subtracts else ()):
+            want = fn(x, number)
+            got = fn(x.to("tpu"), number)
+            assert got.dtype == want.dtype, (fn, number)
+            torch.testing.assert_close(got.cpu(), want)

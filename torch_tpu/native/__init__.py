@@ -138,6 +138,21 @@ def kernel_entries(modes, fusion, precision, note, own_new, numbers, identity_gr
     return helper.kernel_entry
 
 
+def python_kernel_registrar():
+    """``register(op, fn)``: ``fn`` as the tpu key's kernel of OpOverload
+    ``op``, called from C++ (boxed.cpp) as torch.library's holder would call
+    it, only cheaper; or None (torch.library registers it)."""
+    register = getattr(_helper(), "register_python_kernel", None)  # (None: a helper built before it existed)
+    if register is None:
+        return None
+
+    def register_op(op, fn):
+        schema = op._schema
+        namespace, name = schema.name.split("::")
+        register(namespace, f"{name}.{schema.overload_name}" if schema.overload_name else name, fn)
+    return register_op
+
+
 def call_matcher():
     """The C++ check of a call against a Matcher's ``checks``, as kernel
     entries check it (leaves.cpp: ``match_call(checks, args, fused, lazy_type,
@@ -150,5 +165,5 @@ def status() -> str:
     """One line for the environment report."""
     if _why_not is not None:
         return f"Python ({_why_not})"
-    return ("C++ (view kernels, device guard, cached-op entry, signature checks, output tensors and their "
-            "accounting, fused recording)")
+    return ("C++ (view kernels, device guard, kernel calls, cached-op entry, signature checks, output tensors and "
+            "their accounting, fused recording)")

@@ -72,6 +72,9 @@ PyObject* own_many(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 PyObject* kernel_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
+// A Python kernel registered for the tpu key, called without torch.library's holder (boxed.cpp).
+PyObject* register_python_kernel(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+
 // fusion.record, a predicted op recorded in C++ (recorder.cpp).
 PyObject* fused_recorder(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 

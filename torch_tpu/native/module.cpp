@@ -44,6 +44,8 @@ PyMethodDef methods[] = {
      "What every kernel entry reads (modes, fusion, precision, profiler, pending, own_new): once."},
     {"kernel_entry", FASTCALL(kernel_entry), METH_FASTCALL,
      "A registered kernel's cached path in C++, the Kernel for everything else (ops/registry.py)."},
+    {"register_python_kernel", FASTCALL(register_python_kernel), METH_FASTCALL,
+     "A Python kernel for the tpu key, called from a C++ boxed kernel instead of torch.library's holder."},
     {nullptr, nullptr, 0, nullptr},
 };
 
