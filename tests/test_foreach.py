@@ -253,6 +253,8 @@ def test_list_numbers_that_change_every_call_match_cpu_with_one_executable(mode)
     floats, and the numbers' values never recompile."""
     cpu_p, cpu_d = _adam_like_lists("cpu")
     tpu_p, tpu_d = _adam_like_lists("tpu")
+    kernel = registry.KERNELS[registry.resolve("_foreach_addcdiv_.ScalarList")]
+    earlier = set(map(id, kernel.cache.values()))  # (other tests' entries, in this worker)
     with torch.tpu.set_eager_mode(mode):
         for step in range(1, 5):
             sizes = [-1e-3 / (1 - 0.9 ** (step + i)) for i in range(len(cpu_p))]
@@ -263,29 +265,34 @@ def test_list_numbers_that_change_every_call_match_cpu_with_one_executable(mode)
                 torch._foreach_mul_(device_d, [float(c) for c in counts])
         for a, b in zip(cpu_p + cpu_d, tpu_p + tpu_d):
             torch.testing.assert_close(b.cpu(), a, rtol=0, atol=0)
-    kernel = registry.KERNELS[registry.resolve("_foreach_addcdiv_.ScalarList")]
-    entries = [e for e in kernel.cache.values() if isinstance(e.fn, registry.list_numbers._Packed)]
-    if mode == "strict":
-        assert len(entries) == 1 and entries[0].fn.run._cache_size() == 1
+    entries = [e for e in kernel.cache.values()
+               if isinstance(e.fn, registry.list_numbers._Packed) and id(e) not in earlier]
+    if mode == "strict":  # (the params are updated in place: the donating executable runs)
+        assert len(entries) == 1 and entries[0].donor is not None
+        assert entries[0].fn.run._cache_size() + entries[0].donor[0].run._cache_size() == 1
 
 
 def test_list_numbers_reach_the_executable_as_one_array():
     """A strict foreach call with a list of numbers passes the executable its
     tensors and one float64 array (one transfer, not one per number), on the
     native entry's path as on the Kernel's."""
-    params, denoms = _adam_like_lists("tpu")
+    params, denoms = _adam_like_lists("tpu", n=5)  # (lists no other test passes: a new entry)
     sizes = [0.5 + i for i in range(len(params))]
+    kernel = registry.KERNELS[registry.resolve("_foreach_addcdiv_.ScalarList")]
+    earlier = set(map(id, kernel.cache.values()))  # (other tests' entries, in this worker)
     with torch.tpu.set_eager_mode("strict"):
         torch._foreach_addcdiv_(params, denoms, denoms, sizes)
-        kernel = registry.KERNELS[registry.resolve("_foreach_addcdiv_.ScalarList")]
-        packed = [e.fn for e in kernel.cache.values() if isinstance(e.fn, registry.list_numbers._Packed)]
-        assert len(packed) == 1
-        seen, real = [], packed[0].run
-        packed[0].run = lambda *a: (seen.append(a), real(*a))[1]
+        entry, = [e for e in kernel.cache.values() if id(e) not in earlier]
+        packed = [entry.fn, entry.donor[0]]  # (copying, donating: the second runs here)
+        assert all(isinstance(p, registry.list_numbers._Packed) for p in packed)
+        seen, real = [], [p.run for p in packed]
+        for p, run in zip(packed, real):
+            p.run = lambda *a, run=run: (seen.append(a), run(*a))[1]
         try:
             torch._foreach_addcdiv_(params, denoms, denoms, [s * 2 for s in sizes])
         finally:
-            packed[0].run = real
+            for p, run in zip(packed, real):
+                p.run = run
     assert len(seen) == 1
     *arrays, numbers = seen[0]
     assert len(arrays) == 3 * len(params)  # (the written and read lists' buffers)

@@ -298,12 +298,13 @@ def compile_options(closed_jaxpr):
 _plain_jit: dict = {}  # a jit with FAST_COMPILE_OPTIONS -> the same function's plain jit
 
 
-def small_program_jit(fn, fun, args):
-    """``fn`` (``jax.jit(fun)``), or ``jax.jit(fun)`` with the cheaper compile
-    options when the program ``fun`` traces to for ``args`` (arrays or
-    anything with a shape and dtype) is small and exact.  The trace is jit's
-    own, which the first call reuses.  A jit with compile options cannot be
-    called inside another trace (a fused chain): ``nestable`` gives the plain one."""
+def small_program_jit(fn, fun, args, donate=()):
+    """``fn`` (``jax.jit(fun, donate_argnums=donate)``), or the same jit with
+    the cheaper compile options when the program ``fun`` traces to for
+    ``args`` (arrays or anything with a shape and dtype) is small and exact.
+    The trace is jit's own, which the first call reuses.  A jit with compile
+    options cannot be called inside another trace (a fused chain): ``nestable``
+    gives the plain one."""
     mode = _fast_compile_mode()
     if mode in ("0", "off", "false", "no") or not _on_cpu():
         return fn
@@ -314,7 +315,7 @@ def small_program_jit(fn, fun, args):
     options = compile_options(traced.jaxpr)
     if options is None:
         return fn
-    fast = jax.jit(fun, compiler_options=options)
+    fast = jax.jit(fun, compiler_options=options, donate_argnums=donate)
     _plain_jit[fast] = fn
     return fast
 

@@ -480,14 +480,102 @@ bool overlap_free(PyObject* const* argv, Py_ssize_t nargs) {
   return true;
 }
 
-// The executable of a strict write into part of a large buffer (an entry with
-// a donor): the donating one when access.can_donate(inputs, positions,
-// (written,)) allows it, else the copying one (a new reference), as
+// access.can_donate(inputs, positions, written) for a foreach update's
+// written list (``written[k]``'s buffer at ``positions[k]``), its rule in one
+// C++ pass: each buffer a jax array, not deleted, its tensor's storage's,
+// passed once and held by no one but that storage and the launch queue
+// (pending.holds), which is rare: the queue holds one result per launch.
+// 1 (and access.donations counted) or 0; -1 with an error.
+int list_donatable(const Context& c, PyObject* inputs, PyObject* positions, PyObject* written) {
+  PyObject* access = PyFunction_Check(c.can_donate) ? PyFunction_GetGlobals(c.can_donate) : nullptr;
+  if (access == nullptr || !PyList_CheckExact(written) || !PyTuple_CheckExact(positions) ||
+      PyTuple_GET_SIZE(positions) != PyList_GET_SIZE(written)) {
+    return 0;
+  }
+  static PyObject* array_type = nullptr;  // jax's concrete array type (access._array_type), asked once
+  if (array_type == nullptr) {
+    PyObject* ask = PyDict_GetItemString(access, "_array_type");
+    array_type = ask == nullptr ? nullptr : PyObject_CallNoArgs(ask);
+    if (array_type == nullptr) {
+      return PyErr_Occurred() ? -1 : 0;
+    }
+  }
+  PyObject* const* items = PySequence_Fast_ITEMS(inputs);
+  const Py_ssize_t n_inputs = PyList_GET_SIZE(inputs);
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(positions); ++k) {
+    const Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(positions, k));
+    if (p < 0 || p >= n_inputs) {
+      return PyErr_Occurred() ? -1 : 0;
+    }
+    PyObject* buf = items[p];
+    PyObject* owner = PyList_GET_ITEM(written, k);
+    if (reinterpret_cast<PyObject*>(Py_TYPE(buf)) != array_type || !THPVariable_Check(owner)) {
+      return 0;
+    }
+    PyObject* storage = THPStorage_Wrap(THPVariable_Unpack(owner).storage());
+    PyObject* held = storage == nullptr ? nullptr : optional_attr(storage, c.s_tpu_buf);
+    Py_XDECREF(storage);
+    const bool own = held == buf;
+    // references: the storage's, ``inputs``', ``held``
+    const Py_ssize_t extra = Py_REFCNT(buf) - 3;
+    Py_XDECREF(held);
+    if (PyErr_Occurred()) {
+      return -1;
+    }
+    if (!own) {
+      return 0;
+    }
+    PyObject* deleted = PyObject_CallMethod(buf, "is_deleted", nullptr);
+    const int gone = deleted == nullptr ? -1 : PyObject_IsTrue(deleted);
+    Py_XDECREF(deleted);
+    if (gone != 0) {
+      return gone < 0 ? -1 : 0;
+    }
+    if (extra > 0) {  // passed again, or the launch queue's (the newest launch's result)
+      Py_ssize_t uses = 0;
+      for (Py_ssize_t i = 0; i < n_inputs; ++i) {
+        uses += items[i] == buf;
+      }
+      PyObject* holds = c.pending == nullptr ? nullptr : PyDict_GetItemString(c.pending, "holds");
+      if (uses != 1 || holds == nullptr) {
+        return 0;
+      }
+      PyObject* count = PyLong_FromSsize_t(extra);
+      PyObject* answer = count == nullptr ? nullptr : PyObject_CallFunctionObjArgs(holds, buf, count, nullptr);
+      Py_XDECREF(count);
+      const int yes = answer == nullptr ? -1 : PyObject_IsTrue(answer);
+      Py_XDECREF(answer);
+      if (yes != 1) {
+        return yes;
+      }
+    }
+  }
+  PyObject* donations = PyDict_GetItemString(access, "donations");
+  PyObject* one = PyLong_FromLong(1);
+  PyObject* more = donations == nullptr || one == nullptr ? nullptr : PyNumber_Add(donations, one);
+  const int set = more == nullptr ? -1 : PyDict_SetItemString(access, "donations", more);
+  Py_XDECREF(one);
+  Py_XDECREF(more);
+  return set < 0 ? -1 : 1;
+}
+
+// The executable of a strict write into part of a large buffer or of a
+// foreach update (an entry with a donor): the donating one when
+// access.can_donate(inputs, positions, owners) allows it (owners: the written
+// list, or (written,)), else the copying one (a new reference), as
 // Kernel.__call__ chooses; nullptr with an error on an error.
-PyObject* donating(const Context& c, PyObject* donor, PyObject* fn, PyObject* inputs, PyObject* written) {
+PyObject* donating(const Context& c, PyObject* donor, PyObject* fn, PyObject* inputs, PyObject* written,
+                   bool writes_list) {
   if (!PyTuple_CheckExact(donor) || PyTuple_GET_SIZE(donor) != 2 || c.can_donate == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "tpu: an entry's donor is not (fn, positions)");
     return nullptr;
+  }
+  if (writes_list) {
+    const int may = list_donatable(c, inputs, PyTuple_GET_ITEM(donor, 1), written);
+    if (may < 0) {
+      return nullptr;
+    }
+    return Py_NewRef(may == 1 ? PyTuple_GET_ITEM(donor, 0) : fn);
   }
   PyObject* owners = PyTuple_Pack(1, written);
   if (owners == nullptr) {
@@ -579,7 +667,7 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
   PyObject* results = nullptr;
   bool plain = out_buffers != nullptr && PyTuple_CheckExact(offsets) && PyList_CheckExact(inputs);
   PyObject* donor = plain ? PyObject_GetAttr(entry, c.s_donor) : nullptr;
-  plain = donor != nullptr && (donor == Py_None || (!fused && e.inplace && nargs > 0));
+  plain = donor != nullptr && (donor == Py_None || (e.inplace && nargs > 0));
   if (plain && PyTuple_GET_SIZE(offsets) > 0) {  // views read at run-time offsets: theirs passed last
     plain = PyList_SetSlice(inputs, PyList_GET_SIZE(inputs), PyList_GET_SIZE(inputs), offsets) == 0;
   }
@@ -589,8 +677,8 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
     plain = words != nullptr && PyList_Append(inputs, words) == 0;  // (else the draw's error, raised below)
     Py_XDECREF(words);
   }
-  if (plain && donor != Py_None) {  // a write into part of a large buffer
-    PyObject* chosen = donating(c, donor, fn, inputs, argv[0]);
+  if (plain && donor != Py_None && !fused) {  // a write into part of a large buffer, a foreach update
+    PyObject* chosen = donating(c, donor, fn, inputs, argv[0], e.writes_list);
     plain = chosen != nullptr;  // (else can_donate's error, raised as on the Kernel's path)
     if (plain) {
       Py_SETREF(fn, chosen);

@@ -25,16 +25,17 @@ MIN_NUMBERS = 4
 _PACKED = ((float, np.float64), (int, np.int64))  # (Python type, its pack's dtype): as fusion's packs
 
 
-def launcher(fn, traced, numbers, n_inputs, sample):
-    """``fn`` (``jax.jit(traced)``, maybe with compile options), or a
-    stand-in that passes its list numbers packed.  ``numbers``: (position
-    in the flat inputs, Python type) of each number inside a list argument;
-    ``n_inputs``: how many inputs every call passes; ``sample``: inputs of
-    the first call (arrays or shape stand-ins, numbers as they are)."""
+def launcher(fn, traced, numbers, n_inputs, sample, donate=()):
+    """``fn`` (``jax.jit(traced, donate_argnums=donate)``, maybe with compile
+    options), or a stand-in that passes its list numbers packed.
+    ``numbers``: (position in the flat inputs, Python type) of each number
+    inside a list argument; ``n_inputs``: how many inputs every call passes;
+    ``sample``: inputs of the first call (arrays or shape stand-ins, numbers as
+    they are); ``donate``: flat positions of donated buffers."""
     packs = [[i for i, t in numbers if t is kind] for kind, _ in _PACKED]
     if sum(map(len, packs)) < MIN_NUMBERS:
         return fn
-    return _Packed(fn, traced, packs, n_inputs, sample)
+    return _Packed(fn, traced, packs, n_inputs, sample, donate)
 
 
 def _getter(positions):
@@ -52,9 +53,10 @@ class _Packed:
 
     __slots__ = ("fn", "run", "rest", "packs", "__name__")
 
-    def __init__(self, fn, traced, packs, n_inputs, sample):
+    def __init__(self, fn, traced, packs, n_inputs, sample, donate=()):
         numbered = {i for positions in packs for i in positions}
         rest = [i for i in range(n_inputs) if i not in numbered]
+        donate = tuple(rest.index(i) for i in donate)  # (buffers: never numbers)
         used = [(positions, dtype) for positions, (_, dtype) in zip(packs, _PACKED) if positions]
 
         def unpacked(*xs):
@@ -73,7 +75,7 @@ class _Packed:
         self.rest = _getter(rest)
         self.packs = [(_getter(positions), dtype) for positions, dtype in used]
         packed_sample = [*self.rest(sample), *(np.zeros(len(p), d) for p, d in used)]
-        self.run = runtime.small_program_jit(jax.jit(unpacked), unpacked, packed_sample)
+        self.run = runtime.small_program_jit(jax.jit(unpacked, donate_argnums=donate), unpacked, packed_sample, donate)
         runtime.nests_as(self, fn)
 
     def __call__(self, *inputs):

@@ -383,6 +383,12 @@ def _draw_words(entry, args):
 
 # ---- the kernel wrapper -----------------------------------------------------
 
+def _owners(kernel, args):
+    """The tensors whose buffers an in-place kernel's donor donates, in its
+    positions' order: the written list, or the one written tensor."""
+    return args[0] if kernel.writes_list else args[:1]
+
+
 class _Entry:
     __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors", "wrap_outputs", "donor",
                  "offsets", "rng", "free", "by_offsets")
@@ -653,7 +659,10 @@ class Kernel:
                         entry, key = self._shape_matched(leaves, inputs, names)
         if (entry is not None and not entry.offsets and self.records_plainly
                 and len(args) <= self.plain_arity):  # fused: the predicted op, recorded
-            results = launch(self.name, entry.fn, inputs, entry.out_buffers)
+            fn = entry.fn
+            if entry.donor is not None and access.can_donate(inputs, entry.donor[1], _owners(self, args)):
+                fn = entry.donor[0]  # (strict only: can_donate refuses fused mode's buffers)
+            results = launch(self.name, fn, inputs, entry.out_buffers)
             metas = entry.out_tensors
             if metas is not None and entry.single and self.returns_one:
                 return _wrap_as(results[0], *metas[0])
@@ -695,8 +704,8 @@ class Kernel:
         if self.opts.rng:  # its random words (random_bits.py)
             inputs.append(entry.rng.words(_rng_material(args, kwargs), launch))
         fn = entry.fn
-        if entry.donor is not None and access.can_donate(inputs, entry.donor[1], args[:1]):  # a write into part of a large buffer
-            fn = entry.donor[0]
+        if entry.donor is not None and access.can_donate(inputs, entry.donor[1], _owners(self, args)):
+            fn = entry.donor[0]  # a write into part of a large buffer, or a foreach update
         if (self.mode == "out" and entry.single and len(self.out_names) == 1  # out= in the op's own program
                 and access.write_result(self.name, fn, inputs, entry.out_specs[0], kwargs[self.out_names[0]])):
             return kwargs[self.out_names[0]] if self.op._schema.returns else None
@@ -877,15 +886,22 @@ class Kernel:
                            for spec in in_place_specs]
         else:
             out_buffers = [(views.buffer_shape(s), s.dtype) for s in out_specs]
-        donate = access.worth_donating(in_place_specs, groups) if mode == "inplace" and not self.writes_list else ()
-        donor = (jax.jit(traced, donate_argnums=donate), donate) if donate else None
+        if mode != "inplace":
+            donate = ()
+        elif self.writes_list:  # a foreach update of distinct storages (an optimizer's): in place
+            donate = groups if groups == tuple(range(len(in_place_specs))) else ()
+        else:
+            donate = access.worth_donating(in_place_specs, groups)
         if modes._mode is _FUSED:  # a kernel that cannot take these inputs fails here, at the op, as in strict
             self._check_traces(fn, list(inputs) + [_offset_arg(0)] * n_offsets + rng_words, args, kwargs)
         # (the offsets too: without them the trace fails and views never get the cheaper compile)
         sample = list(inputs) + [_offset_arg(0)] * n_offsets + rng_words
-        fn = runtime.small_program_jit(fn, traced, sample)
-        if donor is None:
-            fn = list_numbers.launcher(fn, traced, _list_numbers(pos_t, kw_t), len(sample), sample)
+        numbers = _list_numbers(pos_t, kw_t)
+        fn = list_numbers.launcher(runtime.small_program_jit(fn, traced, sample), traced, numbers, len(sample), sample)
+        donor = None
+        if donate:  # the same program, its destinations' buffers donated (strict calls that may: can_donate)
+            donating = runtime.small_program_jit(jax.jit(traced, donate_argnums=donate), traced, sample, donate)
+            donor = (list_numbers.launcher(donating, traced, numbers, len(sample), sample, donate), donate)
         entry = _Entry(fn, out_specs, single, out_buffers, donor)
         entry.rng = rng_plan
         return entry
