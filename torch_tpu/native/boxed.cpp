@@ -151,14 +151,15 @@ struct BoxedPythonKernel final : c10::OperatorKernel {
       }
       if (!keywords.empty()) {
         kwnames = PyTuple_New(static_cast<Py_ssize_t>(keywords.size()));
-        for (size_t k = 0; k < keywords.size(); ++k) {
+        failed = kwnames == nullptr;
+        for (size_t k = 0; !failed && k < keywords.size(); ++k) {
           PyTuple_SET_ITEM(kwnames, k, Py_NewRef(names[keywords[k]]));
           items.push_back(to_python(arguments[keywords[k]], kinds[keywords[k]]));
         }
       }
-    } catch (...) {
+    } catch (...) {  // (toPyObject's error)
       for (PyObject* item : items) {
-        Py_DECREF(item);
+        Py_XDECREF(item);
       }
       Py_XDECREF(kwnames);
       throw;
