@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 
 import torch_tpu
+from torch_tpu import native
 from torch_tpu.eager import access
 from torch_tpu.ops import registry
 
@@ -23,6 +24,8 @@ def calls_in_torch_tpu(fn, prefix=PACKAGE):
     while ``fn()`` runs on this thread (PyTorch's and JAX's internals not
     counted, so a budget does not depend on their versions); ``prefix=""``:
     every package's."""
+    if not native.status().startswith("C++"):  # (CI builds it, as the README's install does)
+        pytest.skip(f"the budgets count the native helper's path; it is not in use: {native.status()}")
     count = [0]
 
     def profile(frame, event, arg):

@@ -165,6 +165,7 @@ def call_matcher():
 
 def status() -> str:
     """One line for the environment report."""
+    _helper()  # (sets _why_not if it cannot be used)
     if _why_not is not None:
         return f"Python ({_why_not})"
     return ("C++ (view kernels, device guard, kernel calls, cached-op entry, signature checks, output tensors and "
