@@ -183,18 +183,14 @@ def set_empty(self):
 
 def to_device_array(cpu_tensor):
     """A CPU tensor's value as a jax array on the device (a private copy)."""
-    return _put_on_device(dtypes.numpy_from_cpu_tensor(cpu_tensor))
-
-
-def _put_on_device(host: np.ndarray):
-    return transfer.put(host)
+    return transfer.put(dtypes.numpy_from_cpu_tensor(cpu_tensor))
 
 
 def _moved_to_device(name, t):
     """CPU tensor ``t``'s values as a device array of its shape, one transfer
     launched as op ``name``; and the host array moved."""
     host = dtypes.numpy_from_cpu_tensor(_numpy_ranked(t))
-    value = launch(name, _put_on_device, (host,))
+    value = launch(name, transfer.put, (host,))
     if value.ndim != t.dim():  # past NumPy's 64 dims: moved flat, shaped on the device
         value = launch(name, functools.partial(jnp.reshape, shape=tuple(t.shape)), (value,))
     return value, host

@@ -383,12 +383,6 @@ def _draw_words(entry, args):
 
 # ---- the kernel wrapper -----------------------------------------------------
 
-def _owners(kernel, args):
-    """The tensors whose buffers an in-place kernel's donor donates, in its
-    positions' order: the written list, or the one written tensor."""
-    return args[0] if kernel.writes_list else args[:1]
-
-
 class _Entry:
     __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors", "wrap_outputs", "donor",
                  "offsets", "rng", "free", "by_offsets")
@@ -412,6 +406,14 @@ class _Entry:
         self.rng = None  # a random kernel's random_bits.Plan
         self.free = None  # an entry for views at given offsets: the offset-free entry it was made from
         self.by_offsets = None  # an offset-free entry's entries at given offsets (made by at)
+
+    def executable(self, inputs, written):
+        """``fn``, or the donating one when ``access.can_donate`` lets this
+        call give up the buffers of ``written`` (the tensors written, in the
+        donor's positions' order: strict calls only, it refuses fused mode's)."""
+        if self.donor is not None and access.can_donate(inputs, self.donor[1], written):
+            return self.donor[0]
+        return self.fn
 
     def at(self, offsets):
         """This entry (of a signature whose views' offsets are None) for
@@ -659,10 +661,7 @@ class Kernel:
                         entry, key = self._shape_matched(leaves, inputs, names)
         if (entry is not None and not entry.offsets and self.records_plainly
                 and len(args) <= self.plain_arity):  # fused: the predicted op, recorded
-            fn = entry.fn
-            if entry.donor is not None and access.can_donate(inputs, entry.donor[1], _owners(self, args)):
-                fn = entry.donor[0]  # (strict only: can_donate refuses fused mode's buffers)
-            results = launch(self.name, fn, inputs, entry.out_buffers)
+            results = launch(self.name, entry.executable(inputs, self._written(args)), inputs, entry.out_buffers)
             metas = entry.out_tensors
             if metas is not None and entry.single and self.returns_one:
                 return _wrap_as(results[0], *metas[0])
@@ -703,9 +702,7 @@ class Kernel:
             inputs += entry.offsets
         if self.opts.rng:  # its random words (random_bits.py)
             inputs.append(entry.rng.words(_rng_material(args, kwargs), launch))
-        fn = entry.fn
-        if entry.donor is not None and access.can_donate(inputs, entry.donor[1], _owners(self, args)):
-            fn = entry.donor[0]  # a write into part of a large buffer, or a foreach update
+        fn = entry.executable(inputs, self._written(args))  # (a write into part of a large buffer, a foreach update)
         if (self.mode == "out" and entry.single and len(self.out_names) == 1  # out= in the op's own program
                 and access.write_result(self.name, fn, inputs, entry.out_specs[0], kwargs[self.out_names[0]])):
             return kwargs[self.out_names[0]] if self.op._schema.returns else None
@@ -718,6 +715,11 @@ class Kernel:
         if metas is not None and entry.single and self.returns_one:  # most ops: _finish's first case, inline
             return _wrap_as(results[0], *metas[0])
         return self._finish(entry, results, args, kwargs)
+
+    def _written(self, args):
+        """The tensors an in-place call writes, in its donor's positions' order:
+        the written list, or the one written tensor."""
+        return args[0] if self.writes_list else args[:1]
 
     # -- output handling ------------------------------------------------------
     def _finish(self, entry, results, args, kwargs):
