@@ -27,7 +27,7 @@ from ..device import rng
 from ..eager import access, fusion, modes
 from ..eager.launch import launch
 from ..ops import registry, signature_match
-from ..storage import buffers, views
+from ..storage import buffers, transfer, views
 from . import collectives, lowering, rewrites, options as compiler_options
 from .host import HostPart
 
@@ -634,7 +634,7 @@ def _write_inputs(tensors, values, swaps=()):
         else:
             access.write(t, value)
     if cpu:
-        hosts = jax.device_get([v for _, v in cpu])
+        hosts = transfer.fetch([v for _, v in cpu])
         for (t, _), host in zip(cpu, hosts):
             if t.dim() == 0:  # a step count: fill_ with the exact value is the cheap path
                 t.fill_(host.item())

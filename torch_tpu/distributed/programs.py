@@ -10,6 +10,7 @@ with its payload, in one collective.
 """
 import concurrent.futures
 import functools
+import math
 import time
 import zlib
 
@@ -123,6 +124,8 @@ class _Layout:
         # what make_array_from_single_device_arrays derives on every call, once
         self.aval = core.update_aval_with_sharding(
             core.ShapedArray(self.global_shape, self.dtype, weak_type=False), self.spec)
+        # a wait for this payload polls before handing off (Launched.result)
+        self.small = math.prod(local) * self.dtype.itemsize <= POLL_MAX_BYTES
 
     def assemble(self, x):
         """The global array whose block on this rank is ``x``."""
@@ -494,6 +497,15 @@ def mismatch_of_signatures(sigs):
 
 _waiter = None
 
+# One item per Launched given up on, in any stream: a stream looks through its
+# running collectives for one only when this grew (stream.check_timeouts).
+_given_up = []
+
+
+def given_up() -> int:
+    """How many launched collectives timeouts have given up on so far."""
+    return len(_given_up)
+
 
 class Launched:
     """A launched collective: ``result(timeout)`` gives (local result, every
@@ -505,16 +517,16 @@ class Launched:
     and waits on that with the timeout: a missing peer then costs the group
     timeout, not a hang.
     """
-    __slots__ = ("value", "_waited", "mismatch", "timed_out", "predicted", "checked", "small")
+    __slots__ = ("value", "_waited", "mismatch", "_timed_out", "predicted", "checked", "small")
 
-    def __init__(self, value, mismatch=None, predicted=False, checked=False, payload=None):
+    def __init__(self, value, mismatch=None, predicted=False, checked=False, small=False):
         self.value = value
         # a small collective's wait polls it before handing it off (see _poll)
-        self.small = payload is not None and payload.nbytes <= POLL_MAX_BYTES
+        self.small = small
         self._waited = None
         # mismatch(check output) -> None, or what the ranks disagreed on
         self.mismatch = mismatch or mismatch_of_signatures
-        self.timed_out = False  # set by the work that gave up on it (stream.py reads it)
+        self._timed_out = False
         # a FastPlan every rank launched as predicted: no transport mismatch
         # possible, so its work need not wait for it (work.py)
         self.predicted = predicted
@@ -523,8 +535,22 @@ class Launched:
         # prediction's program: its result has the predicted call's shape.)
         self.checked = checked
 
+    @property
+    def timed_out(self):
+        """Given up on by a wait (its stream stops predicting: stream.py)."""
+        return self._timed_out
+
+    @timed_out.setter
+    def timed_out(self, value):
+        if value and not self._timed_out:
+            _given_up.append(None)  # (list.append is atomic: counted from any thread)
+        self._timed_out = value
+
     def done(self):
-        return all(a.is_ready() for a in self.value)
+        for a in self.value:
+            if not a.is_ready():
+                return False
+        return True
 
     def result(self, timeout=None):
         # done() first, even with a wait handed off already: the waiter thread
@@ -604,4 +630,4 @@ def submit(kind, static, devices, x, block=None, out_shape=None):
     p = plan(kind, static, devices, tuple(x.shape), x.dtype,
              None if block is None else tuple(block), None if out_shape is None else tuple(out_shape))
     counts["launches"] += 1
-    return Launched(p.launch(x), checked=True, payload=x)
+    return Launched(p.launch(x), checked=True, small=p.small)

@@ -55,6 +55,7 @@ class _Stream:
         self.broken = False
         self.seq = 0  # programs launched on the stream: the same count on every rank
         self.me = None  # this rank's index in the stream's devices (a process drives one device)
+        self.given_up = 0  # programs.given_up() when check_timeouts last looked
         # store keys of this rank's misses that every rank missed too: no
         # verdict reads them once the checked call after them has run on all
         # ranks (deleted when it settles; a miss of some ranks only keeps its
@@ -64,10 +65,16 @@ class _Stream:
     def check_timeouts(self):
         """Broken if a collective still running was given up on.  (Asking
         each whether it is done costs a call into XLA per running collective:
-        only the oldest are asked, to drop them, unless one timed out.)"""
+        only the oldest are asked, to drop them, unless one timed out; and
+        they are looked through for one only when some collective anywhere
+        was given up on since the last look: dozens run ahead of the host.)"""
         running = self.running
         while running and running[0].done():
             running.popleft()
+        given_up = programs.given_up()
+        if given_up == self.given_up:
+            return
+        self.given_up = given_up
         if any(one.timed_out for one in running):
             self.running = running = collections.deque(one for one in running if not one.done())
             if any(one.timed_out for one in running):
@@ -169,7 +176,7 @@ def _launch(s, sig, kind, static, devices, x, block, out_shape, timeout_s):
             p = programs.fast(sig, devices)
             s.seq += 1
             return programs.Launched(p.launch(x), _verdict(s, p, guess, None, devices, x),
-                                     predicted=True, payload=x)
+                                     predicted=True, small=p.small)
         launched = _missed(s, guess, sig, devices, x, timeout_s)
         if launched is not None:
             return launched

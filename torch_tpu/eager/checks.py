@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 from .. import dtypes
-from ..storage import views
+from ..storage import transfer, views
 from . import fusion, modes
 
 # Past this many unread checks, the finished ones are looked at (a loop that
@@ -138,30 +138,41 @@ def raise_failed() -> None:
     _raise_first(items)
 
 
-def _raise_first(items):
-    """Read the numbers of ``items`` [(value, verdict[, wait])] in one transfer; raise the first failure."""
+def _raise_first(items, finished=False):
+    """Read the numbers of ``items`` [(value, verdict[, wait])] in one transfer; raise the first failure.
+    ``finished``: every value is known computed (its program's wait has nothing left to wait for)."""
     # the last first: collectives complete in the order they were issued, so
     # once the last is done the others are (each wait that finds its program
     # unfinished hands a blocking wait to another thread: one handoff, not one
     # per collective issued since the last host wait)
-    for item in reversed(items):
-        if len(item) == 3:
-            item[2]()
-    hosts = jax.device_get([fusion.resolve(item[0]) for item in items])
+    if not finished:
+        for item in reversed(items):
+            if len(item) == 3:
+                item[2]()
+    hosts = transfer.fetch([fusion.resolve(item[0]) for item in items])
     for item, host in zip(items, hosts):
-        error = item[1](np.asarray(host))
+        error = item[1](host)
         if error is not None:
             raise error
 
 
 def _look_at_finished():
+    """Read the oldest checks that are computed, up to the first that is not
+    (work finishes about in the order it was issued: asking every pending
+    check each time asked the dozens a loop of collectives keeps running
+    ahead of the host again and again); past four times the limit, the
+    oldest half is waited for as well."""
     with _lock:
-        finished = [_finished(item[0]) for item in _pending]
-        if finished.count(False) > 4 * _LIMIT:  # none finishing: wait for the oldest half too
-            finished[:len(finished) // 2] = [True] * (len(finished) // 2)
-        done = [item for item, f in zip(_pending, finished) if f]
-        _pending[:] = [item for item, f in zip(_pending, finished) if not f]
-    _raise_first(done)
+        ready = 0
+        for item in _pending:
+            if not _finished(item[0]):
+                break
+            ready += 1
+        waited = len(_pending) // 2 if len(_pending) - ready > 4 * _LIMIT else 0
+        done = _pending[:max(ready, waited)]
+        del _pending[:len(done)]
+    _raise_first(done[:ready], finished=True)
+    _raise_first(done[ready:])
 
 
 def _finished(value):
