@@ -382,6 +382,37 @@ def test_entry_notes_strict_launches_in_the_bounded_queue():
     assert torch.equal(y.cpu(), torch.full((64, 64), 3.0 + 3 * pending._LIMIT))
 
 
+@pytest.mark.skipif(not BUILT, reason="native helper not built (a pure-Python install: see README, Install)")
+def test_a_launch_reading_the_newest_noted_result_replaces_it():
+    """A chain of strict ops holds one queue entry (each launch reads the one
+    before it, so waiting for the last waits for all: none is pruned one by
+    one); launches that do not read the newest are each kept; synchronize
+    still leaves every result computed."""
+    from torch_tpu.eager import pending
+    x, y = torch.ones(64, 64, device="tpu"), torch.full((64, 64), 2.0, device="tpu")
+    with torch.tpu.set_eager_mode("strict"):
+        z = x * y
+        for _ in range(2):  # (compiled and cached: the native entry's path from now on)
+            z = z * 1.5 + y
+        torch.tpu.synchronize()
+        z = z * 1.5 + y
+        assert len(pending._pending) == 1
+        for _ in range(48):
+            z = z * 1.5 + y
+        assert len(pending._pending) == 1
+        newest = pending._pending[-1]
+        a, b = x + 1, y + 1  # (b reads nothing a wrote: both kept)
+        assert len(pending._pending) == 3 and pending._pending[0] is newest
+        results = list(pending._pending)
+        torch.tpu.synchronize()
+        assert not pending._pending and all(r.is_ready() for r in results)
+    expected = torch.full((64, 64), 2.0)
+    for _ in range(51):
+        expected = expected * 1.5 + 2.0
+    assert torch.equal(z.cpu(), expected)
+    assert torch.equal(a.cpu(), torch.full((64, 64), 2.0)) and torch.equal(b.cpu(), torch.full((64, 64), 3.0))
+
+
 @pytest.mark.skipif(native.call_matcher() is None, reason="native helper not built")
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 def test_entry_takes_views_at_run_time_offsets_and_strict_shapes_past_the_recent_ones(mode):

@@ -3,7 +3,9 @@
 JAX dispatch is asynchronous and XLA may run independent ops concurrently,
 so a device-wide sync waits on every recent result, not just the last one.
 Past a limit the oldest results are dropped once finished, or waited for
-(a bounded launch queue, as CUDA's).
+(a bounded launch queue, as CUDA's).  The native entry replaces the newest
+result when the next launch reads it (that launch starts only once its inputs
+are computed), so a chain of ops holds one entry.
 """
 import collections
 import operator
@@ -68,10 +70,15 @@ def _first(results):
 
 
 def _prune() -> None:
-    while _pending and _ready(_pending[0]):
-        _pending.popleft()
-    while len(_pending) > _LIMIT // 2:
-        jax.block_until_ready(_pending.popleft())
+    # (the native entry may pop the newest meanwhile: see its noted(); a queue
+    # emptied under us is pruned)
+    try:
+        while _pending and _ready(_pending[0]):
+            _pending.popleft()
+        while len(_pending) > _LIMIT // 2:
+            jax.block_until_ready(_pending.popleft())
+    except IndexError:
+        pass
 
 
 def _ready(x) -> bool:

@@ -71,6 +71,7 @@ struct Context {
   PyObject* s_limit = nullptr;
   PyObject* s_overflow = nullptr;
   PyObject* s_append = nullptr;
+  PyObject* s_pop = nullptr;
   PyObject* s_free = nullptr;
   PyObject* s_by_offsets = nullptr;
 };
@@ -420,9 +421,14 @@ PyObject* written_back(const Context& c, const Entry& e, PyObject* entry, PyObje
 
 // pending.note(results) without its frame: a launch remembered by its single
 // array (or a flat tuple or list's first), appended to the queue, which
-// Python prunes past its limit; anything else goes to note itself.  False
-// with an error set on an error.
-bool noted(const Context& c, PyObject* results) {
+// Python prunes past its limit; anything else goes to note itself.  The
+// newest noted result, when it is one of this launch's ``inputs``, is
+// replaced: XLA starts a launch only once its inputs are computed, so waiting
+// for the new result waits for both (a chain of ops keeps one entry instead
+// of one per op, each asked is_ready() when pruned).  (In C++ only: the GIL
+// is held from the look to the pop, so no other thread's launch comes between.)
+// False with an error set on an error.
+bool noted(const Context& c, PyObject* results, PyObject* inputs) {
   PyObject* first = results;
   if (PyTuple_CheckExact(results) || PyList_CheckExact(results)) {
     first = PySequence_Fast_GET_SIZE(results) > 0 ? PySequence_Fast_GET_ITEM(results, 0) : nullptr;
@@ -437,6 +443,28 @@ bool noted(const Context& c, PyObject* results) {
     PyObject* done = PyObject_CallOneArg(c.note, results);
     Py_XDECREF(done);
     return done != nullptr;
+  }
+  const Py_ssize_t held = PyList_CheckExact(inputs) ? PyObject_Size(queue) : 0;
+  if (held < 0) {
+    return false;
+  }
+  if (held > 0) {
+    PyObject* last = PySequence_GetItem(queue, held - 1);
+    if (last == nullptr) {
+      return false;
+    }
+    bool read = false;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(inputs) && !read; ++k) {
+      read = PyList_GET_ITEM(inputs, k) == last;
+    }
+    Py_DECREF(last);
+    if (read) {
+      PyObject* popped = PyObject_CallMethodNoArgs(queue, c.s_pop);
+      if (popped == nullptr) {
+        return false;
+      }
+      Py_DECREF(popped);
+    }
   }
   PyObject* appended = PyObject_CallMethodOneArg(queue, c.s_append, first);
   if (appended == nullptr) {
@@ -694,7 +722,7 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
     if (results == nullptr) {
       PyErr_Clear();  // the Kernel runs it again and names the failure
     } else {
-      if (!noted(c, results)) {
+      if (!noted(c, results, inputs)) {
         Py_CLEAR(results);
       }
     }
@@ -836,6 +864,7 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   c->s_limit = intern("_LIMIT");
   c->s_overflow = intern("_overflow");
   c->s_append = intern("append");
+  c->s_pop = intern("pop");
   c->s_free = intern("free");
   c->s_by_offsets = intern("by_offsets");
   context = c;
