@@ -138,17 +138,15 @@ def raise_failed() -> None:
     _raise_first(items)
 
 
-def _raise_first(items, finished=False):
-    """Read the numbers of ``items`` [(value, verdict[, wait])] in one transfer; raise the first failure.
-    ``finished``: every value is known computed (its program's wait has nothing left to wait for)."""
+def _raise_first(items):
+    """Read the numbers of ``items`` [(value, verdict[, wait])] in one transfer; raise the first failure."""
     # the last first: collectives complete in the order they were issued, so
     # once the last is done the others are (each wait that finds its program
     # unfinished hands a blocking wait to another thread: one handoff, not one
     # per collective issued since the last host wait)
-    if not finished:
-        for item in reversed(items):
-            if len(item) == 3:
-                item[2]()
+    for item in reversed(items):
+        if len(item) == 3:
+            item[2]()  # (a collective given up on raises its timeout here, finished or not)
     hosts = transfer.fetch([fusion.resolve(item[0]) for item in items])
     for item, host in zip(items, hosts):
         error = item[1](host)
@@ -160,8 +158,8 @@ def _look_at_finished():
     """Read the oldest checks that are computed, up to the first that is not
     (work finishes about in the order it was issued: asking every pending
     check each time asked the dozens a loop of collectives keeps running
-    ahead of the host again and again); past four times the limit, the
-    oldest half is waited for as well."""
+    ahead of the host again and again); past four times the limit of them
+    unread, the oldest half is read, waited for if need be."""
     with _lock:
         ready = 0
         for item in _pending:
@@ -171,8 +169,7 @@ def _look_at_finished():
         waited = len(_pending) // 2 if len(_pending) - ready > 4 * _LIMIT else 0
         done = _pending[:max(ready, waited)]
         del _pending[:len(done)]
-    _raise_first(done[:ready], finished=True)
-    _raise_first(done[ready:])
+    _raise_first(done)
 
 
 def _finished(value):
