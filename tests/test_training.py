@@ -397,6 +397,49 @@ def test_fused_adamw_matches_cpu_and_is_recorded_in_fused_mode(mode, amsgrad):
     assert pending == [mode == "fused"] * 3
 
 
+def test_factory_results_are_committed_and_the_second_step_compiles_nothing():
+    # A factory's program has no committed input, so its results were
+    # uncommitted arrays; AdamW's first foreach updates read them (fresh
+    # states) next to committed ones, and the second step's, reading their
+    # own results, was another jit signature: compiled again (~40-80 ms).
+    import logging
+
+    import jax
+
+    from torch_tpu.storage import buffers
+    made = {"zeros": torch.zeros(5, 3, device="tpu"), "ones": torch.ones(7, device="tpu"),
+            "full": torch.full((2, 3), 1.5, device="tpu"), "arange": torch.arange(6, device="tpu"),
+            "linspace": torch.linspace(0, 1, 5, device="tpu"), "eye": torch.eye(3, device="tpu"),
+            "randn": torch.randn(4, 4, device="tpu"), "zeros_like": torch.zeros_like(torch.ones(3, 2, device="tpu"))}
+    assert [name for name, t in made.items() if not buffers.get_buffer(t.untyped_storage()).committed] == []
+
+    model = nn.Sequential(nn.Linear(6, 5), nn.LayerNorm(5), nn.Linear(5, 3)).to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x = torch.randn(4, 6, device="tpu")
+
+    def step():
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+    step()
+    compiled = []
+
+    class Compiles(logging.Handler):
+        def emit(self, record):
+            if record.getMessage().startswith("Compiling "):
+                compiled.append(record.getMessage()[:80])
+    handler, logger = Compiles(), logging.getLogger("jax")
+    logger.addHandler(handler)
+    jax.config.update("jax_log_compiles", True)
+    try:
+        step()
+        torch.tpu.synchronize()
+    finally:
+        jax.config.update("jax_log_compiles", False)
+        logger.removeHandler(handler)
+    assert compiled == []
+
+
 @pytest.mark.parametrize("path", ["native", "kernel"])
 def test_foreach_adamw_updates_in_place_unless_a_buffer_is_held(path):
     # torch.optim's default AdamW on tpu is the foreach one: eight in-place

@@ -12,7 +12,6 @@ formulas (which precision each step is computed in), so results match.
 import functools
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -98,7 +97,7 @@ def _arange_fn(n, acc, npdtype):
             vec = (base + (k - b).astype(acc) * step).astype(npdtype)
             value = jnp.where(k < n // (2 * width) * (2 * width), vec, value)
         return value
-    return jax.jit(run)
+    return runtime.device_jit(run)
 
 
 def _shown(x):
@@ -162,7 +161,7 @@ def _arange_constant(n, acc, npdtype, start, step):
 
 @functools.lru_cache(maxsize=None)
 def _range_fn(n, acc, npdtype):
-    return jax.jit(lambda start, step: (start + step * jnp.arange(n, dtype=np.int64).astype(acc)).astype(npdtype))
+    return runtime.device_jit(lambda start, step: (start + step * jnp.arange(n, dtype=np.int64).astype(acc)).astype(npdtype))
 
 
 @register_raw("range.out")
@@ -316,7 +315,7 @@ def _ends(start, end, out):
 
 @functools.lru_cache(maxsize=None)
 def _linspace_fn(n, step_dtype, npdtype):
-    return jax.jit(lambda start, end, denom: _ramp(start, end, denom, n, step_dtype).astype(npdtype))
+    return runtime.device_jit(lambda start, end, denom: _ramp(start, end, denom, n, step_dtype).astype(npdtype))
 
 
 @register_raw("linspace.out")
@@ -334,7 +333,7 @@ def _logspace_fn(n, step_dtype, npdtype):
         exps = _ramp(start, end, denom, n, step_dtype)
         wide = np.complex128 if jnp.issubdtype(step_dtype, jnp.complexfloating) else np.float64
         return jnp.power(base.astype(wide), exps.astype(wide)).astype(npdtype)
-    return jax.jit(run)
+    return runtime.device_jit(run)
 
 
 @register_raw("logspace.out")
@@ -347,7 +346,7 @@ def logspace_out(start, end, steps, base=10.0, *, out):
 
 @functools.lru_cache(maxsize=None)
 def _eye_fn(n, m, npdtype):
-    return jax.jit(lambda: jnp.eye(n, m, dtype=npdtype))
+    return runtime.device_jit(lambda: jnp.eye(n, m, dtype=npdtype))
 
 
 @register_raw("eye.m_out")
@@ -397,7 +396,7 @@ class _Fill:
 
 @functools.lru_cache(maxsize=None)
 def _fill_fn(shape, npdtype, value_dtype):  # (one executable for every value of a kind: ones and full(1.0))
-    return jax.jit(lambda v: (jnp.broadcast_to(v.astype(npdtype), shape),))
+    return runtime.device_jit(lambda v: (jnp.broadcast_to(v.astype(npdtype), shape),))
 
 
 def _value_key(value):

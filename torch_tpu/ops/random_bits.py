@@ -32,6 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import runtime
+
 MIN_WORDS = 1 << 10
 INLINE_WORDS = 1 << 20  # above: the kernel draws in its own launch (one compile per shape)
 
@@ -79,7 +81,7 @@ def words_program(n_words: int, kind=None):
             with _state(words=words, kind=None, counting=False, used=0, draws=None):
                 return (DISTRIBUTIONS[kind[0]]((length,), dtype, None),)
         draw.__name__ = f"random_words_{n_words}" + ("" if kind is None else f"_{kind[0]}_{kind[1]}")
-        fn = _programs[n_words, kind] = jax.jit(draw)
+        fn = _programs[n_words, kind] = runtime.device_jit(draw)
     return fn
 
 

@@ -8,7 +8,6 @@ import functools
 import math
 import weakref
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -237,7 +236,7 @@ def _shared_zeros(n, npdtype):
 @functools.lru_cache(maxsize=None)
 def _zeros_fn(n, npdtype):
     runtime.jax_device()  # starts the platform and makes it JAX's default device
-    return jax.jit(lambda: jnp.zeros((n,), npdtype))
+    return runtime.device_jit(lambda: jnp.zeros((n,), npdtype))
 
 
 def storage_numel(shape, strides) -> int:
