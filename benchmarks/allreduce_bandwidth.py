@@ -25,7 +25,9 @@ call waited for; the ratio and the bandwidth use the better of the two
 (several large XLA collectives in flight at once can slow each other); tpu_dist
 is timed both ways too, and "alike" compares each engine called the same way
 (the better-of-two floor against one tpu_dist figure leans high when the
-machine's load swings).  Then the latency of one small all_reduce waited for on its
+machine's load swings).  Then each engine's host CPU per call (the calling
+thread's: what its Python and launch cost, resolvable on a loaded machine),
+the latency of one small all_reduce waited for on its
 own, and one training step of the "tiny" GPT with DDP on each backend next
 to the same step without DDP (both ranks stepping at once) and the floor's
 cost for the step's gradient buckets (and DDP with a comm hook that skips
@@ -46,13 +48,15 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
 
 def _timed(call, finish, iters):
-    """(wall ms, CPU ms) per call of ``iters`` calls and one ``finish``."""
-    wall, cpu = time.perf_counter(), time.process_time()
+    """(wall ms, CPU ms, the calling thread's CPU us) per call of ``iters``
+    calls and one ``finish``."""
+    wall, cpu, host = time.perf_counter(), time.process_time(), time.thread_time()
     for _ in range(iters):
         call()
     finish()
     return ((time.perf_counter() - wall) * 1e3 / iters,
-            (time.process_time() - cpu) * 1e3 / iters)
+            (time.process_time() - cpu) * 1e3 / iters,
+            (time.thread_time() - host) * 1e6 / iters)
 
 
 class _Jax:
@@ -327,8 +331,8 @@ def _report(args, sizes, coll, lat, ddp):
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for kb in sizes:
             (jw, jc), (ww, wc), (dw, dc), (tw, tc), (vw, vc), (gw, gc) = (
-                coll[(op, kb, n)] for n in ("jax", "jax waited", "jax dispatched", "tpu_dist",
-                                            "tpu_dist waited", "gloo"))
+                coll[(op, kb, n)][:2] for n in ("jax", "jax waited", "jax dispatched", "tpu_dist",
+                                                "tpu_dist waited", "gloo"))
             floor = min(jw, ww)  # the better of the two ways to call the engine
             gbs = [kb * 1024 / 1e6 / w for w in (floor, tw, gw)]
             print(f"| {_size(kb)} | {jw:.2f} ({jc:.2f}) | {ww:.2f} ({wc:.2f}) | {dw:.2f} ({dc:.2f}) "
@@ -336,6 +340,18 @@ def _report(args, sizes, coll, lat, ddp):
                   f"| {tw / jw:.2f}, {vw / ww:.2f} | {tw / dw:.2f} | {tw - floor:+.2f} | {gbs[0]:.3f} "
                   f"| {gbs[1]:.3f} | {gbs[2]:.3f} |")
         print()
+    print("### host CPU per call\n")
+    print("The calling thread's CPU time per call back to back (rank 0), in µs: the host work "
+          "each engine's Python and launch cost, which stays on a TPU whatever its transport. "
+          "It swings far less with this shared machine's load than wall time or the process's "
+          "CPU (XLA's threads spin while they wait).\n")
+    print("| op | size | bare JAX, dispatched | tpu_dist | Gloo | tpu_dist - bare JAX |")
+    print("|---|---|---|---|---|---|")
+    for op in args.ops:
+        for kb in sizes:
+            d, t, g = (coll[(op, kb, n)][2] for n in ("jax dispatched", "tpu_dist", "gloo"))
+            print(f"| {op} | {_size(kb)} | {d:.0f} | {t:.0f} | {g:.0f} | {t - d:+.0f} |")
+    print()
     print("### all_reduce latency, each call waited for\n")
     print("| size | bare JAX ms | tpu_dist ms | Gloo ms | tpu_dist - JAX ms |")
     print("|---|---|---|---|---|")
@@ -347,9 +363,9 @@ def _report(args, sizes, coll, lat, ddp):
         print(f"\n### tiny GPT training step, 2 ranks ({args.steps} steps, AdamW)\n")
         print("| variant | ms/step | CPU ms/step |")
         print("|---|---|---|")
-        for name, (w, c) in steps.items():
+        for name, (w, c, _) in steps.items():
             print(f"| {name} | {w:.1f} | {c:.1f} |")
-        (single, single_cpu), (ddp_w, ddp_c) = steps["tpu"], steps["tpu_dist DDP"]
+        (single, single_cpu, _), (ddp_w, ddp_c, _) = steps["tpu"], steps["tpu_dist DDP"]
         print(f"\nDDP buckets: {[f'{b / 2**20:.2f} MB' for b in buckets]}; their all_reduces at "
               f"the floor: {floor[0]:.1f} ms ({floor[1]:.1f} CPU ms); goal for the tpu_dist DDP "
               f"step: <= tpu + floor = {single + floor[0]:.1f} ms ({single_cpu + floor[1]:.1f} CPU "

@@ -277,6 +277,7 @@ def test_collectives_benchmark_small_configuration():
                           check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for heading in ("### all_reduce", "### all_gather", "### reduce_scatter", "bare JAX, dispatched",
+                    "### host CPU per call",
                     "### all_reduce latency", "tpu_dist DDP", "gloo DDP", "DDP goal, wall: ",
                     "DDP goal, CPU: ", "with gradient_as_bucket_view=True: ", "tpu_dist DDP, compiled",
                     "compiled (torch.compile(backend=\"tpu\")): DDP "):
