@@ -398,8 +398,8 @@ def test_fused_adamw_matches_cpu_and_is_recorded_in_fused_mode(mode, amsgrad):
 
 
 def test_factory_results_are_committed_and_the_second_step_compiles_nothing():
-    # A factory's program has no committed input, so its results were
-    # uncommitted arrays; AdamW's first foreach updates read them (fresh
+    # A program with no committed input (a factory, a fill of a Python
+    # number) gave uncommitted arrays; AdamW's first foreach updates read them (fresh
     # states) next to committed ones, and the second step's, reading their
     # own results, was another jit signature: compiled again (~40-80 ms).
     import logging
@@ -410,7 +410,9 @@ def test_factory_results_are_committed_and_the_second_step_compiles_nothing():
     made = {"zeros": torch.zeros(5, 3, device="tpu"), "ones": torch.ones(7, device="tpu"),
             "full": torch.full((2, 3), 1.5, device="tpu"), "arange": torch.arange(6, device="tpu"),
             "linspace": torch.linspace(0, 1, 5, device="tpu"), "eye": torch.eye(3, device="tpu"),
-            "randn": torch.randn(4, 4, device="tpu"), "zeros_like": torch.zeros_like(torch.ones(3, 2, device="tpu"))}
+            "randn": torch.randn(4, 4, device="tpu"), "zeros_like": torch.zeros_like(torch.ones(3, 2, device="tpu")),
+            # a kernel whose only input is a Python number it has not seen
+            "fill_": torch.empty(3, device="tpu").fill_(2.6875)}
     assert [name for name, t in made.items() if not buffers.get_buffer(t.untyped_storage()).committed] == []
 
     model = nn.Sequential(nn.Linear(6, 5), nn.LayerNorm(5), nn.Linear(5, 3)).to("tpu")

@@ -104,9 +104,10 @@ def check_device(device) -> None:
 
 
 def device_jit(fun, **options):
-    """``jax.jit(fun, **options)`` whose results are committed to the device.
-    A program with no committed input (a factory: zeros, arange, a fill, a
-    random draw) otherwise gives uncommitted arrays, and an op reading one
+    """``jax.jit(fun, **options)`` whose results are committed to the device:
+    every eager program's (a kernel's, a factory's, a random draw's).  A
+    program with no committed input (a factory, a fill of a Python number)
+    otherwise gives uncommitted arrays, and an op reading one
     next to committed arrays (every other op's results) is another jit
     signature than the same op reading its own results later: it compiled
     twice (AdamW's foreach updates again at the second step, ~40-80 ms)."""
@@ -309,7 +310,7 @@ _plain_jit: dict = {}  # a jit with FAST_COMPILE_OPTIONS -> the same function's 
 
 
 def small_program_jit(fn, fun, args, donate=()):
-    """``fn`` (``jax.jit(fun, donate_argnums=donate)``), or the same jit with
+    """``fn`` (``device_jit(fun, donate_argnums=donate)``), or the same jit with
     the cheaper compile options when the program ``fun`` traces to for
     ``args`` (arrays or anything with a shape and dtype) is small and exact.
     The trace is jit's own, which the first call reuses.  A jit with compile
@@ -325,7 +326,7 @@ def small_program_jit(fn, fun, args, donate=()):
     options = compile_options(traced.jaxpr)
     if options is None:
         return fn
-    fast = jax.jit(fun, compiler_options=options, donate_argnums=donate)
+    fast = device_jit(fun, compiler_options=options, donate_argnums=donate)
     _plain_jit[fast] = fn
     return fast
 

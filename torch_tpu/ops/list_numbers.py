@@ -13,7 +13,6 @@ the unpacked one does.  A fused chain nests the unpacked function
 """
 import operator
 
-import jax
 import numpy as np
 from jax._src.lax.lax import _convert_element_type
 
@@ -26,7 +25,7 @@ _PACKED = ((float, np.float64), (int, np.int64))  # (Python type, its pack's dty
 
 
 def launcher(fn, traced, numbers, n_inputs, sample, donate=()):
-    """``fn`` (``jax.jit(traced, donate_argnums=donate)``, maybe with compile
+    """``fn`` (``device_jit(traced, donate_argnums=donate)``, maybe with compile
     options), or a stand-in that passes its list numbers packed.
     ``numbers``: (position in the flat inputs, Python type) of each number
     inside a list argument; ``n_inputs``: how many inputs every call passes;
@@ -75,7 +74,7 @@ class _Packed:
         self.rest = _getter(rest)
         self.packs = [(_getter(positions), dtype) for positions, dtype in used]
         packed_sample = [*self.rest(sample), *(np.zeros(len(p), d) for p, d in used)]
-        self.run = runtime.small_program_jit(jax.jit(unpacked, donate_argnums=donate), unpacked, packed_sample, donate)
+        self.run = runtime.small_program_jit(runtime.device_jit(unpacked, donate_argnums=donate), unpacked, packed_sample, donate)
         runtime.nests_as(self, fn)
 
     def __call__(self, *inputs):

@@ -861,7 +861,7 @@ class Kernel:
             return tuple(views.to_storage_layout(o, s) for o, s in zip(outs, out_specs or [None] * len(outs)))
 
         traced.__name__ = self.name  # names the op in fused-chain logs and XLA traces
-        fn = jax.jit(traced)
+        fn = runtime.device_jit(traced)
         rng_words = []  # a random kernel: a stand-in of its words input
         if rng:  # count the words it takes: they are drawn before it runs
             rng_plan = random_bits.planned(lambda: jax.eval_shape(
@@ -902,7 +902,7 @@ class Kernel:
         fn = list_numbers.launcher(runtime.small_program_jit(fn, traced, sample), traced, numbers, len(sample), sample)
         donor = None
         if donate:  # the same program, its destinations' buffers donated (strict calls that may: can_donate)
-            donating = runtime.small_program_jit(jax.jit(traced, donate_argnums=donate), traced, sample, donate)
+            donating = runtime.small_program_jit(runtime.device_jit(traced, donate_argnums=donate), traced, sample, donate)
             donor = (list_numbers.launcher(donating, traced, numbers, len(sample), sample, donate), donate)
         entry = _Entry(fn, out_specs, single, out_buffers, donor)
         entry.rng = rng_plan
