@@ -547,8 +547,9 @@ def _check_costs(torch, dist, dev):
 def _check_host_calls(torch, dist, dev):
     # torch_tpu's own Python per predicted collective, counted as
     # test_overhead.py counts an op's (deterministic, unlike a timer): every
-    # DDP bucket and FSDP2 gather pays it: 81-83 calls; 85-86 before
-    # check_timeouts stopped looking through every running collective.
+    # DDP bucket and FSDP2 gather pays it: 71-75 calls; 81-83 before the
+    # predicted call's path lost its extra frames (stream.submit), 85-86
+    # before check_timeouts stopped looking through every running collective.
     import pytest
     from test_overhead import calls_in_torch_tpu
     w = dist.get_world_size()
@@ -571,7 +572,7 @@ def _check_host_calls(torch, dist, dev):
         except pytest.skip.Exception:  # (the count is the native helper's path; without it, none)
             return
         torch.tpu.synchronize()
-        assert per_call <= 84, (name, per_call)
+        assert per_call <= 76, (name, per_call)
 
 
 def scenario_predict():

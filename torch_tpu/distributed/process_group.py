@@ -8,6 +8,7 @@ before irecv on both ends), which only a tagged transport serves.  When the
 JAX multi-process runtime is unavailable (see bootstrap.py) every op takes
 the Gloo path.
 """
+import functools
 from datetime import timedelta
 
 import jax
@@ -84,9 +85,8 @@ class ProcessGroupTpu(ProcessGroup):
 
     # ---- helpers ----------------------------------------------------------
     def _what(self, kind):
-        what = self._whats.get(kind)  # (rank() and size() cross into C++ each: formatted once)
-        if what is None:
-            what = self._whats[kind] = f"{kind} on group {self._name or '?'} (rank {self.rank()} of {self.size()})"
+        # (rank() and size() cross into C++ each: formatted once)
+        what = self._whats[kind] = f"{kind} on group {self._name or '?'} (rank {self.rank()} of {self.size()})"
         return what
 
     def _start(self, kind, static, x, block=None, out_shape=None):
@@ -100,8 +100,8 @@ class ProcessGroupTpu(ProcessGroup):
         return tensors.to_jax(t, self._device)
 
     def _work(self, kind, pending, result, after=None, may_defer=False, checked_too=False):
-        return XlaWork(self._what(kind), self._timeout_s, pending, result, after, may_defer,
-                       checked_too)
+        return XlaWork(self._whats.get(kind) or self._what(kind), self._timeout_s, pending, result,
+                       after, may_defer, checked_too)
 
     def _via_gloo(self, method, outputs, *args):
         """Run Gloo ``method`` on CPU copies; outputs: the tensors written back."""
@@ -132,7 +132,7 @@ class ProcessGroupTpu(ProcessGroup):
         pending = []
         for t in tensors_:
             fut = self._start("all_reduce", static, self._jax(t))
-            pending.append((fut, lambda o, t=t: tensors.write(t, o)))
+            pending.append((fut, functools.partial(tensors.write, t)))
         return self._work("all_reduce", pending, tensors_, may_defer=True)
 
     def allreduce_coalesced(self, tensors_, opts=None):
@@ -192,7 +192,7 @@ class ProcessGroupTpu(ProcessGroup):
         fut = self._start("all_gather", (), self._jax(input_), block=(1,) + tuple(input_.shape),
                           out_shape=tuple(output.shape))
         return self._work("all_gather_into_tensor",
-                          [(fut, lambda o: tensors.write(output, o))], [output],
+                          [(fut, functools.partial(tensors.write, output))], [output],
                           may_defer=True, checked_too=True)
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
@@ -241,7 +241,7 @@ class ProcessGroupTpu(ProcessGroup):
         fut = self._start("reduce_scatter", _reduce_op(opts.reduceOp), self._jax(input_),
                           block=(self.size(),) + tuple(output.shape), out_shape=tuple(output.shape))
         return self._work("reduce_scatter_tensor",
-                          [(fut, lambda o: tensors.write(output, o))], [output],
+                          [(fut, functools.partial(tensors.write, output))], [output],
                           may_defer=True, checked_too=True)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):

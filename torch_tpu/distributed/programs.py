@@ -120,6 +120,7 @@ class _Layout:
         self.spec = NamedSharding(Mesh(np.array(devices, dtype=object), (AXIS,)), P(AXIS))
         self.dtype = jnp.dtype(dtype)
         local = tuple(shape) or (1,)  # a sharded global array needs a leading dim
+        self.scalar = not shape  # (a 0-d block is passed reshaped to (1,))
         self.global_shape = (world * local[0],) + local[1:]
         # what make_array_from_single_device_arrays derives on every call, once
         self.aval = core.update_aval_with_sharding(
@@ -129,7 +130,7 @@ class _Layout:
 
     def assemble(self, x):
         """The global array whose block on this rank is ``x``."""
-        if x.ndim == 0:
+        if self.scalar:
             x = x.reshape(1)
         # jax.make_array_from_single_device_arrays without rebuilding the aval
         # and re-checking the dtype each call (the plan is keyed on both)
@@ -332,7 +333,8 @@ class FastPlan(_Layout):
         return m
 
     def launch(self, x, missed=False):
-        out, check = self.program(self.assemble(x), self.mark(x, missed))
+        m = self._marks.get(missed)  # (built once per value: mark)
+        out, check = self.program(self.assemble(x), self.mark(x, missed) if m is None else m)
         return out._arrays[0], check._arrays[0]
 
     def missed(self, check, asked=None):
@@ -418,8 +420,10 @@ class FastBlocks(_Layout):
     def launch(self, x, missed=False):
         if self.in_store:  # (a miss is in its payload and the store)
             out, check = self.program(self.assemble(x))
-            return out._arrays[0], check._arrays[0]
-        return FastPlan.launch(self, x, missed)
+        else:  # (FastPlan.launch's, without its frame)
+            m = self._marks.get(missed)
+            out, check = self.program(self.assemble(x), self.mark(x, missed) if m is None else m)
+        return out._arrays[0], check._arrays[0]
 
     def missed_payload(self, device):
         """Zeros, with a NaN first in each rank's row (poisoned, in_store)."""
@@ -499,12 +503,7 @@ _waiter = None
 
 # One item per Launched given up on, in any stream: a stream looks through its
 # running collectives for one only when this grew (stream.check_timeouts).
-_given_up = []
-
-
-def given_up() -> int:
-    """How many launched collectives timeouts have given up on so far."""
-    return len(_given_up)
+GIVEN_UP = []
 
 
 class Launched:
@@ -543,7 +542,7 @@ class Launched:
     @timed_out.setter
     def timed_out(self, value):
         if value and not self._timed_out:
-            _given_up.append(None)  # (list.append is atomic: counted from any thread)
+            GIVEN_UP.append(None)  # (list.append is atomic: counted from any thread)
         self._timed_out = value
 
     def done(self):

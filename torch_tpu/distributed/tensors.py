@@ -23,7 +23,8 @@ def to_jax(t, device):
 
 def write(t, value) -> None:
     """Store jax array ``value`` (of ``t``'s element count) into ``t``."""
-    if tuple(value.shape) != tuple(t.shape):
+    # (a jax array's shape property is Python: its aval's is an attribute)
+    if tuple(getattr(value, "aval", value).shape) != tuple(t.shape):
         value = value.reshape(t.shape)
     if t.device.type == "tpu":
         access.write(t, value)

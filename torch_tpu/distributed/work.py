@@ -203,9 +203,12 @@ class XlaWork(dist.Work):
             self._after()
 
     def _deferrable(self):
-        return (self._may_defer and self._pending
-                and all(f.predicted or (self._checked_too and f.checked) for f, _ in self._pending)
-                and modes.current() is not modes.EagerMode.DEBUG)
+        if not (self._may_defer and self._pending) or modes.current() is modes.EagerMode.DEBUG:
+            return False
+        for f, _ in self._pending:  # (a loop: a generator's frame costs a call per step)
+            if not (f.predicted or (self._checked_too and f.checked)):
+                return False
+        return True
 
     def _finish_deferred(self):
         """Write the still-running results; their checks wait for the next host wait."""
