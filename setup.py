@@ -16,7 +16,7 @@ else:
     ext_modules.append(CppExtension(
         "torch_tpu.native._native",
         ["torch_tpu/native/module.cpp", "torch_tpu/native/views.cpp", "torch_tpu/native/device_guard.cpp",
-         "torch_tpu/native/leaves.cpp", "torch_tpu/native/tensors.cpp",
+         "torch_tpu/native/leaves.cpp", "torch_tpu/native/geometry.cpp", "torch_tpu/native/tensors.cpp",
          "torch_tpu/native/recorder.cpp", "torch_tpu/native/storages.cpp",
          "torch_tpu/native/entry.cpp", "torch_tpu/native/boxed.cpp"],
         define_macros=[("TORCH_TPU_BUILT_FOR", f'"{built_for}"')],

@@ -353,6 +353,26 @@ def test_built_helper_enters_a_cached_op_without_the_kernels_python(mode):
 
 
 @pytest.mark.skipif(not BUILT, reason="native helper not built (a pure-Python install: see README, Install)")
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_entry_takes_a_cached_signature_only_under_its_default_dtype(mode):
+    """The entry reads PyTorch's default dtype itself (no call of
+    torch.get_default_dtype): an integer tensor times a float takes the
+    default dtype of the moment, as on the CPU, cached or not."""
+    x = torch.arange(3, device="tpu")
+    saved = torch.get_default_dtype()
+    try:
+        with torch.tpu.set_eager_mode(mode):
+            for dtype in (torch.float32, torch.float64, torch.float32, torch.float64):
+                torch.set_default_dtype(dtype)
+                for _ in range(3):  # (cached after the first)
+                    y = x * 0.5
+                    assert y.dtype == (torch.arange(3) * 0.5).dtype == dtype
+                    assert y.cpu().tolist() == [0.0, 0.5, 1.0]
+    finally:
+        torch.set_default_dtype(saved)
+
+
+@pytest.mark.skipif(not BUILT, reason="native helper not built (a pure-Python install: see README, Install)")
 def test_entry_notes_strict_launches_in_the_bounded_queue():
     """A cached strict op's launch is appended to pending's queue in C++
     (no pending.note frame), and the queue is pruned past its limit as

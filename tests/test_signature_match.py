@@ -255,9 +255,32 @@ def test_compiled_graph_called_with_lazy_negations_reads_their_values():
         torch.testing.assert_close(f(torch._neg_view(base.to("tpu"))).cpu(), -base + 1, rtol=0, atol=0)
 
 
+@pytest.mark.skipif(native.geometry_guard() is None or signature_match.TensorGuards is None,
+                    reason="native helper not built")
+def test_native_tensor_check_answers_as_pytorchs_tensor_guards():
+    """The native helper's tensor check (native/geometry.cpp), which matchers
+    use in place of Dynamo's TensorGuards, says of every pair of these what
+    TensorGuards says."""
+    base = torch.randn(4, 6).to("tpu")
+    tensors = [base, torch.randn(4, 6).to("tpu"), base.t(), base[1:], base[:, ::2], base.double(),
+               base.clone().requires_grad_(), torch.nn.Parameter(base.clone()), torch._neg_view(base),
+               torch.randn(4, 6, dtype=torch.complex64).to("tpu"),
+               torch.randn(4, 6, dtype=torch.complex64).to("tpu").conj(), base.reshape(24), base[0, 0],
+               torch.randn(4, 6)]
+    made = native.geometry_guard()
+    for a in tensors:
+        ours = made(a)
+        theirs = signature_match.TensorGuards(a, dynamic_dims_sizes=[list(a.shape)],
+                                              dynamic_dims_strides=[list(a.stride())])
+        for b in tensors:
+            assert ours.check(b) == theirs.check(b), (a.shape, a.stride(), a.dtype, b.shape, b.stride(), b.dtype)
+    pair = made(base, tensors[1])
+    assert pair.check(tensors[1], base) and not pair.check(base) and not pair.check(base, 1.0)
+
+
 @pytest.mark.parametrize("mode", MODES)
-def test_without_pytorchs_tensor_check_calls_take_the_slow_way(mode, monkeypatch):
-    monkeypatch.setattr(signature_match, "TensorGuards", None)
+def test_without_a_cpp_tensor_check_calls_take_the_slow_way(mode, monkeypatch):
+    monkeypatch.setattr(signature_match, "_CAN_GUARD", False)
     base = torch.randn(3, 7)
     x = base.to("tpu")
     kernel = _kernel(torch.ops.aten.sub.Tensor)

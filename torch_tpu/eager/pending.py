@@ -70,8 +70,9 @@ def _first(results):
 
 
 def _prune() -> None:
-    # (the native entry may pop the newest meanwhile: see its noted(); a queue
-    # emptied under us is pruned)
+    # (between two steps of this loop another thread may note a launch, or the
+    # native entry replace the newest note: see its noted(); a queue emptied
+    # under us is pruned)
     try:
         while _pending and _ready(_pending[0]):
             _pending.popleft()

@@ -4,11 +4,11 @@ instead of Python (module.cpp): PyTorch's view kernels for the tpu key
 (device_guard.cpp), which PyTorch asks for the current device and stream
 hundreds of times a training step; the call of every Python kernel from the
 dispatcher (boxed.cpp, in place of torch.library's holder); and hot spots of
-the op path, a cached
-signature's check, leaf by leaf (leaves.cpp), making an output tensor
-(tensors.cpp) and accounting for its storage (storages.cpp), recording a
-predicted op in fused mode (recorder.cpp), and a kernel's cached path as the
-dispatcher's entry (entry.cpp).
+the op path, a cached signature's check, its tensors' geometry (geometry.cpp)
+and leaf by leaf (leaves.cpp), making an output tensor (tensors.cpp) and
+accounting for its storage (storages.cpp), recording a predicted op in fused
+mode (recorder.cpp), and a kernel's cached path as the dispatcher's entry
+(entry.cpp).
 
 setup.py builds it when torch is importable at build time (the README's
 install does); it is used only with the torch it was built against.  Without
@@ -38,7 +38,7 @@ _why_not = None  # why the helper is not in use (None: in use, or not asked yet)
 # repeats, leaves, list_lens, moving), as the helper's kernel entry reads them.
 MATCHER_CHECKS = 6
 # The arguments of the helper's entry_context and kernel_entry (entry.cpp).
-ENTRY_INTERFACE = 4
+ENTRY_INTERFACE = 5
 
 
 def _helper():
@@ -91,6 +91,13 @@ def leaf_matcher():
     return None if helper is None else helper.match_leaves
 
 
+def geometry_guard():
+    """The C++ maker of a signature's tensor check (geometry.cpp:
+    ``geometry_guard(*tensors).check(*tensors)``), or None (PyTorch's
+    TensorGuards checks them)."""
+    return getattr(_helper(), "geometry_guard", None)  # (None: a helper built before it existed)
+
+
 def fused_recorder(fusion_globals, fallback):
     """fusion.record with a predicted op recorded in C++ (recorder.cpp;
     ``fallback``, fusion's Python ``_record``, takes every other call), or
@@ -135,7 +142,7 @@ def kernel_entries(modes, fusion, precision, note, own_new, numbers, identity_gr
         return None
     leaf_refs = (fusion.LazyBuffer, fusion.resolve, numbers.on_device, numbers._floats, numbers._ints)
     helper.entry_context(vars(modes), modes.EagerMode.FUSED, modes.EagerMode.STRICT, vars(fusion), vars(precision),
-                         torch.autograd.profiler, torch.get_default_dtype, note, own_new, leaf_refs,
+                         torch.autograd.profiler, note, own_new, leaf_refs,
                          identity_groups, can_donate)
     return helper.kernel_entry
 

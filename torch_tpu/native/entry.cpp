@@ -27,6 +27,7 @@
 #include <vector>
 
 #include <ATen/MemoryOverlap.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Storage.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -41,7 +42,6 @@ struct Context {
   PyObject* fusion = nullptr;     // eager/fusion.py's globals: _guess, record
   PyObject* precision = nullptr;  // precision.py's globals: current
   PyObject* profiler = nullptr;   // torch.autograd.profiler: _is_profiler_enabled
-  PyObject* default_dtype = nullptr;  // torch.get_default_dtype
   PyObject* note = nullptr;       // eager/pending.py's note
   PyObject* pending = nullptr;    // its globals (_pending, _LIMIT, _overflow), or nullptr: note is called
   PyObject* own_new = nullptr;    // buffers.wrap_as's native maker
@@ -71,9 +71,11 @@ struct Context {
   PyObject* s_limit = nullptr;
   PyObject* s_overflow = nullptr;
   PyObject* s_append = nullptr;
-  PyObject* s_pop = nullptr;
   PyObject* s_free = nullptr;
   PyObject* s_by_offsets = nullptr;
+  PyObject* s_is_deleted = nullptr;
+  PyObject* s_holds = nullptr;
+  PyObject* s_donations = nullptr;
 };
 
 Context* context = nullptr;
@@ -246,11 +248,9 @@ PyObject* matched(const Context& c, PyObject* hit, PyObject* args, PyObject* nam
     *python = true;
     return nullptr;
   }
-  PyObject* dtype = PyObject_CallNoArgs(c.default_dtype);
-  if (dtype == nullptr) {
-    return nullptr;
-  }
-  Py_DECREF(dtype);  // (dtypes are singletons: compared by identity, as _matched does)
+  // torch.get_default_dtype() without the call (dtypes are singletons: compared by identity, as _matched does)
+  PyObject* dtype =
+      reinterpret_cast<PyObject*>(torch::getTHPDtype(c10::typeMetaToScalarType(at::get_default_dtype())));
   PyObject* current = borrowed(c.precision, c.s_current);
   if (PyTuple_GET_ITEM(key, 3) != dtype || PyTuple_GET_ITEM(key, 4) != current) {
     return nullptr;
@@ -426,7 +426,7 @@ PyObject* written_back(const Context& c, const Entry& e, PyObject* entry, PyObje
 // replaced: XLA starts a launch only once its inputs are computed, so waiting
 // for the new result waits for both (a chain of ops keeps one entry instead
 // of one per op, each asked is_ready() when pruned).  (In C++ only: the GIL
-// is held from the look to the pop, so no other thread's launch comes between.)
+// is held from the look to the replacement, so no other thread's launch comes between.)
 // False with an error set on an error.
 bool noted(const Context& c, PyObject* results, PyObject* inputs) {
   PyObject* first = results;
@@ -458,12 +458,8 @@ bool noted(const Context& c, PyObject* results, PyObject* inputs) {
       read = PyList_GET_ITEM(inputs, k) == last;
     }
     Py_DECREF(last);
-    if (read) {
-      PyObject* popped = PyObject_CallMethodNoArgs(queue, c.s_pop);
-      if (popped == nullptr) {
-        return false;
-      }
-      Py_DECREF(popped);
+    if (read) {  // the newest note becomes this launch's (the queue's length unchanged)
+      return PySequence_SetItem(queue, held - 1, first) == 0;
     }
   }
   PyObject* appended = PyObject_CallMethodOneArg(queue, c.s_append, first);
@@ -553,7 +549,7 @@ int list_donatable(const Context& c, PyObject* inputs, PyObject* positions, PyOb
     if (!own) {
       return 0;
     }
-    PyObject* deleted = PyObject_CallMethod(buf, "is_deleted", nullptr);
+    PyObject* deleted = PyObject_CallMethodNoArgs(buf, c.s_is_deleted);
     const int gone = deleted == nullptr ? -1 : PyObject_IsTrue(deleted);
     Py_XDECREF(deleted);
     if (gone != 0) {
@@ -564,9 +560,24 @@ int list_donatable(const Context& c, PyObject* inputs, PyObject* positions, PyOb
       for (Py_ssize_t i = 0; i < n_inputs; ++i) {
         uses += items[i] == buf;
       }
-      PyObject* holds = c.pending == nullptr ? nullptr : PyDict_GetItemString(c.pending, "holds");
-      if (uses != 1 || holds == nullptr) {
+      if (uses != 1 || c.pending == nullptr) {
         return 0;
+      }
+      // pending.holds' common case first: the one other reference is the
+      // launch queue's newest note (this buffer was the last launch's result)
+      PyObject* queue = PyDict_GetItemWithError(c.pending, c.s_pending);
+      const Py_ssize_t held = extra == 1 && queue != nullptr ? PyObject_Size(queue) : 0;
+      PyObject* last = held > 0 ? PySequence_GetItem(queue, held - 1) : nullptr;
+      Py_XDECREF(last);  // (compared by identity only)
+      if (PyErr_Occurred()) {
+        return -1;
+      }
+      if (last == buf) {
+        continue;
+      }
+      PyObject* holds = PyDict_GetItemWithError(c.pending, c.s_holds);
+      if (holds == nullptr) {
+        return PyErr_Occurred() ? -1 : 0;
       }
       PyObject* count = PyLong_FromSsize_t(extra);
       PyObject* answer = count == nullptr ? nullptr : PyObject_CallFunctionObjArgs(holds, buf, count, nullptr);
@@ -578,10 +589,10 @@ int list_donatable(const Context& c, PyObject* inputs, PyObject* positions, PyOb
       }
     }
   }
-  PyObject* donations = PyDict_GetItemString(access, "donations");
+  PyObject* donations = PyDict_GetItemWithError(access, c.s_donations);
   PyObject* one = PyLong_FromLong(1);
   PyObject* more = donations == nullptr || one == nullptr ? nullptr : PyNumber_Add(donations, one);
-  const int set = more == nullptr ? -1 : PyDict_SetItemString(access, "donations", more);
+  const int set = more == nullptr ? -1 : PyDict_SetItem(access, c.s_donations, more);
   Py_XDECREF(one);
   Py_XDECREF(more);
   return set < 0 ? -1 : 1;
@@ -799,14 +810,14 @@ PyObject* intern(const char* s) {
 }  // namespace
 
 // entry_context(modes_globals, fused, strict, fusion_globals, precision_globals,
-//               profiler_module, get_default_dtype, note, own_new,
+//               profiler_module, note, own_new,
 //               (lazy_type, resolve, on_device, floats, ints), identity_groups, can_donate): once
 PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 12 || !PyDict_Check(args[0]) || !PyDict_Check(args[3]) || !PyDict_Check(args[4]) ||
-      !PyTuple_Check(args[9]) || PyTuple_GET_SIZE(args[9]) != 5 || !PyDict_Check(PyTuple_GET_ITEM(args[9], 3)) ||
-      !PyDict_Check(PyTuple_GET_ITEM(args[9], 4)) || !PyDict_Check(args[10]) || !PyCallable_Check(args[11])) {
+  if (nargs != 11 || !PyDict_Check(args[0]) || !PyDict_Check(args[3]) || !PyDict_Check(args[4]) ||
+      !PyTuple_Check(args[8]) || PyTuple_GET_SIZE(args[8]) != 5 || !PyDict_Check(PyTuple_GET_ITEM(args[8], 3)) ||
+      !PyDict_Check(PyTuple_GET_ITEM(args[8], 4)) || !PyDict_Check(args[9]) || !PyCallable_Check(args[10])) {
     PyErr_SetString(PyExc_TypeError, "entry_context(modes, fused, strict, fusion, precision, profiler, "
-                                     "get_default_dtype, note, own_new, (lazy_type, resolve, on_device, floats, "
+                                     "note, own_new, (lazy_type, resolve, on_device, floats, "
                                      "ints), identity_groups, can_donate)");
     return nullptr;
   }
@@ -815,8 +826,8 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   auto* c = new Context();
   PyObject** slots[] = {&c->modes, &c->fused, &c->strict, &c->fusion, &c->precision,
-                        &c->profiler, &c->default_dtype, &c->note, &c->own_new};
-  for (int k = 0; k < 9; ++k) {
+                        &c->profiler, &c->note, &c->own_new};
+  for (int k = 0; k < 8; ++k) {
     Py_INCREF(args[k]);
     *slots[k] = args[k];
   }
@@ -834,13 +845,13 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   PyObject** refs[] = {&c->refs.lazy_type, &c->refs.resolve, &c->refs.on_device, &c->refs.floats, &c->refs.ints};
   for (int k = 0; k < 5; ++k) {
-    *refs[k] = PyTuple_GET_ITEM(args[9], k);
+    *refs[k] = PyTuple_GET_ITEM(args[8], k);
     Py_INCREF(*refs[k]);  // (held for the process, as the context)
   }
+  Py_INCREF(args[9]);
+  c->identity = args[9];
   Py_INCREF(args[10]);
-  c->identity = args[10];
-  Py_INCREF(args[11]);
-  c->can_donate = args[11];
+  c->can_donate = args[10];
   c->s_mode = intern("_mode");
   c->s_guess = intern("_guess");
   c->s_record = intern("record");
@@ -864,9 +875,11 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   c->s_limit = intern("_LIMIT");
   c->s_overflow = intern("_overflow");
   c->s_append = intern("append");
-  c->s_pop = intern("pop");
   c->s_free = intern("free");
   c->s_by_offsets = intern("by_offsets");
+  c->s_is_deleted = intern("is_deleted");
+  c->s_holds = intern("holds");
+  c->s_donations = intern("donations");
   context = c;
   Py_RETURN_NONE;
 }

@@ -53,6 +53,13 @@ PyObject* matcher_inputs(PyObject* checks, PyObject* const* args, Py_ssize_t nar
 PyObject* match_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 PyObject* match_call(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
+// A signature's tensor check, made from its tensors (geometry.cpp):
+// geometry_guard(*tensors) -> an object whose check(*tensors) says whether a
+// call's have the same geometry; geometry_passes(check, tensors, n): that
+// check's answer without the call (1 or 0), -1 when ``check`` is not one.
+PyObject* geometry_guard(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+int geometry_passes(PyObject* check, PyObject* const* tensors, Py_ssize_t n);
+
 // A tpu tensor over a new storage at an address, and that storage (tensors.cpp; storages.cpp's makers).
 bool make_tensor(unsigned long long addr, long long nbytes, PyObject* dtype, PyObject* shape, PyObject* strides,
                  PyObject** tensor, PyObject** storage);

@@ -167,8 +167,8 @@ PyObject* const* items_of(PyObject* x, Py_ssize_t n) {
   return nullptr;
 }
 
-// The checks after the leaves are laid out: PyTorch's tensor check, the
-// repeats, each leaf.
+// The checks after the leaves are laid out: the tensor check (geometry.cpp's,
+// or PyTorch's TensorGuards), the repeats, each leaf.
 PyObject* checked_leaves(PyObject* const* leaves, Py_ssize_t n, PyObject* guard_check, PyObject* tensor_at,
                          PyObject* repeats, PyObject* specs, bool fused, const LeafRefs& refs) {
   // PyTorch's C++ check of the distinct tensors' geometry, in one call
@@ -184,12 +184,15 @@ PyObject* checked_leaves(PyObject* const* leaves, Py_ssize_t n, PyObject* guard_
     }
     tensors[static_cast<size_t>(i)] = leaves[at];
   }
-  PyObject* ok = PyObject_Vectorcall(guard_check, tensors.data(), k, nullptr);
-  if (ok == nullptr) {
-    return nullptr;
+  int passed = geometry_passes(guard_check, tensors.data(), k);  // (our own check: no call)
+  if (passed < 0) {
+    PyObject* ok = PyObject_Vectorcall(guard_check, tensors.data(), k, nullptr);
+    if (ok == nullptr) {
+      return nullptr;
+    }
+    passed = PyObject_IsTrue(ok);
+    Py_DECREF(ok);
   }
-  const int passed = PyObject_IsTrue(ok);
-  Py_DECREF(ok);
   if (passed <= 0) {
     if (passed < 0) {
       return nullptr;

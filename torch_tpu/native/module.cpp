@@ -21,6 +21,8 @@ PyMethodDef methods[] = {
      "Register the tpu device's guard, written in C++, in place of the Python-backed one."},
     {"match_leaves", FASTCALL(match_leaves),
      METH_FASTCALL, "A cached signature's per-leaf check (ops/signature_match.py, Matcher.match)."},
+    {"geometry_guard", FASTCALL(geometry_guard), METH_FASTCALL,
+     "A signature's tensor check: geometry_guard(*tensors).check(*others) (ops/signature_match.py)."},
     {"match_call", FASTCALL(match_call), METH_FASTCALL,
      "A call checked whole against a Matcher's checks, as kernel entries check it (ops/signature_match.py)."},
     {"fused_recorder", FASTCALL(fused_recorder),
@@ -67,7 +69,7 @@ PyMODINIT_FUNC PyInit__native(void) {
   }
   // the arguments entry_context and kernel_entry take (entry.cpp): a build
   // that takes others is not used
-  if (m != nullptr && PyModule_AddIntConstant(m, "entry_interface", 4) < 0) {
+  if (m != nullptr && PyModule_AddIntConstant(m, "entry_interface", 5) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

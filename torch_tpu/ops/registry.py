@@ -312,9 +312,12 @@ def _register_masked(op, impl, opts, mask_arg, mask_of):
         mask = graph.mask(args, kwargs)
         if not any(mask):
             return (None,) * len(mask)
-        outs = enter(*args, **kwargs)
-        outs = iter(outs if isinstance(outs, tuple) else (outs,))
-        return tuple(next(outs) if m else None for m in mask)
+        outs = enter(*args, **kwargs)  # (the outputs asked for, in order)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        if len(outs) == len(mask):  # all of them (a backward's usual call: no generator to step)
+            return outs
+        outs = iter(outs)
+        return tuple([next(outs) if m else None for m in mask])
     _install(op, masked, graph)
 
 

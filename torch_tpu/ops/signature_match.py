@@ -30,6 +30,9 @@ try:
     from torch._C._dynamo.guards import TensorGuards
 except ImportError:  # pragma: no cover - every supported PyTorch has it
     TensorGuards = None
+# the native helper's check of the tensors (geometry.cpp), else TensorGuards
+_geometry_guard = native.geometry_guard()
+_CAN_GUARD = _geometry_guard is not None or TensorGuards is not None
 
 # what each leaf of a call (an argument, or an element of a list argument) is
 _TENSOR, _NUMBER, _LIST_NUMBER, _STATIC = range(4)
@@ -40,7 +43,7 @@ class Matcher:
     __slots__ = ("guard", "nargs", "list_lens", "tensors", "leaves", "repeats", "check", "checks", "moving")
 
     def __init__(self, guard, nargs, list_lens, tensor_at, leaves, repeats=()):
-        self.guard = guard          # TensorGuards of the distinct tensor leaves
+        self.guard = guard          # the C++ check of the distinct tensor leaves (_guard)
         self.nargs = nargs
         self.list_lens = list_lens  # per argument: a list argument's length, else -1 (None: no lists)
         # the distinct tensor leaves, picked from the leaves (a tuple of them, or one)
@@ -135,8 +138,8 @@ def make(pos, args, tensor_tag, number_tag):
     """The matcher of ``args``, whose positional signature is ``pos`` (as
     ``Kernel._fast_key`` encodes it: ``(tensor_tag, ViewSpec)`` per tensor,
     ``(number_tag, type)`` per traced number, a tuple of those per list, the
-    value itself otherwise); None without PyTorch's tensor check."""
-    if TensorGuards is None:
+    value itself otherwise); None without a C++ tensor check."""
+    if not _CAN_GUARD:
         return None
     list_lens, leaves, flat = [], [], []
     for a, e in zip(args, pos):
@@ -207,8 +210,11 @@ def _unrolled(m):
 
 
 def _guard(tensors):
-    """PyTorch's C++ check of ``tensors``' geometry, or None where this
-    PyTorch's private class does not take these arguments."""
+    """A C++ check of ``tensors``' geometry: the native helper's, else
+    PyTorch's TensorGuards, or None where this PyTorch's private class does
+    not take these arguments."""
+    if _geometry_guard is not None:
+        return _geometry_guard(*tensors)
     try:
         return TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
                             dynamic_dims_strides=[list(t.stride()) for t in tensors])
@@ -283,6 +289,6 @@ class GraphMatcher:
 
 
 def graph_matcher(args, tensor_at, expect, statics):
-    """A GraphMatcher of ``args`` (see there), or None without PyTorch's tensor check."""
-    guard = None if TensorGuards is None else _guard([args[i] for i in tensor_at])
+    """A GraphMatcher of ``args`` (see there), or None without a C++ tensor check."""
+    guard = _guard([args[i] for i in tensor_at]) if _CAN_GUARD else None
     return None if guard is None else GraphMatcher(guard, args, tensor_at, expect, statics)
