@@ -332,9 +332,14 @@ class FastPlan(_Layout):
             m = self._marks[missed] = ArrayImpl(aval, self.spec, [local], committed=True)
         return m
 
+    in_store = False  # (FastBlocks' reduce_scatter of floats: its program takes no marks)
+
     def launch(self, x, missed=False):
-        m = self._marks.get(missed)  # (built once per value: mark)
-        out, check = self.program(self.assemble(x), self.mark(x, missed) if m is None else m)
+        if self.in_store:  # (a miss is in its payload and the store)
+            out, check = self.program(self.assemble(x))
+        else:
+            m = self._marks.get(missed)  # (built once per value: mark)
+            out, check = self.program(self.assemble(x), self.mark(x, missed) if m is None else m)
         return out._arrays[0], check._arrays[0]
 
     def missed(self, check, asked=None):
@@ -416,14 +421,7 @@ class FastBlocks(_Layout):
         self._marks = {}
 
     mark = FastPlan.mark
-
-    def launch(self, x, missed=False):
-        if self.in_store:  # (a miss is in its payload and the store)
-            out, check = self.program(self.assemble(x))
-        else:  # (FastPlan.launch's, without its frame)
-            m = self._marks.get(missed)
-            out, check = self.program(self.assemble(x), self.mark(x, missed) if m is None else m)
-        return out._arrays[0], check._arrays[0]
+    launch = FastPlan.launch
 
     def missed_payload(self, device):
         """Zeros, with a NaN first in each rank's row (poisoned, in_store)."""
