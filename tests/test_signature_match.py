@@ -276,6 +276,8 @@ def test_native_tensor_check_answers_as_pytorchs_tensor_guards():
             assert ours.check(b) == theirs.check(b), (a.shape, a.stride(), a.dtype, b.shape, b.stride(), b.dtype)
     pair = made(base, tensors[1])
     assert pair.check(tensors[1], base) and not pair.check(base) and not pair.check(base, 1.0)
+    with pytest.raises(TypeError, match="every argument is a tensor"):
+        made(base, 1.0)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -10,6 +10,7 @@
 // dispatch keys the caller's thread has switched off around it.
 #include "helper.h"
 
+#include <memory>
 #include <vector>
 
 #include <torch/csrc/autograd/python_variable.h>
@@ -18,7 +19,7 @@ namespace torch_tpu_native {
 namespace {
 
 struct Geometry {
-  PyTypeObject* pytype;  // (borrowed: a tensor type lives as long as the process)
+  PyTypeObject* pytype;  // (held: guard_dealloc lets go)
   bool plain;            // strided, with concrete sizes: the only tensors whose geometry is compared
   uint64_t keys;
   c10::ScalarType dtype;
@@ -39,7 +40,8 @@ bool plain(const at::Tensor& t) {
 
 Geometry geometry_of(PyObject* x) {
   const at::Tensor& t = THPVariable_Unpack(x);
-  if (!plain(t)) {  // (sparse, nested, symbolic: never passes, as no signature is made for them here)
+  Py_INCREF(Py_TYPE(x));
+  if (!plain(t)) {  // (sparse, nested, symbolic: never passes; such a call takes the Kernel's own path)
     return Geometry{Py_TYPE(x), false, 0, c10::ScalarType::Undefined, -1, false, {}, {}};
   }
   return Geometry{Py_TYPE(x), true, t.key_set().raw_repr(), t.scalar_type(), t.device().index(),
@@ -73,8 +75,17 @@ PyObject* guard_check(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   return PyBool_FromLong(passes(reinterpret_cast<GeometryGuard*>(self), args, nargs));
 }
 
+void let_go(std::vector<Geometry>& geometries) {
+  for (const Geometry& g : geometries) {
+    Py_DECREF(g.pytype);
+  }
+  geometries.clear();
+}
+
 void guard_dealloc(PyObject* self) {
-  delete reinterpret_cast<GeometryGuard*>(self)->geometries;
+  auto* geometries = reinterpret_cast<GeometryGuard*>(self)->geometries;
+  let_go(*geometries);
+  delete geometries;
   Py_TYPE(self)->tp_free(self);
 }
 
@@ -105,6 +116,7 @@ PyObject* geometry_guard(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   geometries->reserve(static_cast<size_t>(nargs));
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     if (!THPVariable_Check(args[i])) {
+      let_go(*geometries);
       PyErr_SetString(PyExc_TypeError, "geometry_guard(*tensors): every argument is a tensor");
       return nullptr;
     }
@@ -112,6 +124,7 @@ PyObject* geometry_guard(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   auto* guard = PyObject_New(GeometryGuard, &guard_type);
   if (guard == nullptr) {
+    let_go(*geometries);
     return nullptr;
   }
   guard->geometries = geometries.release();
