@@ -284,6 +284,21 @@ def test_collectives_benchmark_small_configuration():
         assert heading in proc.stdout, proc.stdout[-3000:]
 
 
+@pytest.mark.slow
+def test_collective_host_cost_benchmark_small_configuration():
+    # benchmarks/collective_host_cost.py end to end: one process, tpu_dist next to Gloo.
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "collective_host_cost.py"),
+           "--numel", "256", "--calls", "20", "--rounds", "1"]
+    proc = subprocess.run(cmd, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines()
+            if line.startswith(("| all_reduce", "| all_gather", "| reduce_scatter"))]
+    assert len(rows) == 3, proc.stdout[-3000:]
+    for row in rows:  # (the budget test_distributed holds the 2-rank count to, with room)
+        assert 0 < float(row[-1]) <= 80, row
+
+
 # ---- worker side: scenarios run inside each launched process ----------------------
 
 def _init(timeout_s=60):
