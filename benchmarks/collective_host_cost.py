@@ -17,15 +17,13 @@ import argparse
 import os
 import socket
 import statistics
-import sys
 import time
 
 import torch
 import torch.distributed as dist
 
-import torch_tpu
-
-PACKAGE = os.path.dirname(torch_tpu.__file__)
+import torch_tpu  # noqa: F401
+from torch_tpu.profiler import python_calls
 
 
 def _free_port():
@@ -47,18 +45,10 @@ def _calls(device, numel, group):
 
 def _python_calls(call, n=20):
     """torch_tpu's Python and C calls per ``call()``."""
-    count = [0]
-
-    def profile(frame, event, arg):
-        if event in ("call", "c_call") and frame.f_code.co_filename.startswith(PACKAGE):
-            count[0] += 1
-    sys.setprofile(profile)
-    try:
+    def calls():
         for _ in range(n):
             call()
-    finally:
-        sys.setprofile(None)
-    return count[0] / n
+    return python_calls(calls) / n
 
 
 def _cpu_us_per_call(call, calls, rounds, sync):

@@ -15,28 +15,18 @@ import torch_tpu
 from torch_tpu import native
 from torch_tpu.eager import access
 from torch_tpu.ops import registry
+from torch_tpu.profiler import python_calls
 
 PACKAGE = os.path.dirname(os.path.abspath(torch_tpu.__file__))
 
 
 def calls_in_torch_tpu(fn, prefix=PACKAGE):
     """The Python function calls and C calls that torch_tpu's own code makes
-    while ``fn()`` runs on this thread (PyTorch's and JAX's internals not
-    counted, so a budget does not depend on their versions); ``prefix=""``:
-    every package's."""
+    while ``fn()`` runs on this thread (torch.tpu.profiler.python_calls);
+    ``prefix=""``: every package's."""
     if not native.status().startswith("C++"):  # (CI builds it, as the README's install does)
         pytest.skip(f"the budgets count the native helper's path; it is not in use: {native.status()}")
-    count = [0]
-
-    def profile(frame, event, arg):
-        if event in ("call", "c_call") and frame.f_code.co_filename.startswith(prefix):
-            count[0] += 1
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return count[0]
+    return python_calls(fn, prefix)
 
 
 class Launches:

@@ -13,6 +13,7 @@ keeps its own imports light.
 import sys
 
 from . import compiles as _compiles
+from .calls import python_calls  # noqa: F401
 from .compiles import xla_compiles  # noqa: F401
 from .config import TpuProfilerConfig  # noqa: F401
 from .trace import is_tracing, profile, start, stop, trace  # noqa: F401
