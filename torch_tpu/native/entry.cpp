@@ -419,6 +419,17 @@ PyObject* written_back(const Context& c, const Entry& e, PyObject* entry, PyObje
   return result;
 }
 
+// The launch queue's newest note, compared by identity only (borrowed: the
+// queue holds it while the GIL is), and its index in ``*index``; nullptr when
+// the queue is empty, with an error set on an error.
+PyObject* newest_note(PyObject* queue, Py_ssize_t* index) {
+  const Py_ssize_t held = PyObject_Size(queue);
+  *index = held - 1;
+  PyObject* last = held > 0 ? PySequence_GetItem(queue, held - 1) : nullptr;
+  Py_XDECREF(last);
+  return last;
+}
+
 // pending.note(results) without its frame: a launch remembered by its single
 // array (or a flat tuple or list's first), appended to the queue, which
 // Python prunes past its limit; anything else goes to note itself.  The
@@ -444,22 +455,18 @@ bool noted(const Context& c, PyObject* results, PyObject* inputs) {
     Py_XDECREF(done);
     return done != nullptr;
   }
-  const Py_ssize_t held = PyList_CheckExact(inputs) ? PyObject_Size(queue) : 0;
-  if (held < 0) {
+  Py_ssize_t index = -1;
+  PyObject* last = PyList_CheckExact(inputs) ? newest_note(queue, &index) : nullptr;
+  if (PyErr_Occurred()) {
     return false;
   }
-  if (held > 0) {
-    PyObject* last = PySequence_GetItem(queue, held - 1);
-    if (last == nullptr) {
-      return false;
-    }
+  if (last != nullptr) {
     bool read = false;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(inputs) && !read; ++k) {
       read = PyList_GET_ITEM(inputs, k) == last;
     }
-    Py_DECREF(last);
     if (read) {  // the newest note becomes this launch's (the queue's length unchanged)
-      return PySequence_SetItem(queue, held - 1, first) == 0;
+      return PySequence_SetItem(queue, index, first) == 0;
     }
   }
   PyObject* appended = PyObject_CallMethodOneArg(queue, c.s_append, first);
@@ -566,9 +573,8 @@ int list_donatable(const Context& c, PyObject* inputs, PyObject* positions, PyOb
       // pending.holds' common case first: the one other reference is the
       // launch queue's newest note (this buffer was the last launch's result)
       PyObject* queue = PyDict_GetItemWithError(c.pending, c.s_pending);
-      const Py_ssize_t held = extra == 1 && queue != nullptr ? PyObject_Size(queue) : 0;
-      PyObject* last = held > 0 ? PySequence_GetItem(queue, held - 1) : nullptr;
-      Py_XDECREF(last);  // (compared by identity only)
+      Py_ssize_t index = -1;
+      PyObject* last = extra == 1 && queue != nullptr ? newest_note(queue, &index) : nullptr;
       if (PyErr_Occurred()) {
         return -1;
       }
