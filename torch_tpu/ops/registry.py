@@ -492,6 +492,10 @@ class Kernel:
         # The common call (positional tpu tensors, traced numbers and lists of
         # them, no out=) is encoded inline by __call__ (see _fast_key).
         self.fast = mode in ("functional", "inplace") and not self.out_names
+        # an out= call whose only keyword is its one out tensor: the same
+        # signature as the general encoding's, built inline (DDP's reducer
+        # copies every gradient into its bucket with mul.out)
+        self.plain_out = mode == "out" and len(self.out_names) == 1
         self.traced_positions = tuple(n in self.dynamic for n in self.arg_names)
         self.cache = _Cache()
         self.offset_entries = 0  # cache entries of views at one offset (bounded: see _build)
@@ -672,6 +676,10 @@ class Kernel:
         if entry is None and quick:
             key = self._fast_key(leaves, inputs, names)
             fast = key is not None
+        elif entry is None and self.plain_out and len(kwargs) == 1:  # op(..., out=t): its signature inline too
+            key = self._fast_key(args, inputs)
+            if key is not None:
+                key += (getattr(kwargs.get(self.out_names[0]), "dtype", None),)
         if key is None and entry is None:
             inputs = []
             names = self.arg_names
