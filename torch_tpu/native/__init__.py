@@ -38,7 +38,7 @@ _why_not = None  # why the helper is not in use (None: in use, or not asked yet)
 # repeats, leaves, list_lens, moving), as the helper's kernel entry reads them.
 MATCHER_CHECKS = 6
 # The arguments of the helper's entry_context and kernel_entry (entry.cpp).
-ENTRY_INTERFACE = 5
+ENTRY_INTERFACE = 6
 
 
 def _helper():

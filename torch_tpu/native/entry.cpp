@@ -15,8 +15,10 @@
 // TensorIterator kernel's destination is checked for overlap first, as
 // out_checks.check_overlap does; a destination that overlaps itself or shares
 // its storage with another argument goes to the Kernel, which raises or runs
-// it.  A strict write into part of a large buffer donates the buffer when
-// access.can_donate says it may.  Anything
+// it.  A strict out= call of a kernel that writes out's buffer in the op's own
+// program (Kernel.writes_out: out= is its one keyword, the last leaf) is run
+// as an in-place op writing out.  A strict write into part of a large buffer
+// donates the buffer when access.can_donate says it may.  Anything
 // else -- other keywords, debug mode, a profiler, a miss, a fused write into part
 // of a large buffer, a launch that raises -- is handed to the Kernel itself,
 // which does all of it as before (a failed launch then runs again there and
@@ -90,6 +92,7 @@ struct Entry {
   bool writes_list = false;  // ... a _foreach_*_ op's list of them
   bool checks_overlap = false;  // its destination checked as out_checks.check_overlap does
   bool keywords = false;     // a call with keywords is matched too (Kernel.keywords)
+  bool writes_out = false;   // an out= kernel whose out tensor (the one keyword) takes the result (Kernel.writes_out)
   PyObject* draw = nullptr;  // a random kernel's draw(entry, args) -> its words input (strict only), else nullptr
 };
 
@@ -381,8 +384,8 @@ bool set_tpu_buf(const Context& c, PyObject* t, PyObject* buf) {
 // (None for a list, else the written tensor).  A storage PyTorch made without
 // our buffer attribute (an alias made in C++) sends the whole call to
 // _finish, which finds the storage's own (setting a buffer twice is the same).
-PyObject* written_back(const Context& c, const Entry& e, PyObject* entry, PyObject* results, PyObject* args) {
-  PyObject* written = PyTuple_GET_SIZE(args) > 0 ? PyTuple_GET_ITEM(args, 0) : nullptr;
+PyObject* written_back(const Context& c, const Entry& e, PyObject* entry, PyObject* results, PyObject* args,
+                       PyObject* written, PyObject* names) {
   bool python = written == nullptr;
   if (!python && e.writes_list) {
     python = !(PyList_CheckExact(written) || PyTuple_CheckExact(written)) || !PySequence_Check(results);
@@ -408,6 +411,9 @@ PyObject* written_back(const Context& c, const Entry& e, PyObject* entry, PyObje
     return nullptr;
   }
   PyObject* kwargs = PyDict_New();
+  if (kwargs != nullptr && e.writes_out && PyDict_SetItem(kwargs, PyTuple_GET_ITEM(names, 0), written) < 0) {
+    Py_CLEAR(kwargs);  // (out= by its name: _finish's written-out case)
+  }
   PyObject* finish = kwargs == nullptr ? nullptr : PyObject_GetAttr(e.kernel, c.s_finish);
   PyObject* result = nullptr;
   if (finish != nullptr) {
@@ -502,6 +508,27 @@ bool overlap_free(PyObject* const* argv, Py_ssize_t nargs) {
   }
   for (Py_ssize_t k = 1; k < nargs; ++k) {
     if (argv[k] != argv[0] && THPVariable_Check(argv[k])) {
+      const at::Tensor& x = THPVariable_Unpack(argv[k]);
+      if (x.has_storage() && x.storage().is_alias_of(dst.storage())) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// The same for an out= call's destination ``dst``: no element twice, and no
+// positional argument sharing its storage.
+bool overlap_free_into(PyObject* dst_obj, PyObject* const* argv, Py_ssize_t nargs) {
+  if (!THPVariable_Check(dst_obj)) {
+    return false;
+  }
+  const at::Tensor& dst = THPVariable_Unpack(dst_obj);
+  if (!dst.has_storage() || at::has_internal_overlap(dst) == at::MemOverlap::Yes) {
+    return false;
+  }
+  for (Py_ssize_t k = 0; k < nargs; ++k) {
+    if (THPVariable_Check(argv[k])) {
       const at::Tensor& x = THPVariable_Unpack(argv[k]);
       if (x.has_storage() && x.storage().is_alias_of(dst.storage())) {
         return false;
@@ -646,7 +673,12 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
   if (mode == nullptr || (!fused && mode != c.strict) || nargs > e.plain_arity || (fused && e.draw != nullptr)) {
     return nullptr;
   }
-  if (e.checks_overlap && !overlap_free(argv, nargs)) {
+  // an out= call: strict, its out tensor its one keyword (the last leaf)
+  if (e.writes_out && (fused || names == nullptr || PyTuple_GET_SIZE(names) != 1)) {
+    return nullptr;
+  }
+  PyObject* written = e.writes_out ? argv[nargs] : nargs > 0 ? argv[0] : nullptr;  // (borrowed)
+  if (e.checks_overlap && !(e.writes_out ? overlap_free_into(written, argv, nargs) : overlap_free(argv, nargs))) {
     return nullptr;
   }
   if (!fused) {
@@ -712,7 +744,7 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
   PyObject* results = nullptr;
   bool plain = out_buffers != nullptr && PyTuple_CheckExact(offsets) && PyList_CheckExact(inputs);
   PyObject* donor = plain ? PyObject_GetAttr(entry, c.s_donor) : nullptr;
-  plain = donor != nullptr && (donor == Py_None || (e.inplace && nargs > 0));
+  plain = donor != nullptr && (donor == Py_None || ((e.inplace || e.writes_out) && written != nullptr));
   if (plain && PyTuple_GET_SIZE(offsets) > 0) {  // views read at run-time offsets: theirs passed last
     plain = PyList_SetSlice(inputs, PyList_GET_SIZE(inputs), PyList_GET_SIZE(inputs), offsets) == 0;
   }
@@ -723,7 +755,7 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
     Py_XDECREF(words);
   }
   if (plain && donor != Py_None && !fused) {  // a write into part of a large buffer, a foreach update
-    PyObject* chosen = donating(c, donor, fn, inputs, argv[0], e.writes_list);
+    PyObject* chosen = donating(c, donor, fn, inputs, written, e.writes_list);
     plain = chosen != nullptr;  // (else can_donate's error, raised as on the Kernel's path)
     if (plain) {
       Py_SETREF(fn, chosen);
@@ -744,8 +776,8 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
       }
     }
   }
-  if (results != nullptr && e.inplace) {
-    result = written_back(c, e, entry, results, args);
+  if (results != nullptr && (e.inplace || e.writes_out)) {
+    result = written_back(c, e, entry, results, args, written, names);
     Py_DECREF(results);
   } else if (results != nullptr) {
     PyObject* metas = PyObject_GetAttr(entry, c.s_out_tensors);
@@ -891,11 +923,11 @@ PyObject* entry_context(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 // kernel_entry(kernel, cache, plain_arity, returns_one, inplace, writes_list, checks_overlap, keywords,
-// draw) -> the callable to register for the kernel
+// draw, writes_out) -> the callable to register for the kernel
 PyObject* kernel_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 9) {
+  if (nargs != 10) {
     PyErr_SetString(PyExc_TypeError, "kernel_entry(kernel, cache, plain_arity, returns_one, inplace, writes_list, "
-                                     "checks_overlap, keywords, draw)");
+                                     "checks_overlap, keywords, draw, writes_out)");
     return nullptr;
   }
   const Py_ssize_t arity = PyLong_AsSsize_t(args[2]);
@@ -913,6 +945,7 @@ PyObject* kernel_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   e->writes_list = PyObject_IsTrue(args[5]) == 1;
   e->checks_overlap = PyObject_IsTrue(args[6]) == 1;
   e->keywords = PyObject_IsTrue(args[7]) == 1;
+  e->writes_out = PyObject_IsTrue(args[9]) == 1;
   if (args[8] != Py_None) {
     Py_INCREF(args[8]);
     e->draw = args[8];

@@ -69,7 +69,7 @@ PyMODINIT_FUNC PyInit__native(void) {
   }
   // the arguments entry_context and kernel_entry take (entry.cpp): a build
   // that takes others is not used
-  if (m != nullptr && PyModule_AddIntConstant(m, "entry_interface", 5) < 0) {
+  if (m != nullptr && PyModule_AddIntConstant(m, "entry_interface", 6) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

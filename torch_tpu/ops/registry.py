@@ -75,6 +75,7 @@ _STATIC_TYPES = (int, float, bool, complex, str, torch.dtype, torch.device, torc
 _TORCH_TO_NP = dtypes.TORCH_TO_NP
 Tensor = torch.Tensor
 _FUSED = modes.EagerMode.FUSED
+_STRICT = modes.EagerMode.STRICT
 _wrap_as = buffers.wrap_as  # (every op's output: no module attribute lookup)
 _new = tuple.__new__  # builds a ViewSpec without NamedTuple's keyword-handling __new__ (every op input)
 
@@ -367,12 +368,13 @@ def entry_of(kernel):
     """What the dispatcher calls for ``kernel``: its C++ entry when its cached
     path is the plain one (a random kernel's: in strict mode, its words drawn
     by ``_draw_words``), else itself."""
-    if (_native_entry is None or not isinstance(kernel, Kernel) or not kernel.fast
-            or not (kernel.records_plainly or kernel.opts.rng) or kernel.indexed_overlap is not None):
+    if (_native_entry is None or not isinstance(kernel, Kernel) or not (kernel.fast or kernel.writes_out)
+            or not (kernel.records_plainly or kernel.opts.rng or kernel.writes_out)
+            or kernel.indexed_overlap is not None):
         return kernel
     return _native_entry(kernel, kernel.cache, kernel.plain_arity, kernel.returns_one, kernel.mode == "inplace",
-                         kernel.writes_list, kernel.check_overlap, kernel.keywords,
-                         _draw_words if kernel.opts.rng else None)
+                         kernel.writes_list, kernel.check_overlap, kernel.keywords or kernel.writes_out,
+                         _draw_words if kernel.opts.rng else None, kernel.writes_out)
 
 
 def _draw_words(entry, args):
@@ -388,7 +390,7 @@ def _draw_words(entry, args):
 
 class _Entry:
     __slots__ = ("fn", "out_specs", "single", "out_buffers", "out_layouts", "out_tensors", "wrap_outputs", "donor",
-                 "offsets", "rng", "free", "by_offsets")
+                 "offsets", "rng", "free", "by_offsets", "writes_out")
 
     def __init__(self, fn, out_specs, single, out_buffers, donor=None):
         self.fn = fn
@@ -409,6 +411,7 @@ class _Entry:
         self.rng = None  # a random kernel's random_bits.Plan
         self.free = None  # an entry for views at given offsets: the offset-free entry it was made from
         self.by_offsets = None  # an offset-free entry's entries at given offsets (made by at)
+        self.writes_out = False  # an out= signature's with out a leaf: fn returns out's new buffer (_written_out)
 
     def executable(self, inputs, written):
         """``fn``, or the donating one when ``access.can_donate`` lets this
@@ -493,8 +496,7 @@ class Kernel:
         # them, no out=) is encoded inline by __call__ (see _fast_key).
         self.fast = mode in ("functional", "inplace") and not self.out_names
         # an out= call whose only keyword is its one out tensor: the same
-        # signature as the general encoding's, built inline (DDP's reducer
-        # copies every gradient into its bucket with mul.out)
+        # signature as the general encoding's, built inline
         self.plain_out = mode == "out" and len(self.out_names) == 1
         self.traced_positions = tuple(n in self.dynamic for n in self.arg_names)
         self.cache = _Cache()
@@ -509,6 +511,17 @@ class Kernel:
         # positional ones, under their names (never a checked scalar: those
         # are checked per call)
         self.keywords = self.fast and not self.checked_scalars
+        # out= into one tensor (DDP's reducer copies every gradient into its
+        # bucket with mul.out, a backward op per parameter per step): a strict
+        # call whose result has out's shape and dtype is cached with out as a
+        # leaf of its signature, its program writing the result into out's
+        # buffer, as an in-place op writes its destination (_written_out)
+        # (a checked scalar -- add's alpha -- is then never passed: at most
+        # plain_arity positional arguments, out= the one keyword)
+        self.writes_out = (self.plain_out and not opts.rng and opts.meta
+                           and len(schema.returns) == 1
+                           and next(str(a.type) for a in schema.arguments if a.name == self.out_names[0]) == "Tensor")
+        self.not_written_out = set()  # signatures (out a leaf) whose result is not out's shape and dtype
         self._traced_named = {}  # (positional count, keyword names) -> traced flags of the leaves
         # outputs _finish returns as the one wrapped tensor
         self.returns_one = mode == "functional" and not self.returns_list
@@ -646,6 +659,12 @@ class Kernel:
             out_checks.check_overlap(self, args, kwargs)
         elif self.indexed_overlap is not None:
             out_checks.check_indexed_overlap(self, self.indexed_overlap, args, kwargs)
+        if self.writes_out and len(kwargs) == 1 and modes._mode is _STRICT and len(args) <= self.plain_arity:
+            out = kwargs.get(self.out_names[0])
+            if type(out) is Tensor or isinstance(out, Tensor):
+                written = self._written_out(args, out)
+                if written is not _NOT_WRITTEN:
+                    return written
         inputs, entry, key, fast = [], None, None, False
         quick = self.fast and not kwargs
         leaves, names = args, ()  # what the fast path matches: the arguments, then any keywords' values
@@ -727,6 +746,54 @@ class Kernel:
             return _wrap_as(results[0], *metas[0])
         return self._finish(entry, results, args, kwargs)
 
+    def _written_out(self, args, out):
+        """A strict ``op(*args, out=out)`` as an in-place write into ``out``:
+        its signature has out as its last leaf, and its program writes the
+        op's result into out's buffer (the write ``access.write_result`` makes,
+        in the same one program), so the native entry runs a cached call as it
+        runs an in-place op's.  ``_NOT_WRITTEN`` (nothing run) for a call whose
+        result is not out's shape and dtype (a resize, a cast), or whose
+        arguments the fast signature does not take: the general path runs it."""
+        names, inputs, entry, key = (self.out_names[0],), [], None, None
+        leaves = args + (out,)
+        for hit in self.cache.recent:
+            entry = self._matched(hit, leaves, inputs, False, names)
+            if entry is not None:
+                break
+        else:
+            if self.cache.by_shape:
+                entry, _ = self._shape_matched(leaves, inputs, names)
+        if entry is None:
+            key = self._fast_key(leaves, inputs, names)
+            if key is None or key in self.not_written_out:
+                return _NOT_WRITTEN
+            entry = self.cache.get(key)
+            if entry is None:
+                try:
+                    with self.lock:
+                        entry = self.cache.get(key) or self._build(key, args, {names[0]: out}, inputs)
+                except _NotWrittenOut:
+                    if len(self.not_written_out) >= _MAX_OFFSET_ENTRIES:
+                        self.not_written_out.clear()
+                    self.not_written_out.add(key)
+                    return _NOT_WRITTEN
+                self.cache[key] = entry
+                self.cache.by_fn[entry.fn] = (entry, key, [])
+            hit = self.cache.by_fn.get(entry.fn)
+            if hit is not None and hit[0] is entry:
+                _remember(self.cache, hit, leaves)
+        if entry.offsets:
+            inputs += entry.offsets
+        try:
+            results = launch(self.name, entry.executable(inputs, (out,)), inputs, entry.out_buffers)
+        except RuntimeError:  # XLA refused it: the general path runs it again and names the failure
+            self.cache.forget(key, entry)
+            if key is not None:
+                self.not_written_out.add(key)
+            return _NOT_WRITTEN
+        buffers.set_buffer(out.untyped_storage(), results[0] if type(results) is list else results)
+        return out
+
     def _written(self, args):
         """The tensors an in-place call writes, in its donor's positions' order:
         the written list, or the one written tensor."""
@@ -734,6 +801,10 @@ class Kernel:
 
     # -- output handling ------------------------------------------------------
     def _finish(self, entry, results, args, kwargs):
+        if entry.writes_out:  # (the native entry's call, when out's storage is not one of ours)
+            out = kwargs[self.out_names[0]]
+            buffers.set_buffer(out.untyped_storage(), results[0] if type(results) is list else results)
+            return out
         if self.mode == "inplace":
             self_t = args[0]
             if self.writes_list:  # (an optimizer's foreach: set_buffer inline, per tensor)
@@ -847,6 +918,11 @@ class Kernel:
             if self.opts.out_dtypes is not None and mode == "functional":
                 out_specs = [spec if d is None else spec._replace(dtype=dtypes.to_np(d))
                              for spec, d in zip(out_specs, self.opts.out_dtypes(args, kwargs))]
+        # out= with out a leaf of the signature (_written_out): (out's view
+        # spec, its buffer's input position, its run-time offset's or None)
+        written_out = None
+        if mode == "out" and kw_t and kw_t[-1][0] == self.out_names[0]:
+            written_out = _written_out_plan(self, out_specs, single, kw_t[-1][1], n_inputs, n_offsets)
 
         def traced(*inputs):
             it = iter(inputs)
@@ -854,6 +930,8 @@ class Kernel:
             at = iter(offs)
             a = [_decode(t, it, at) for t in pos_t]
             k = {name: _decode(t, it, at) for name, t in kw_t}
+            if written_out is not None:
+                del k[self.out_names[0]]  # (read as a leaf, unused: written below)
             with (random_bits.drawing(inputs[n_inputs + n_offsets], rng_plan) if rng else contextlib.nullcontext()), \
                     precision.tracing(matmul_precision):  # the setting this entry is cached under
                 outs = apply(a, k, promote_dtype, [s.dtype for s in out_specs] if out_specs else None)
@@ -869,6 +947,11 @@ class Kernel:
                                   else views.writer(spec)(current.get(g, inputs[g]), value, offs[o]))
                 new = [current[groups[i]] for i in range(len(in_place_specs))]
                 return tuple(new) if len(new) > 1 or self.writes_list else new[0]
+            if written_out is not None:
+                spec, at_input, at_offset = written_out
+                value = outs[0].reshape(spec.size)
+                return (views.writer(spec)(inputs[at_input], value) if at_offset is None
+                        else views.writer(spec)(inputs[at_input], value, offs[at_offset]))
             return tuple(views.to_storage_layout(o, s) for o, s in zip(outs, out_specs or [None] * len(outs)))
 
         traced.__name__ = self.name  # names the op in fused-chain logs and XLA traces
@@ -894,12 +977,14 @@ class Kernel:
             out_specs = self.opts.layout(args, out_specs)
         log.debug("compile %s for %s", self.name, key)
         _logs.kernel_compile(self, args, kwargs)  # TORCH_TPU_LOGS=recompiles
-        if mode == "inplace":  # a write covering its whole buffer returns the value's shape
+        if mode == "inplace" or written_out is not None:  # a write covering its whole buffer: the value's shape
             out_buffers = [(spec.size if views.covers_buffer(spec) else spec.buf_shape, spec.buf_dtype)
-                           for spec in in_place_specs]
+                           for spec in (in_place_specs or [written_out[0]])]
         else:
             out_buffers = [(views.buffer_shape(s), s.dtype) for s in out_specs]
-        if mode != "inplace":
+        if written_out is not None:
+            donate = access.worth_donating([written_out[0]], (written_out[1],))
+        elif mode != "inplace":
             donate = ()
         elif self.writes_list:  # a foreach update of distinct storages (an optimizer's): in place
             donate = groups if groups == tuple(range(len(in_place_specs))) else ()
@@ -917,6 +1002,7 @@ class Kernel:
             donor = (list_numbers.launcher(donating, traced, numbers, len(sample), sample, donate), donate)
         entry = _Entry(fn, out_specs, single, out_buffers, donor)
         entry.rng = rng_plan
+        entry.writes_out = written_out is not None
         return entry
 
     def _check_traces(self, fn, inputs, args, kwargs):
@@ -1126,6 +1212,28 @@ _RECENT = 4  # signatures a kernel checks a strict call against before it builds
 # layers call mm with one pair of shapes in many layouts (a transposed
 # weight, a flattened batch, a gradient's view: 8 in a 2-layer Llama step)
 _SAME_SHAPES = 16
+
+
+class _NotWrittenOut(Exception):
+    """An out= signature whose result is not written straight into out."""
+
+
+_NOT_WRITTEN = object()  # Kernel._written_out's: the general path runs the call
+
+
+def _written_out_plan(kernel, out_specs, single, out_leaf, n_inputs, n_offsets):
+    """(out's view spec, its buffer's input position, its run-time offset's
+    position or None) for an out= signature with out as its last leaf, whose
+    one result has out's shape and dtype in row-major order (what
+    ``access.write_result`` writes straight into out); else _NotWrittenOut."""
+    if (not single or out_specs is None or len(out_specs) != 1 or kernel.opts.layout is not None
+            or out_leaf[0] is not TENSOR or len(out_leaf) > 2):  # (a lazy conj/neg bit: the copy's)
+        raise _NotWrittenOut
+    spec, result = out_leaf[1], out_specs[0]
+    if result.size != spec.size or result.dtype != spec.dtype or views.permuted_order(result) is not None:
+        raise _NotWrittenOut
+    # its buffer is the last input (the last leaf's); its offset, when read at run time, the last offset
+    return spec, n_inputs - 1, (n_offsets - 1 if spec.offset is None else None)
 
 
 def _remember(cache, hit, args):
