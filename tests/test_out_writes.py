@@ -105,8 +105,10 @@ def test_out_written_in_the_ops_program_gives_the_cpus_results(native_flag):
         assert got == cpu, mode
 
 
-def test_cached_out_call_into_a_view_is_entered_in_cpp():
-    """A cached mul.out into a bucket's view runs without Kernel.__call__."""
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_cached_out_call_into_a_view_is_entered_in_cpp(mode):
+    """A cached mul.out into a bucket's view runs (strict) or is recorded
+    (fused: the op the recording predicts) without Kernel.__call__."""
     from torch_tpu import native
     from torch_tpu.ops import registry
     if not native.status().startswith("C++"):
@@ -114,9 +116,11 @@ def test_cached_out_call_into_a_view_is_entered_in_cpp():
     bucket = torch.zeros(300, device="tpu")
     grads = [torch.randn(8, 12).to("tpu"), torch.randn(12).to("tpu")]
     views = [bucket[5:101].view(8, 12), bucket[150:162]]
+    setting = torch.tpu.set_eager_mode(mode)
     for _ in range(3):
         for g, v in zip(grads, views):
             torch.mul(g, 0.5, out=v)
+        torch.tpu.synchronize()
     frames = []
 
     def profile(frame, event, arg):
@@ -128,6 +132,8 @@ def test_cached_out_call_into_a_view_is_entered_in_cpp():
             torch.mul(g, 0.5, out=v)
     finally:
         sys.setprofile(None)
+        torch.tpu.synchronize()
+        setting.__exit__()
     assert frames == []
     want = torch.zeros(300)
     want[5:101], want[150:162] = grads[0].cpu().flatten() * 0.5, grads[1].cpu() * 0.5

@@ -15,9 +15,9 @@
 // TensorIterator kernel's destination is checked for overlap first, as
 // out_checks.check_overlap does; a destination that overlaps itself or shares
 // its storage with another argument goes to the Kernel, which raises or runs
-// it.  A strict out= call of a kernel that writes out's buffer in the op's own
+// it.  A strict or fused out= call of a kernel that writes out's buffer in the op's own
 // program (Kernel.writes_out: out= is its one keyword, the last leaf) is run
-// as an in-place op writing out.  A strict write into part of a large buffer
+// (or recorded) as an in-place op writing out.  A strict write into part of a large buffer
 // donates the buffer when access.can_donate says it may.  Anything
 // else -- other keywords, debug mode, a profiler, a miss, a fused write into part
 // of a large buffer, a launch that raises -- is handed to the Kernel itself,
@@ -673,8 +673,8 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
   if (mode == nullptr || (!fused && mode != c.strict) || nargs > e.plain_arity || (fused && e.draw != nullptr)) {
     return nullptr;
   }
-  // an out= call: strict, its out tensor its one keyword (the last leaf)
-  if (e.writes_out && (fused || names == nullptr || PyTuple_GET_SIZE(names) != 1)) {
+  // an out= call: its out tensor its one keyword (the last leaf)
+  if (e.writes_out && (names == nullptr || PyTuple_GET_SIZE(names) != 1)) {
     return nullptr;
   }
   PyObject* written = e.writes_out ? argv[nargs] : nargs > 0 ? argv[0] : nullptr;  // (borrowed)

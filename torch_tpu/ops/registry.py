@@ -659,7 +659,8 @@ class Kernel:
             out_checks.check_overlap(self, args, kwargs)
         elif self.indexed_overlap is not None:
             out_checks.check_indexed_overlap(self, self.indexed_overlap, args, kwargs)
-        if self.writes_out and len(kwargs) == 1 and modes._mode is _STRICT and len(args) <= self.plain_arity:
+        if (self.writes_out and len(kwargs) == 1 and (modes._mode is _STRICT or modes._mode is _FUSED)
+                and len(args) <= self.plain_arity):
             out = kwargs.get(self.out_names[0])
             if type(out) is Tensor or isinstance(out, Tensor):
                 written = self._written_out(args, out)
@@ -747,22 +748,29 @@ class Kernel:
         return self._finish(entry, results, args, kwargs)
 
     def _written_out(self, args, out):
-        """A strict ``op(*args, out=out)`` as an in-place write into ``out``:
-        its signature has out as its last leaf, and its program writes the
-        op's result into out's buffer (the write ``access.write_result`` makes,
-        in the same one program), so the native entry runs a cached call as it
-        runs an in-place op's.  ``_NOT_WRITTEN`` (nothing run) for a call whose
+        """A strict or fused ``op(*args, out=out)`` as an in-place write into
+        ``out``: its signature has out as its last leaf, and its program writes
+        the op's result into out's buffer (the write ``access.write_result``
+        makes, in the same one program; fused mode records it), so the native
+        entry runs a cached call as it runs an in-place op's.  ``_NOT_WRITTEN`` (nothing run) for a call whose
         result is not out's shape and dtype (a resize, a cast), or whose
         arguments the fast signature does not take: the general path runs it."""
         names, inputs, entry, key = (self.out_names[0],), [], None, None
         leaves = args + (out,)
-        for hit in self.cache.recent:
-            entry = self._matched(hit, leaves, inputs, False, names)
-            if entry is not None:
-                break
+        fused = modes._mode is _FUSED
+        if fused:  # the op the recording predicts, checked
+            guess = fusion._guess
+            hit = self.cache.by_fn.get(guess[0]) if guess is not None and self.cache.by_fn else None
+            if hit is not None:
+                entry = self._matched(hit, leaves, inputs, True, names)
         else:
-            if self.cache.by_shape:
-                entry, _ = self._shape_matched(leaves, inputs, names)
+            for hit in self.cache.recent:
+                entry = self._matched(hit, leaves, inputs, False, names)
+                if entry is not None:
+                    break
+            else:
+                if self.cache.by_shape:
+                    entry, _ = self._shape_matched(leaves, inputs, names)
         if entry is None:
             key = self._fast_key(leaves, inputs, names)
             if key is None or key in self.not_written_out:
@@ -780,7 +788,7 @@ class Kernel:
                 self.cache[key] = entry
                 self.cache.by_fn[entry.fn] = (entry, key, [])
             hit = self.cache.by_fn.get(entry.fn)
-            if hit is not None and hit[0] is entry:
+            if hit is not None and hit[0] is entry and not fused:
                 _remember(self.cache, hit, leaves)
         if entry.offsets:
             inputs += entry.offsets
