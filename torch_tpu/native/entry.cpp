@@ -494,41 +494,21 @@ bool noted(const Context& c, PyObject* results, PyObject* inputs) {
   return true;
 }
 
-// out_checks.check_overlap's common case: the destination (the first
-// argument) has no element twice, and no other argument but itself shares its
-// storage.  False sends the call to the Kernel, whose check raises or passes.
-bool overlap_free(PyObject* const* argv, Py_ssize_t nargs) {
-  if (nargs == 0 || !THPVariable_Check(argv[0])) {
+// out_checks.check_overlap's common case: the written tensor (an in-place
+// op's first argument, an out= call's out) has no element twice, and no
+// argument but itself shares its storage.  False sends the call to the
+// Kernel, whose check raises or passes.
+bool overlap_free(PyObject* written, PyObject* const* argv, Py_ssize_t nargs) {
+  if (written == nullptr || !THPVariable_Check(written)) {
     return false;
   }
-  const at::Tensor& dst = THPVariable_Unpack(argv[0]);
+  const at::Tensor& dst = THPVariable_Unpack(written);
   // (TooHard -- a strided view -- passes, as TensorIterator's check lets it)
   if (!dst.has_storage() || at::has_internal_overlap(dst) == at::MemOverlap::Yes) {
     return false;
   }
-  for (Py_ssize_t k = 1; k < nargs; ++k) {
-    if (argv[k] != argv[0] && THPVariable_Check(argv[k])) {
-      const at::Tensor& x = THPVariable_Unpack(argv[k]);
-      if (x.has_storage() && x.storage().is_alias_of(dst.storage())) {
-        return false;
-      }
-    }
-  }
-  return true;
-}
-
-// The same for an out= call's destination ``dst``: no element twice, and no
-// positional argument sharing its storage.
-bool overlap_free_into(PyObject* dst_obj, PyObject* const* argv, Py_ssize_t nargs) {
-  if (!THPVariable_Check(dst_obj)) {
-    return false;
-  }
-  const at::Tensor& dst = THPVariable_Unpack(dst_obj);
-  if (!dst.has_storage() || at::has_internal_overlap(dst) == at::MemOverlap::Yes) {
-    return false;
-  }
   for (Py_ssize_t k = 0; k < nargs; ++k) {
-    if (THPVariable_Check(argv[k])) {
+    if (argv[k] != written && THPVariable_Check(argv[k])) {
       const at::Tensor& x = THPVariable_Unpack(argv[k]);
       if (x.has_storage() && x.storage().is_alias_of(dst.storage())) {
         return false;
@@ -678,7 +658,7 @@ PyObject* cached_call(const Context& c, const Entry& e, PyObject* const* argv, P
     return nullptr;
   }
   PyObject* written = e.writes_out ? argv[nargs] : nargs > 0 ? argv[0] : nullptr;  // (borrowed)
-  if (e.checks_overlap && !(e.writes_out ? overlap_free_into(written, argv, nargs) : overlap_free(argv, nargs))) {
+  if (e.checks_overlap && !overlap_free(written, argv, nargs)) {
     return nullptr;
   }
   if (!fused) {

@@ -642,6 +642,24 @@ class Kernel:
                 matchers.append(m)
         return entry
 
+    def _cached(self, leaves, inputs, names):
+        """(entry, signature) of a fast-path call from the kernel's cache:
+        fused, the op the recording predicts (fusion._guess: its executable
+        first; signature None); strict, the signatures of its last calls, then
+        its last ones of these shapes; each checked by its matchers.  (None,
+        None) when none matches."""
+        if modes._mode is _FUSED:
+            guess = fusion._guess
+            hit = self.cache.by_fn.get(guess[0]) if guess is not None and self.cache.by_fn else None
+            return (None if hit is None else self._matched(hit, leaves, inputs, True, names)), None
+        for hit in self.cache.recent:
+            entry = self._matched(hit, leaves, inputs, False, names)
+            if entry is not None:
+                return entry, hit[1]
+        if self.cache.by_shape and leaves:
+            return self._shape_matched(leaves, inputs, names)
+        return None, None
+
     def _shape_matched(self, args, inputs, names=()):
         """(entry, signature) of a strict call that none of the kernel's last
         signatures took, by the last signatures it had with these first two
@@ -662,7 +680,7 @@ class Kernel:
         if (self.writes_out and len(kwargs) == 1 and (modes._mode is _STRICT or modes._mode is _FUSED)
                 and len(args) <= self.plain_arity):
             out = kwargs.get(self.out_names[0])
-            if type(out) is Tensor or isinstance(out, Tensor):
+            if isinstance(out, Tensor):
                 written = self._written_out(args, out)
                 if written is not _NOT_WRITTEN:
                     return written
@@ -672,20 +690,7 @@ class Kernel:
         if kwargs and self.keywords:
             quick, leaves, names = True, args + tuple(kwargs.values()), tuple(kwargs)
         if quick:
-            if modes._mode is _FUSED:  # the op recording predicts (fusion._guess: its executable first), checked
-                guess = fusion._guess
-                hit = self.cache.by_fn.get(guess[0]) if guess is not None and self.cache.by_fn else None
-                if hit is not None:
-                    entry = self._matched(hit, leaves, inputs, True, names)
-            else:  # strict: the signatures of this kernel's last calls, checked by their matchers
-                for hit in self.cache.recent:
-                    entry = self._matched(hit, leaves, inputs, False, names)
-                    if entry is not None:
-                        key = hit[1]
-                        break
-                else:
-                    if self.cache.by_shape and leaves:
-                        entry, key = self._shape_matched(leaves, inputs, names)
+            entry, key = self._cached(leaves, inputs, names)
         if (entry is not None and not entry.offsets and self.records_plainly
                 and len(args) <= self.plain_arity):  # fused: the predicted op, recorded
             results = launch(self.name, entry.executable(inputs, self._written(args)), inputs, entry.out_buffers)
@@ -752,25 +757,13 @@ class Kernel:
         ``out``: its signature has out as its last leaf, and its program writes
         the op's result into out's buffer (the write ``access.write_result``
         makes, in the same one program; fused mode records it), so the native
-        entry runs a cached call as it runs an in-place op's.  ``_NOT_WRITTEN`` (nothing run) for a call whose
-        result is not out's shape and dtype (a resize, a cast), or whose
-        arguments the fast signature does not take: the general path runs it."""
-        names, inputs, entry, key = (self.out_names[0],), [], None, None
+        entry runs a cached call as it runs an in-place op's.  ``_NOT_WRITTEN``
+        (nothing run) for a call whose result is not out's shape and dtype (a
+        resize, a cast), or whose arguments the fast signature does not take:
+        the general path runs it."""
+        names, inputs = (self.out_names[0],), []
         leaves = args + (out,)
-        fused = modes._mode is _FUSED
-        if fused:  # the op the recording predicts, checked
-            guess = fusion._guess
-            hit = self.cache.by_fn.get(guess[0]) if guess is not None and self.cache.by_fn else None
-            if hit is not None:
-                entry = self._matched(hit, leaves, inputs, True, names)
-        else:
-            for hit in self.cache.recent:
-                entry = self._matched(hit, leaves, inputs, False, names)
-                if entry is not None:
-                    break
-            else:
-                if self.cache.by_shape:
-                    entry, _ = self._shape_matched(leaves, inputs, names)
+        entry, key = self._cached(leaves, inputs, names)
         if entry is None:
             key = self._fast_key(leaves, inputs, names)
             if key is None or key in self.not_written_out:
@@ -788,7 +781,7 @@ class Kernel:
                 self.cache[key] = entry
                 self.cache.by_fn[entry.fn] = (entry, key, [])
             hit = self.cache.by_fn.get(entry.fn)
-            if hit is not None and hit[0] is entry and not fused:
+            if hit is not None and hit[0] is entry and modes._mode is not _FUSED:
                 _remember(self.cache, hit, leaves)
         if entry.offsets:
             inputs += entry.offsets
@@ -799,8 +792,7 @@ class Kernel:
             if key is not None:
                 self.not_written_out.add(key)
             return _NOT_WRITTEN
-        buffers.set_buffer(out.untyped_storage(), results[0] if type(results) is list else results)
-        return out
+        return self._finish(entry, results, args, {names[0]: out})
 
     def _written(self, args):
         """The tensors an in-place call writes, in its donor's positions' order:
@@ -809,7 +801,7 @@ class Kernel:
 
     # -- output handling ------------------------------------------------------
     def _finish(self, entry, results, args, kwargs):
-        if entry.writes_out:  # (the native entry's call, when out's storage is not one of ours)
+        if entry.writes_out:  # (out= written in the op's own program: _written_out)
             out = kwargs[self.out_names[0]]
             buffers.set_buffer(out.untyped_storage(), results[0] if type(results) is list else results)
             return out
